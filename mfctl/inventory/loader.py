@@ -1,0 +1,173 @@
+"""YAML loading with ``file:line`` errors, and the inventory's cross-checks.
+
+Errors raised: :class:`mfctl.errors.ConfigError` (exit code 3), whose message names the
+file and the line of the offending key: unknown or duplicate keys, wrong types, an OCS
+port used twice, an optical lane without its TX or RX port, a port beyond the OCS size,
+a region naming a missing host.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from mfctl.errors import ConfigError
+from mfctl.inventory.models import Inventory
+
+Loc = tuple  # a path of keys / indexes into the document
+M = TypeVar("M", bound=BaseModel)
+
+
+def _walk(node: yaml.Node, path: Loc, lines: dict[Loc, int], src: str) -> None:
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for k, v in node.value:
+            key = k.value if isinstance(k, yaml.ScalarNode) else str(k)
+            line = k.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(f"duplicate key {key!r} (first defined on line {seen[key]})", path=src, line=line)
+            seen[key] = line
+            lines[path + (key,)] = line
+            _walk(v, path + (key,), lines, src)
+            lines[path + (key,)] = line  # keep the key's line, not the value's
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _walk(item, path + (i,), lines, src)
+
+
+def load_yaml_with_lines(path: str | Path) -> tuple[Any, dict[Loc, int]]:
+    """Parse YAML safely; return the data and a map from key path to 1-based line.
+
+    Raises ConfigError for unreadable files, YAML syntax errors and duplicate keys.
+    """
+    src = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read: {e.strerror}", path=src) from e
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise ConfigError(f"YAML syntax: {getattr(e, 'problem', e)}", path=src, line=mark.line + 1 if mark else None) from e
+    if node is None:
+        raise ConfigError("file is empty", path=src)
+    lines: dict[Loc, int] = {}
+    _walk(node, (), lines, src)
+    data = yaml.safe_load(text)
+    return data, lines
+
+
+def _line_for(loc: Loc, lines: dict[Loc, int]) -> int | None:
+    loc = tuple(loc)
+    while loc:
+        if loc in lines:
+            return lines[loc]
+        loc = loc[:-1]
+    return lines.get(())
+
+
+def _fmt_loc(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def validate_model(model: type[M], data: Any, lines: dict[Loc, int], src: str) -> M:
+    """Validate ``data`` against ``model``; the first error becomes a ConfigError at its line."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        errs = e.errors()
+        first = errs[0]
+        loc = tuple(p for p in first["loc"] if not (isinstance(p, str) and p in _UNION_TAGS))
+        msg = first["msg"]
+        if first["type"] == "extra_forbidden":
+            msg = f"unknown key {loc[-1]!r}"
+        more = f" (and {len(errs) - 1} more error(s))" if len(errs) > 1 else ""
+        raise ConfigError(f"{_fmt_loc(loc)}: {msg}{more}", path=src, line=_line_for(loc, lines)) from None
+
+
+# pydantic puts the union member's name into error locations; they are not document keys.
+_UNION_TAGS = {"SerialTransport", "TCPTransport", "SSHTransport", "serial", "tcp", "ssh"}
+
+
+def cross_check(inv: Inventory) -> list[tuple[Loc, str]]:
+    """Checks that span several objects. Returns (location, message) pairs, in file order."""
+    problems: list[tuple[Loc, str]] = []
+    names: dict[str, int] = {}
+    for hi, h in enumerate(inv.hosts):
+        if h.name in names:
+            problems.append((("hosts", hi, "name"), f"duplicate host name {h.name!r} (also hosts[{names[h.name]}])"))
+        names.setdefault(h.name, hi)
+    size = inv.ocs.size
+    used: dict[int, str] = {}
+    for hi, h in enumerate(inv.hosts):
+        if not h.eps_nics():
+            problems.append((("hosts", hi, "nics"), f"host {h.name!r} has no NIC with role 'eps' (the electrical fallback)"))
+        nic_names: set[str] = set()
+        for ni, nic in enumerate(h.nics):
+            if nic.name in nic_names:
+                problems.append((("hosts", hi, "nics", ni, "name"), f"duplicate NIC name {nic.name!r} on {h.name}"))
+            nic_names.add(nic.name)
+            for li, lane in enumerate(nic.lanes):
+                base = ("hosts", hi, "nics", ni, "lanes", li)
+                where = f"{h.name}/{nic.name} lane {lane.index}"
+                if nic.role == "ocs":
+                    if lane.ocs_tx is None:
+                        problems.append((base, f"optical lane {where} has no ocs_tx port"))
+                    if lane.ocs_rx is None:
+                        problems.append((base, f"optical lane {where} has no ocs_rx port"))
+                elif lane.ocs_tx is not None or lane.ocs_rx is not None:
+                    problems.append((base, f"lane {where} is on an EPS NIC but names OCS ports"))
+                for key, port, lo, hi_ in (
+                    ("ocs_tx", lane.ocs_tx, 1, size.inputs),
+                    ("ocs_rx", lane.ocs_rx, size.inputs + 1, size.total),
+                ):
+                    if port is None:
+                        continue
+                    if not lo <= port <= hi_:
+                        kind = "input" if key == "ocs_tx" else "output"
+                        problems.append((base + (key,), f"{key} {port} of {where} is beyond the OCS {kind} ports {lo}..{hi_} ({size.inputs}x{size.outputs})"))
+                    elif port in used:
+                        problems.append((base + (key,), f"OCS port {port} used twice: {where} and {used[port]}"))
+                    else:
+                        used[port] = where
+    seen_regions: set[str] = set()
+    in_region: dict[str, str] = {}
+    for ri, r in enumerate(inv.regions):
+        if r.name in seen_regions:
+            problems.append((("regions", ri, "name"), f"duplicate region name {r.name!r}"))
+        seen_regions.add(r.name)
+        for hi, hn in enumerate(r.hosts):
+            if hn not in names:
+                problems.append((("regions", ri, "hosts", hi), f"region {r.name!r} names missing host {hn!r}"))
+            elif hn in in_region:
+                problems.append((("regions", ri, "hosts", hi), f"host {hn!r} is in regions {in_region[hn]!r} and {r.name!r}"))
+            in_region.setdefault(hn, r.name)
+    return problems
+
+
+def load_checked(path: str | Path, model: type[M], check: Callable[[M], list[tuple[Loc, str]]] | None = None) -> M:
+    src = str(path)
+    data, lines = load_yaml_with_lines(path)
+    obj = validate_model(model, data, lines, src)
+    if check:
+        problems = check(obj)
+        if problems:
+            loc, msg = problems[0]
+            more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+            raise ConfigError(msg + more, path=src, line=_line_for(loc, lines))
+    return obj
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Load and fully validate an inventory file. Raises ConfigError (exit 3)."""
+    inv = load_checked(path, Inventory, cross_check)
+    inv.source = str(Path(path).resolve())
+    return inv

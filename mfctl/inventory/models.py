@@ -1,0 +1,189 @@
+"""Pydantic models of an mFabric testbed.
+
+Units: link speeds in Gbit/s, optical power in dBm, times in ms unless a field says so.
+Every model forbids unknown keys so a typo in an inventory is an error, not a silent default.
+Secrets are never fields: the OCS password comes from an environment variable or a file
+named here (``password_env`` / ``password_file``), SSH from a key file or the agent.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+
+
+class SSHEndpoint(_Strict):
+    """How to reach a host's sshd. Authentication: ``key_file`` or the SSH agent."""
+
+    address: str
+    port: int = Field(22, ge=1, le=65535)
+    user: str = Field("root", pattern=r"^[a-z_][a-z0-9_.-]{0,31}$")
+    key_file: str | None = None
+    agent: bool = True
+
+    def key_path(self, base: Path | None = None) -> Path | None:
+        if not self.key_file:
+            return None
+        p = Path(os.path.expanduser(self.key_file))
+        return p if p.is_absolute() or base is None else (base / p)
+
+
+class Lane(_Strict):
+    """One lane of a NIC port. An optical lane has the OCS ports its fibres land on.
+
+    ``ocs_tx``: the OCS *input* port fed by this lane's transmitter.
+    ``ocs_rx``: the OCS *output* port wired to this lane's receiver.
+    """
+
+    index: int = Field(ge=0, le=7)
+    netdev: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,15}$")
+    ocs_tx: int | None = Field(None, ge=1)
+    ocs_rx: int | None = Field(None, ge=1)
+
+
+class NIC(_Strict):
+    """A NIC port as the host sees it. ``role`` says where its lanes go."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    model: str = "ConnectX-6"
+    pci: str | None = None
+    speed_gbps: float = Field(100.0, gt=0, description="Port rate, Gbit/s")
+    breakout: str = Field("1x100G", description="e.g. 1x100G, 2x200G, 4x100G")
+    numa_node: int = Field(0, ge=0)
+    role: Literal["ocs", "eps"]
+    lanes: list[Lane] = Field(min_length=1)
+
+    @property
+    def lane_rate_gbps(self) -> float:
+        return self.speed_gbps / len(self.lanes)
+
+
+class GPUs(_Strict):
+    count: int = Field(8, ge=1, le=16)
+    model: str = "NVIDIA A100-SXM4-80GB"
+    nvlink_gbps: float = Field(1840.0, gt=0, description="NVLink bandwidth per direction, Gbit/s (A100: ~230 GB/s)")
+
+
+class Host(_Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    ssh: SSHEndpoint
+    gpus: GPUs = GPUs()
+    nics: list[NIC] = Field(min_length=1)
+
+    def ocs_lanes(self) -> list[tuple[NIC, Lane]]:
+        return [(n, l) for n in self.nics if n.role == "ocs" for l in n.lanes]
+
+    def eps_nics(self) -> list[NIC]:
+        return [n for n in self.nics if n.role == "eps"]
+
+
+class SerialTransport(_Strict):
+    kind: Literal["serial"]
+    device: str = Field(description="Device path or pyserial URL (socket://, rfc2217://)")
+    baudrate: int = Field(9600, gt=0)
+    bytesize: Literal[5, 6, 7, 8] = 8
+    parity: Literal["N", "E", "O", "M", "S"] = "N"
+    stopbits: Literal[1, 2] = 1
+
+
+class TCPTransport(_Strict):
+    kind: Literal["tcp"]
+    address: str
+    port: int = Field(3082, ge=1, le=65535, description="Polatis raw TL1 default 3082")
+
+
+class SSHTransport(_Strict):
+    kind: Literal["ssh"]
+    address: str
+    port: int = Field(6252, ge=1, le=65535, description="Polatis TL1-over-SSH default 6252")
+
+
+Transport = SerialTransport | TCPTransport | SSHTransport
+
+
+class OCSSize(_Strict):
+    """N×M: inputs are ports 1..N, outputs N+1..N+M (Polatis numbering)."""
+
+    inputs: int = Field(ge=1, le=1024)
+    outputs: int = Field(ge=1, le=1024)
+
+    @property
+    def total(self) -> int:
+        return self.inputs + self.outputs
+
+
+class OCS(_Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    model: str = "Polatis Series 7000"
+    size: OCSSize
+    transports: list[Transport] = Field(min_length=1, description="Tried in order")
+    user: str = "admin"
+    password_env: str | None = Field("MFCTL_OCS_PASSWORD", pattern=r"^[A-Z_][A-Z0-9_]*$")
+    password_file: str | None = None
+    known_hosts: str | None = Field(None, description="known_hosts for the SSH transport")
+    insertion_loss_db: float = Field(1.0, ge=0, description="Per pass, dB (datasheet class)")
+    switching_time_ms: float = Field(25.0, gt=0, description="Mirror/beam settle time (DESIGN §2)")
+
+    def password(self, base: Path | None = None) -> str:
+        """The TL1 password from ``password_file`` or ``password_env`` (never the inventory)."""
+        if self.password_file:
+            p = Path(os.path.expanduser(self.password_file))
+            if base is not None and not p.is_absolute():
+                p = base / p
+            return p.read_text().strip()
+        if self.password_env:
+            return os.environ.get(self.password_env, "")
+        return ""
+
+
+class EPS(_Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    model: str = "NVIDIA Spectrum SN3700"
+    ports: int = Field(32, ge=1)
+    port_speed_gbps: float = Field(200.0, gt=0)
+    oversubscription: float = Field(1.0, ge=1.0, description="Host-facing : uplink ratio")
+
+
+class Region(_Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    hosts: list[str] = Field(min_length=2)
+
+
+class SSHDefaults(_Strict):
+    known_hosts: str = "~/.ssh/known_hosts"
+    host_key_policy: Literal["strict", "accept-new"] = "strict"
+
+
+class Inventory(_Strict):
+    """A whole testbed. Load with :func:`mfctl.inventory.load_inventory`."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str = ""
+    ssh: SSHDefaults = SSHDefaults()
+    hosts: list[Host] = Field(min_length=1)
+    ocs: OCS
+    eps: EPS
+    regions: list[Region] = Field(min_length=1)
+
+    # set by the loader, not part of the schema
+    source: str | None = Field(None, exclude=True)
+
+    def host(self, name: str) -> Host:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+    @property
+    def base_dir(self) -> Path | None:
+        return Path(self.source).parent if self.source else None

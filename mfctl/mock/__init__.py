@@ -1,0 +1,1 @@
+"""The simulated testbed (device side). Only ``mfctl mock`` and ``python -m mfctl.mock`` import it."""

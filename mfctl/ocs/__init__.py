@@ -1,0 +1,1 @@
+"""OCS control: TL1 codec, client over serial/TCP/SSH, Polatis-style driver, journal."""

@@ -1,0 +1,118 @@
+"""TL1 client: one command in flight, replies matched by CTAG, alarms queued.
+
+Errors raised:
+- :class:`TL1Deny` — the device answered ``DENY`` (carries the four-letter code and block);
+- :class:`TL1Timeout` — no terminated reply for our CTAG within the per-command timeout
+  (says what was last read);
+- :class:`TL1ConnectionError` — the link died (the driver reconnects and logs in again).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+import time
+
+from mfctl.errors import OperationFailed, UnreachableError
+from mfctl.ocs import tl1
+
+log = logging.getLogger(__name__)
+
+
+class TL1Error(OperationFailed):
+    """Base of TL1 errors."""
+
+
+class TL1Deny(TL1Error):
+    """The OCS refused a command. ``code`` is the GR-833 error code (e.g. ``SNVS``)."""
+
+    def __init__(self, command: str, reply: tl1.Reply):
+        self.command, self.reply = command, reply
+        self.code = reply.error_code or "????"
+        meaning = tl1.ERROR_CODES.get(self.code, "unknown code")
+        comment = f": {'; '.join(reply.comments)}" if reply.comments else ""
+        super().__init__(f"OCS denied {command!r}: {self.code} ({meaning}){comment}")
+
+
+class TL1Timeout(TL1Error, UnreachableError):
+    exit_code = UnreachableError.exit_code
+
+
+class TL1ConnectionError(TL1Error, UnreachableError):
+    exit_code = UnreachableError.exit_code
+
+
+class TL1Client:
+    """Speak TL1 over a stream (see :mod:`mfctl.transport.streams`)."""
+
+    def __init__(self, stream, *, command_timeout: float = 10.0, max_alarms: int = 1000):
+        self.stream = stream
+        self.command_timeout = command_timeout
+        self.decoder = tl1.Decoder()
+        self.autonomous: collections.deque[tl1.Autonomous] = collections.deque(maxlen=max_alarms)
+        self.garbage: list[str] = []
+        self._ctags = itertools.count(1)
+        self._lock = threading.Lock()
+        self._last_read = ""
+
+    def next_ctag(self) -> str:
+        return str(next(self._ctags) % 999999 or 1)
+
+    def command(self, verb: str, *, aid: str = "", tid: str = "", params: str | None = None,
+                timeout: float | None = None) -> tl1.Reply:
+        """Send one command and return its COMPLD reply (multi-block replies merged)."""
+        timeout = self.command_timeout if timeout is None else timeout
+        with self._lock:
+            ctag = self.next_ctag()
+            msg = tl1.encode(verb, ctag, tid=tid, aid=aid, params=params)
+            text = msg.decode()
+            log.debug("tl1 > %s", text)
+            try:
+                self.stream.write(msg)
+            except ConnectionError as e:
+                raise TL1ConnectionError(f"{self.stream.name}: {e}") from e
+            merged: tl1.Reply | None = None
+            deadline = time.monotonic() + timeout
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TL1Timeout(f"{self.stream.name}: no reply to {text!r} within {timeout:g} s "
+                                     f"(command timeout); last read: {self._last_read[-120:]!r}")
+                try:
+                    data = self.stream.read(min(remaining, 0.5))
+                except ConnectionError as e:
+                    raise TL1ConnectionError(f"{self.stream.name}: link lost waiting for {text!r}: {e}") from e
+                if not data:
+                    continue
+                chunk = data.decode("ascii", errors="replace")
+                self._last_read = (self._last_read + chunk)[-400:]
+                for item in self.decoder.feed(chunk):
+                    if isinstance(item, tl1.Autonomous):
+                        self.autonomous.append(item)
+                        log.info("tl1 autonomous %s %s %s", item.almcde.strip(), item.atag, item.verb)
+                    elif isinstance(item, tl1.Ack):
+                        deadline = max(deadline, time.monotonic() + timeout)  # in progress: extend
+                    elif isinstance(item, tl1.Garbage):
+                        self.garbage.append(item.raw)
+                        log.warning("tl1: ignoring unrecognised text %r", item.raw[:80])
+                    elif item.ctag != ctag:
+                        log.warning("tl1: reply for CTAG %s while waiting for %s (stale), ignored", item.ctag, ctag)
+                    else:
+                        if merged is None:
+                            merged = item
+                        else:
+                            merged.lines += item.lines
+                            merged.comments += item.comments
+                            merged.raw += item.raw
+                            merged.code = item.code
+                        if item.more:
+                            continue
+                        log.debug("tl1 < %s %s (%d lines)", ctag, merged.code, len(merged.lines))
+                        if merged.code != "COMPLD":
+                            raise TL1Deny(text, merged)
+                        return merged
+
+    def close(self) -> None:
+        self.stream.close()

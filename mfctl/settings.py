@@ -1,0 +1,52 @@
+"""Settings declared once: name, default, ``MFCTL_*`` environment twin and help.
+
+Read a setting with :func:`get`; the CLI shows the table with ``mfctl version --settings``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: str
+    help: str
+
+    @property
+    def env(self) -> str:
+        return "MFCTL_" + self.name.upper()
+
+
+SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in [
+        Setting("state_dir", "~/.local/state/mfctl", "Where locks, the mock testbed and logs live."),
+        Setting("runs_dir", "runs", "Where run directories (metrics DB, journal, logs) are written."),
+        Setting("connect_timeout", "10", "SSH / OCS connect timeout, seconds."),
+        Setting("command_timeout", "30", "Per-command timeout on hosts and the OCS, seconds."),
+        Setting("fanout", "32", "Maximum number of hosts contacted at once."),
+        Setting("host_key_policy", "strict", "SSH host keys: 'strict' (known_hosts only) or 'accept-new'."),
+        Setting("log_file", "", "Log file (default: <state_dir>/mfctl.log)."),
+        Setting("ocs_password", "", "OCS TL1 password (never stored in inventories)."),
+    ]
+}
+
+
+def get(name: str) -> str:
+    """Return the setting ``name`` from its ``MFCTL_*`` variable, else its default."""
+    s = SETTINGS[name]
+    return os.environ.get(s.env, s.default)
+
+
+def get_float(name: str) -> float:
+    return float(get(name))
+
+
+def state_dir() -> Path:
+    p = Path(get("state_dir")).expanduser()
+    p.mkdir(parents=True, exist_ok=True)
+    return p

@@ -1,0 +1,1 @@
+"""Transports: SSH (paramiko, pooled, parallel fan-out) and byte streams for the OCS."""

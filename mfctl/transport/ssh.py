@@ -1,0 +1,225 @@
+"""SSH to hosts and devices with paramiko: strict host keys, timeouts, pooling, fan-out.
+
+Host keys are checked against the inventory's ``known_hosts`` file. The default policy is
+``strict`` (unknown host → :class:`UnreachableError`); ``accept-new`` records a key seen
+for the first time and still rejects a *changed* key (like OpenSSH's
+``StrictHostKeyChecking=accept-new``). Authentication: a key file or the SSH agent, or a
+password passed in by the caller from the environment — never from an inventory.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import paramiko
+
+from mfctl.errors import UnreachableError
+
+log = logging.getLogger(__name__)
+
+
+class AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
+    """Record an unknown host's key in known_hosts (opt-in, ``host_key_policy: accept-new``)."""
+
+    def __init__(self, known_hosts: Path):
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client, hostname, key):  # noqa: D401 - paramiko API
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.known_hosts, "a") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        log.warning("accepted new host key for %s (%s)", hostname, key.get_name())
+
+
+@dataclass
+class SSHTarget:
+    """Where and how to log in. ``name`` is the inventory name used in results."""
+
+    name: str
+    address: str
+    port: int = 22
+    user: str = "root"
+    key_file: str | None = None
+    agent: bool = True
+    password: str | None = None  # only ever from the environment / a secret file
+    known_hosts: str = "~/.ssh/known_hosts"
+    host_key_policy: str = "strict"
+
+
+def connect(target: SSHTarget, timeout: float) -> paramiko.SSHClient:
+    """Open an authenticated SSH connection. Raises UnreachableError (exit 4)."""
+    client = paramiko.SSHClient()
+    kh = Path(target.known_hosts).expanduser()
+    if kh.exists():
+        client.load_host_keys(str(kh))
+    if target.host_key_policy == "accept-new":
+        client.set_missing_host_key_policy(AcceptNewPolicy(kh))
+    else:
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    try:
+        client.connect(
+            target.address,
+            port=target.port,
+            username=target.user,
+            key_filename=str(Path(target.key_file).expanduser()) if target.key_file else None,
+            password=target.password,
+            allow_agent=target.agent and not target.password,
+            look_for_keys=False,
+            timeout=timeout,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+            channel_timeout=timeout,
+        )
+    except paramiko.BadHostKeyException as e:
+        client.close()
+        raise UnreachableError(f"{target.name}: host key CHANGED for {target.address}:{target.port} — refusing to connect") from e
+    except paramiko.SSHException as e:
+        client.close()
+        if "not found in known_hosts" in str(e):
+            raise UnreachableError(
+                f"{target.name}: host key of [{target.address}]:{target.port} is not in {kh} "
+                "(add it, or set host_key_policy: accept-new)") from e
+        raise UnreachableError(f"{target.name}: SSH to {target.address}:{target.port} failed: {e}") from e
+    except (socket.timeout, TimeoutError) as e:
+        client.close()
+        raise UnreachableError(f"{target.name}: connect to {target.address}:{target.port} timed out after {timeout:g} s") from e
+    except OSError as e:
+        client.close()
+        raise UnreachableError(f"{target.name}: cannot connect to {target.address}:{target.port}: {e.strerror or e}") from e
+    return client
+
+
+@dataclass
+class CommandResult:
+    """Per-host result of a command: data, never printed by the service (DESIGN §3)."""
+
+    host: str
+    argv: list[str]
+    rc: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None  # unreachable / timeout / exception text
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.rc == 0
+
+    def to_dict(self) -> dict:
+        return {"host": self.host, "argv": self.argv, "rc": self.rc, "ok": self.ok, "stdout": self.stdout,
+                "stderr": self.stderr, "error": self.error, "elapsed_s": round(self.elapsed_s, 4)}
+
+
+def quote_argv(argv: Sequence[str]) -> str:
+    """Join argv for the remote shell, every word quoted with :func:`shlex.quote`."""
+    return " ".join(shlex.quote(str(a)) for a in argv)
+
+
+class SSHPool:
+    """One reusable, authenticated connection per host; thread-safe; bounded fan-out."""
+
+    def __init__(self, targets: Iterable[SSHTarget], *, connect_timeout: float = 10.0,
+                 command_timeout: float = 30.0, fanout: int = 32):
+        self.targets = {t.name: t for t in targets}
+        self.connect_timeout = connect_timeout
+        self.command_timeout = command_timeout
+        self.fanout = max(1, fanout)
+        self._clients: dict[str, paramiko.SSHClient] = {}
+        self._locks: dict[str, threading.Lock] = {n: threading.Lock() for n in self.targets}
+
+    def client(self, host: str) -> paramiko.SSHClient:
+        with self._locks[host]:
+            c = self._clients.get(host)
+            if c is not None and c.get_transport() is not None and c.get_transport().is_active():
+                return c
+            c = connect(self.targets[host], self.connect_timeout)
+            self._clients[host] = c
+            return c
+
+    def run(self, host: str, argv: Sequence[str], *, timeout: float | None = None) -> CommandResult:
+        """Run argv on one host. Never raises for remote failures: they are in the result."""
+        t0 = time.monotonic()
+        res = CommandResult(host=host, argv=[str(a) for a in argv])
+        timeout = timeout or self.command_timeout
+        try:
+            client = self.client(host)
+            chan = client.get_transport().open_session(timeout=self.connect_timeout)
+            chan.settimeout(timeout)
+            chan.exec_command(quote_argv(argv))
+            out, err = bytearray(), bytearray()
+            deadline = t0 + timeout
+            while True:
+                if chan.recv_ready():
+                    out += chan.recv(65536)
+                elif chan.recv_stderr_ready():
+                    err += chan.recv_stderr(65536)
+                elif chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                elif time.monotonic() > deadline:
+                    chan.close()
+                    raise TimeoutError(f"command did not finish within {timeout:g} s")
+                else:
+                    time.sleep(0.002)
+            res.rc = chan.recv_exit_status()
+            chan.close()
+            res.stdout, res.stderr = out.decode(errors="replace"), err.decode(errors="replace")
+        except UnreachableError as e:
+            res.error = str(e)
+        except TimeoutError as e:
+            res.error = f"{host}: timeout: {e}"
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            res.error = f"{host}: SSH error: {e}"
+            self.drop(host)
+        res.elapsed_s = time.monotonic() - t0
+        return res
+
+    def run_many(self, hosts: Sequence[str], argv_for: Callable[[str], Sequence[str]], *,
+                 timeout: float | None = None, on_done: Callable[[CommandResult], None] | None = None) -> list[CommandResult]:
+        """Run a command on many hosts in parallel (at most ``fanout`` at once), in host order."""
+        def one(h: str) -> CommandResult:
+            r = self.run(h, argv_for(h), timeout=timeout)
+            if on_done:
+                on_done(r)
+            return r
+
+        with ThreadPoolExecutor(max_workers=min(self.fanout, max(1, len(hosts)))) as ex:
+            return list(ex.map(one, hosts))
+
+    def drop(self, host: str) -> None:
+        c = self._clients.pop(host, None)
+        if c is not None:
+            c.close()
+
+    def close(self) -> None:
+        for h in list(self._clients):
+            self.drop(h)
+
+    def __enter__(self) -> "SSHPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def targets_from_inventory(inv) -> list[SSHTarget]:
+    """SSH targets for every host of an :class:`~mfctl.inventory.Inventory`."""
+    base = inv.base_dir
+    out = []
+    for h in inv.hosts:
+        kp = h.ssh.key_path(base)
+        kh = Path(inv.ssh.known_hosts).expanduser()
+        if base is not None and not kh.is_absolute():
+            kh = base / kh
+        out.append(SSHTarget(name=h.name, address=h.ssh.address, port=h.ssh.port, user=h.ssh.user,
+                             key_file=str(kp) if kp else None, agent=h.ssh.agent,
+                             known_hosts=str(kh), host_key_policy=inv.ssh.host_key_policy))
+    return out
