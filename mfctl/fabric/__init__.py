@@ -1,0 +1,1 @@
+"""Traffic matrices, regions, circuit planning, lane/port mapping, routes, step-time model."""
