@@ -1,0 +1,214 @@
+"""Mock GPU servers: simulated state, answered in the real tools' output formats.
+
+Commands (argv after ``shlex.split``):
+- ``nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits]`` — nvidia-smi's CSV
+  (header with units in brackets, ``[N/A]`` for unsupported values);
+- ``ip -j link show [dev IF]`` — iproute2 JSON;
+- ``hostname``, ``true``, ``echo ...``;
+- ``mfctl-simrt ...`` — starts the simulated collective runtime (a real process) and
+  streams its output; closing the channel (SIGHUP on a real pty) stops it.
+Anything else: ``bash: X: command not found``, exit 127.
+
+Optical lanes are UP only when both halves of their duplex circuit are patched on the
+OCS emulator and the modelled link-up time (5.67 s mean, 6.33 s p99 — paper App. C,
+divided by the time scale) has passed since the last change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+LINKUP_MEAN_S = 5.67
+LINKUP_SD_S = 0.28  # p99 ≈ mean + 2.33 sd ≈ 6.33 s
+
+
+@dataclass
+class MockLane:
+    netdev: str
+    ocs_tx: int | None
+    ocs_rx: int | None
+    mac: str
+    mtu: int = 9000
+
+
+@dataclass
+class MockHost:
+    name: str
+    gpus: int
+    gpu_model: str
+    lanes: list[MockLane]
+    testbed: "object" = None  # MockTestbed (for the OCS state and time scale)
+    gpu_temps: list[int] = field(default_factory=list)
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    # --- link state ----------------------------------------------------------------------
+    def _linkup_delay(self, port: int, changed: float) -> float:
+        h = hashlib.sha256(f"{self.name}:{port}:{changed:.6f}".encode()).digest()
+        r = random.Random(h)
+        d = min(max(r.gauss(LINKUP_MEAN_S, LINKUP_SD_S), 5.0), 6.6)
+        return d / self.testbed.time_scale
+
+    def lane_up(self, lane: MockLane) -> bool:
+        if lane.ocs_tx is None:
+            return True  # EPS-facing lane: always up in the mock
+        emu = self.testbed.ocs
+        with emu.lock:
+            peer_rx = emu.patches.get(lane.ocs_tx)
+            if peer_rx is None:
+                return False
+            peer = self.testbed.lane_by_rx.get(peer_rx)
+            if peer is None or emu.patches.get(peer.ocs_tx) != lane.ocs_rx:
+                return False
+            changed = max(emu.changed_at.get(lane.ocs_tx, 0.0), emu.changed_at.get(peer.ocs_tx, 0.0))
+        return time.monotonic() - changed >= self._linkup_delay(lane.ocs_tx, changed)
+
+    # --- commands ------------------------------------------------------------------------
+    def handle(self, command: str, channel) -> int:
+        try:
+            argv = shlex.split(command)
+        except ValueError as e:
+            channel.sendall_stderr(f"bash: syntax error: {e}\n".encode())
+            return 2
+        if not argv:
+            return 0
+        prog = argv[0]
+        if prog == "nvidia-smi":
+            return self._nvidia_smi(argv[1:], channel)
+        if prog == "ip":
+            return self._ip(argv[1:], channel)
+        if prog == "hostname":
+            channel.sendall(f"{self.name}\n".encode())
+            return 0
+        if prog == "true":
+            return 0
+        if prog == "echo":
+            channel.sendall((" ".join(argv[1:]) + "\n").encode())
+            return 0
+        if prog == "mfctl-simrt":
+            return self._simrt(argv[1:], channel)
+        channel.sendall_stderr(f"bash: line 1: {prog}: command not found\n".encode())
+        return 127
+
+    GPU_FIELDS = {
+        "index": ("index", lambda s, i: str(i)),
+        "name": ("name", lambda s, i: s.gpu_model),
+        "uuid": ("uuid", lambda s, i: f"GPU-{hashlib.md5(f'{s.name}{i}'.encode()).hexdigest()[:8]}-0000-0000-0000-000000000000"),
+        "temperature.gpu": ("temperature.gpu", lambda s, i: str(s.gpu_temps[i])),
+        "power.draw": ("power.draw [W]", lambda s, i: f"{62.5 + 3 * i:.2f} W"),
+        "utilization.gpu": ("utilization.gpu [%]", lambda s, i: "0 %"),
+        "memory.used": ("memory.used [MiB]", lambda s, i: "4 MiB"),
+        "memory.total": ("memory.total [MiB]", lambda s, i: "81920 MiB"),
+        "ecc.errors.uncorrected.volatile.total": ("ecc.errors.uncorrected.volatile.total", lambda s, i: "0"),
+        "persistence_mode": ("persistence_mode", lambda s, i: "Enabled"),
+        "mig.mode.current": ("mig.mode.current", lambda s, i: "Disabled"),
+        "clocks.sm": ("clocks.current.sm [MHz]", lambda s, i: "1410 MHz"),
+        "pstate": ("pstate", lambda s, i: "P0"),
+    }
+
+    def _nvidia_smi(self, args: list[str], channel) -> int:
+        q = next((a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")), None)
+        fmt = next((a.split("=", 1)[1] for a in args if a.startswith("--format=")), "")
+        if q is None or not fmt.startswith("csv"):
+            channel.sendall_stderr(b"mock nvidia-smi: only --query-gpu=... --format=csv is modelled\n")
+            return 2
+        fields = [f.strip() for f in q.split(",") if f.strip()]
+        for f in fields:
+            if f not in self.GPU_FIELDS:
+                channel.sendall(f'Field "{f}" is not a valid field to query.\n\n'.encode())
+                return 2
+        opts = set(fmt.split(",")[1:])
+        lines = []
+        if "noheader" not in opts:
+            hdr = [self.GPU_FIELDS[f][0] for f in fields]
+            if "nounits" in opts:
+                hdr = [h.split(" [")[0] for h in hdr]
+            lines.append(", ".join(hdr))
+        for i in range(self.gpus):
+            vals = [self.GPU_FIELDS[f][1](self, i) for f in fields]
+            if "nounits" in opts:
+                vals = [v.rsplit(" ", 1)[0] if v.endswith((" W", " %", " MiB", " MHz")) else v for v in vals]
+            lines.append(", ".join(vals))
+        channel.sendall(("\n".join(lines) + "\n").encode())
+        return 0
+
+    def _ip(self, args: list[str], channel) -> int:
+        json_out = "-j" in args or "-json" in args
+        rest = [a for a in args if not a.startswith("-")]
+        if not rest or rest[0] not in ("link", "l"):
+            channel.sendall_stderr(b'Object "%s" is unknown, try "ip help".\n' % (rest[0].encode() if rest else b""))
+            return 1
+        dev = rest[rest.index("dev") + 1] if "dev" in rest and rest.index("dev") + 1 < len(rest) else None
+        out = [{"ifindex": 1, "ifname": "lo", "flags": ["LOOPBACK", "UP", "LOWER_UP"], "mtu": 65536, "qdisc": "noqueue",
+                "operstate": "UNKNOWN", "linkmode": "DEFAULT", "group": "default", "txqlen": 1000,
+                "link_type": "loopback", "address": "00:00:00:00:00:00", "broadcast": "00:00:00:00:00:00"}]
+        for k, lane in enumerate(self.lanes):
+            up = self.lane_up(lane)
+            out.append({"ifindex": k + 2, "ifname": lane.netdev,
+                        "flags": ["BROADCAST", "MULTICAST", "UP"] + (["LOWER_UP"] if up else ["NO-CARRIER"]),
+                        "mtu": lane.mtu, "qdisc": "mq", "operstate": "UP" if up else "DOWN", "linkmode": "DEFAULT",
+                        "group": "default", "txqlen": 1000, "link_type": "ether", "address": lane.mac,
+                        "broadcast": "ff:ff:ff:ff:ff:ff"})
+        if dev:
+            out = [o for o in out if o["ifname"] == dev]
+            if not out:
+                channel.sendall_stderr(f'Device "{dev}" does not exist.\n'.encode())
+                return 1
+        if json_out:
+            channel.sendall((json.dumps(out) + "\n").encode())
+        else:
+            txt = ""
+            for o in out:
+                txt += f"{o['ifindex']}: {o['ifname']}: <{','.join(o['flags'])}> mtu {o['mtu']} qdisc {o['qdisc']} state {o['operstate']} mode DEFAULT group default qlen 1000\n"
+                txt += f"    link/{o['link_type']} {o['address']} brd {o['broadcast']}\n"
+            channel.sendall(txt.encode())
+        return 0
+
+    def _simrt(self, args: list[str], channel) -> int:
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        proc = subprocess.Popen([sys.executable, "-m", "mfctl.mock.simruntime", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        self.procs.append(proc)
+
+        def watch_channel() -> None:
+            # a closed channel is a hang-up: stop the runtime like SIGHUP on a real pty
+            while proc.poll() is None:
+                if channel.closed or channel.eof_received or not channel.get_transport().is_active():
+                    try:
+                        os.killpg(proc.pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+                    return
+                time.sleep(0.05)
+
+        threading.Thread(target=watch_channel, daemon=True).start()
+        try:
+            for line in proc.stdout:
+                try:
+                    channel.sendall(line)
+                except OSError:
+                    break
+        finally:
+            rc = proc.wait()
+            self.procs.remove(proc)
+        return rc
+
+    def stop_all(self) -> None:
+        for p in list(self.procs):
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass

@@ -1,0 +1,122 @@
+"""Simulated collective runtime: one process per mock host, launched over SSH.
+
+It speaks the real runtime protocol through :class:`mfctl.runtime.client.RuntimeClient`.
+Per iteration it draws every MoE layer's routing from real routing data
+(:mod:`mfctl.fabric.workload`), computes the iteration time from the step-time model
+(:mod:`mfctl.fabric.stepmodel`) and the circuits in force, sleeps that time divided by
+the time scale, reports to the controller and prints a Megatron-style log line.
+While a reconfiguration is under way (between ``prepare`` and ``commit``) its OCS-path
+traffic is paused: pairs whose circuit is being changed fall back to the EPS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+from mfctl.fabric.planner import LinkRates
+from mfctl.fabric.stepmodel import StepSpec, iteration_time
+from mfctl.fabric.traffic import expert_to_rank, load_routing, rank_matrix, rank_to_server, server_matrix
+from mfctl.fabric.workload import Workload
+from mfctl.runtime.client import ControllerLost, RuntimeClient
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)
+
+
+def run(args) -> int:
+    rt = RuntimeClient(args.controller, host=args.host, token=args.token)
+    cfg = rt.connect()
+    m, par, tr = cfg["model"], cfg["parallelism"], cfg["training"]
+    hosts: list[str] = cfg["hosts"]
+    leader = cfg["leader"] == args.host
+    trace = load_routing(m["routing"], tr.get("domains"))
+    ep, tp = par["ep"], par["tp"]
+    spec = StepSpec(hidden=m["hidden"], ffn_hidden=m["ffn_hidden"], gated=m.get("gated", True),
+                    bytes_per_element=m.get("bytes_per_element", 2), ep=ep, tp=tp,
+                    gpus_per_server=cfg["gpus_per_server"], tokens_per_rank=tr["seq_len"] * tr["micro_batch"],
+                    pipeline_degree=tr.get("pipeline_degree", 0))
+    rates = LinkRates(circuit_Bps=cfg["rates"]["circuit_Bps"], eps_Bps=cfg["rates"]["eps_Bps"])
+    wl = Workload(trace, ep=ep, layers=m["layers"], tokens_per_rank=spec.tokens_per_rank,
+                  micro_batches=tr["micro_batches"], seed=tr.get("seed", 1),
+                  concentration=tr.get("domain_concentration", 0.3), phase_iterations=tr.get("phase_iterations", 10))
+    er = expert_to_rank(trace.num_experts, ep)
+    rs = rank_to_server(ep, tp, cfg["gpus_per_server"])
+    n = len(hosts)
+    circuits = np.array(cfg["circuits"], dtype=int)
+    epoch = cfg["epoch"]
+    pending_epoch: int | None = None
+    scale = float(cfg["time_scale"])
+    iters = int(cfg["iterations"])
+    crash_at = cfg.get("crash_at_iteration")
+    world = n * cfg["gpus_per_server"]
+    dp = world // tp
+    tokens_per_iter = dp * tr["seq_len"] * tr["micro_batch"] * tr["micro_batches"]
+    _log(f"> mfctl simulated runtime on {args.host}: {m['name']} EP={ep} TP={tp} DP={dp}, {world} GPUs, "
+         f"routing {trace.model} ({trace.num_experts} experts, top-{trace.top_k}), time scale {scale:g}x")
+    t_start = time.monotonic()
+    paused_circuits = circuits
+    for it in range(1, iters + 1):
+        for msg in rt.poll():
+            t = msg["type"]
+            if t == "prepare":
+                pending_epoch = msg["epoch"]
+                keep = np.array(msg.get("keep_circuits", np.zeros((n, n))), dtype=int)
+                paused_circuits = np.minimum(circuits, keep)  # changed circuits go dark; EPS never pauses
+                rt.drained(pending_epoch, it)
+            elif t == "commit":
+                circuits = np.array(msg["circuits"], dtype=int)
+                epoch = msg["epoch"]
+                pending_epoch = None
+                rt.resumed(epoch, it)
+            elif t == "stop":
+                _log(f"> stop requested by controller: {msg.get('reason', '')}")
+                rt.bye(iterations=it - 1, reason="stopped")
+                return 0
+        if crash_at and it == crash_at:
+            _log(f"> simulated worker crash at iteration {it}")
+            os._exit(17)
+        toks = wl.tokens(it)  # [mb, layer, rank, expert]
+        mean = toks.mean(axis=0)
+        if leader:
+            B = server_matrix(rank_matrix(mean, er, ep), rs, n, spec.bytes_per_token)
+            rt.traffic(it, np.round(B, 1).tolist(), epoch=epoch)
+        C = paused_circuits if pending_epoch is not None else circuits
+        est = iteration_time(list(mean), C, er, rs, tr["micro_batches"], spec, rates)
+        time.sleep(est.seconds / scale)
+        rt.iteration(it, seconds=est.seconds, tokens=tokens_per_iter, epoch=epoch, paused=pending_epoch is not None,
+                     a2a_s=est.a2a_s, compute_s=est.compute_s, inter_bytes=est.inter_bytes, ocs_bytes=est.ocs_bytes)
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        _log(f" [{stamp}] iteration {it:8d}/{iters:8d} | consumed samples: {it * dp * tr['micro_batch'] * tr['micro_batches']:12d} "
+             f"| elapsed time per iteration (ms): {est.seconds * 1000:.1f} | tokens per second: {tokens_per_iter / est.seconds:.1f} "
+             f"| all-to-all time (ms): {est.a2a_s * 1000:.1f} | epoch: {epoch} | number of skipped iterations:   0 |")
+    rt.bye(iterations=iters, wall_s=round(time.monotonic() - t_start, 3))
+    # wait for the controller to acknowledge by closing, so no message is lost
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not rt.lost.is_set():
+        time.sleep(0.02)
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="mfctl-simrt", description="mfctl simulated collective runtime")
+    ap.add_argument("--controller", required=True, help="HOST:PORT of the mfctl controller")
+    ap.add_argument("--host", required=True, help="inventory name of this host")
+    ap.add_argument("--token", default=os.environ.get("MFCTL_RUN_TOKEN", ""))
+    args = ap.parse_args(argv)
+    try:
+        return run(args)
+    except ControllerLost as e:
+        print(f"mfctl-simrt: {e}", file=sys.stderr, flush=True)
+        return 3
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

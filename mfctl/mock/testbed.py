@@ -1,0 +1,149 @@
+"""The whole mock testbed on 127.0.0.1: one SSH server per inventory host, the OCS
+emulator on a pseudo-terminal, raw TCP and SSH, and a ready-to-use inventory for them.
+
+Written to the state directory (mode 0700):
+- ``inventory.yaml`` — the source testbed pointed at the mock endpoints;
+- ``known_hosts`` — the per-instance host keys (clients check them strictly);
+- ``client_key`` — the SSH key the mock hosts accept; ``ocs_password`` — the TL1 password;
+- ``status.json`` — pid, endpoints, time scale; ``mock.log``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import threading
+import time
+from pathlib import Path
+
+import paramiko
+import yaml
+
+from mfctl.inventory import load_inventory
+from mfctl.mock.hosts import MockHost, MockLane
+from mfctl.mock.ocs_emulator import OCSEmulator, PtyServer, TCPServer, ssh_shell_handler
+from mfctl.mock.sshd import MockSSHServer
+
+log = logging.getLogger(__name__)
+
+LANE_TX_DBM = 1.0  # a 100G-CWDM4/LR4-class lane's launch power, dBm (module datasheet class)
+
+
+class MockTestbed:
+    def __init__(self, inventory_path: str | Path, state_dir: str | Path, *, time_scale: float = 1.0):
+        self.source = load_inventory(inventory_path)
+        self.state = Path(state_dir)
+        self.state.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.state, 0o700)
+        self.time_scale = float(time_scale)
+        self.servers: dict[str, MockSSHServer] = {}
+        self.hosts: dict[str, MockHost] = {}
+        self.lane_by_rx: dict[int, MockLane] = {}
+        self.ocs: OCSEmulator | None = None
+
+    def start(self) -> dict:
+        inv = self.source
+        client_key = paramiko.ECDSAKey.generate(bits=256)
+        key_path = self.state / "client_key"
+        client_key.write_private_key_file(str(key_path))
+        os.chmod(key_path, 0o600)
+        password = secrets.token_urlsafe(18)
+        pw_path = self.state / "ocs_password"
+        pw_path.write_text(password + "\n")
+        os.chmod(pw_path, 0o600)
+
+        tx_power = {}
+        for h in inv.hosts:
+            for nic, lane in h.ocs_lanes():
+                tx_power[lane.ocs_tx] = LANE_TX_DBM
+        self.ocs = OCSEmulator(inv.ocs.size.inputs, inv.ocs.size.outputs, sid=inv.ocs.name.upper(), user=inv.ocs.user,
+                               password=password, insertion_loss_db=inv.ocs.insertion_loss_db,
+                               base_ms=inv.ocs.switching_time_ms + 16.1, tx_power_dbm=tx_power)
+        known_hosts = []
+        for hi, h in enumerate(inv.hosts):
+            lanes = []
+            for ni, nic in enumerate(h.nics):
+                for lane in nic.lanes:
+                    ml = MockLane(lane.netdev, lane.ocs_tx, lane.ocs_rx, mac=f"b8:ce:f6:{hi:02x}:{ni:02x}:{lane.index:02x}")
+                    lanes.append(ml)
+                    if lane.ocs_rx is not None:
+                        self.lane_by_rx[lane.ocs_rx] = ml
+            mh = MockHost(h.name, h.gpus.count, h.gpus.model, lanes, testbed=self,
+                          gpu_temps=[33 + (hi + g) % 5 for g in range(h.gpus.count)])
+            hk = paramiko.ECDSAKey.generate(bits=256)
+            srv = MockSSHServer(h.name, hk, users={h.ssh.user}, authorized_keys=[client_key], on_exec=mh.handle)
+            self.hosts[h.name], self.servers[h.name] = mh, srv
+            known_hosts.append(f"[127.0.0.1]:{srv.port} {hk.get_name()} {hk.get_base64()}")
+        self.pty = PtyServer(self.ocs)
+        self.tcp = TCPServer(self.ocs)
+        ocs_hk = paramiko.ECDSAKey.generate(bits=256)
+        self.ocs_ssh = MockSSHServer("ocs", ocs_hk, users={inv.ocs.user}, password=password,
+                                     on_shell=ssh_shell_handler(self.ocs))
+        known_hosts.append(f"[127.0.0.1]:{self.ocs_ssh.port} {ocs_hk.get_name()} {ocs_hk.get_base64()}")
+        (self.state / "known_hosts").write_text("\n".join(known_hosts) + "\n")
+
+        doc = inv.model_dump(mode="json", exclude={"source"})
+        doc["name"] = f"{inv.name}-mock"
+        doc["description"] = f"mock of {inv.name} on 127.0.0.1 (written by mfctl mock up; do not edit)"
+        doc["ssh"] = {"known_hosts": str(self.state / "known_hosts"), "host_key_policy": "strict"}
+        for h in doc["hosts"]:
+            h["ssh"].update(address="127.0.0.1", port=self.servers[h["name"]].port, key_file=str(key_path), agent=False)
+        doc["ocs"]["transports"] = [
+            {"kind": "serial", "device": self.pty.slave_path, "baudrate": 115200, "bytesize": 8, "parity": "N", "stopbits": 1},
+            {"kind": "ssh", "address": "127.0.0.1", "port": self.ocs_ssh.port},
+            {"kind": "tcp", "address": "127.0.0.1", "port": self.tcp.port},
+        ]
+        doc["ocs"]["password_env"] = None
+        doc["ocs"]["password_file"] = str(pw_path)
+        doc["ocs"]["known_hosts"] = str(self.state / "known_hosts")
+        inv_path = self.state / "inventory.yaml"
+        inv_path.write_text("# written by `mfctl mock up`; the endpoints live only as long as the mock\n"
+                            + yaml.safe_dump(doc, sort_keys=False))
+        status = {
+            "pid": os.getpid(), "started": time.time(), "source": inv.source, "inventory": str(inv_path),
+            "time_scale": self.time_scale,
+            "hosts": {n: {"address": "127.0.0.1", "port": s.port} for n, s in self.servers.items()},
+            "ocs": {"serial": self.pty.slave_path, "tcp": self.tcp.port, "ssh": self.ocs_ssh.port},
+        }
+        tmp = self.state / "status.json.tmp"
+        tmp.write_text(json.dumps(status, indent=2))
+        os.replace(tmp, self.state / "status.json")
+        return status
+
+    def stop(self) -> None:
+        for mh in self.hosts.values():
+            mh.stop_all()
+        for s in self.servers.values():
+            s.close()
+        for x in (getattr(self, "pty", None), getattr(self, "tcp", None), getattr(self, "ocs_ssh", None)):
+            if x is not None:
+                x.close()
+        try:
+            (self.state / "status.json").unlink()
+        except FileNotFoundError:
+            pass
+
+
+def serve(inventory_path: str, state_dir: str, time_scale: float) -> int:
+    """Run the mock in the foreground until SIGTERM/SIGINT."""
+    state = Path(state_dir)
+    state.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(filename=str(state / "mock.log"), level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    tb = MockTestbed(inventory_path, state, time_scale=time_scale)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    signal.signal(signal.SIGINT, lambda *a: stop.set())
+    signal.signal(signal.SIGHUP, lambda *a: stop.set())
+    try:
+        tb.start()
+        log.info("mock testbed up")
+        while not stop.wait(0.5):
+            pass
+    finally:
+        tb.stop()
+        log.info("mock testbed down")
+    return 0

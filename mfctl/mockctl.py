@@ -1,0 +1,88 @@
+"""Start, stop and inspect the mock testbed process (client side; never imports mfctl.mock).
+
+The mock runs as ``python -m mfctl.mock serve`` in its own session; it writes
+``status.json`` and ``inventory.yaml`` into its state directory when ready.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mfctl import settings
+from mfctl.errors import OperationFailed
+
+
+def default_state_dir() -> Path:
+    return settings.state_dir() / "mock"
+
+
+def status(state_dir: Path | None = None) -> dict | None:
+    """The running mock's status, or None. A stale status file (dead pid) is removed."""
+    sd = Path(state_dir or default_state_dir())
+    p = sd / "status.json"
+    if not p.exists():
+        return None
+    st = json.loads(p.read_text())
+    try:
+        os.kill(st["pid"], 0)
+    except ProcessLookupError:
+        p.unlink(missing_ok=True)
+        return None
+    st["state_dir"] = str(sd)
+    return st
+
+
+def start(inventory: str | Path, state_dir: Path | None = None, *, time_scale: float = 1.0,
+          timeout: float = 30.0) -> dict:
+    """Start the mock for ``inventory``; return its status. Raises OperationFailed."""
+    sd = Path(state_dir or default_state_dir())
+    if status(sd):
+        raise OperationFailed(f"a mock testbed is already running from {sd} (mfctl mock down first)")
+    sd.mkdir(parents=True, exist_ok=True)
+    log = open(sd / "mock.stderr", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "mfctl.mock", "serve", "--inventory", str(inventory),
+                             "--state-dir", str(sd), "--time-scale", str(time_scale)],
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = status(sd)
+        if st and st["pid"] == proc.pid:
+            return st
+        if proc.poll() is not None:
+            err = (sd / "mock.stderr").read_text()[-2000:]
+            raise OperationFailed(f"mock testbed exited with {proc.returncode}: {err}")
+        time.sleep(0.05)
+    proc.terminate()
+    raise OperationFailed(f"mock testbed did not come up within {timeout:g} s")
+
+
+def stop(state_dir: Path | None = None, *, timeout: float = 10.0) -> bool:
+    """Stop the mock; True if one was running."""
+    sd = Path(state_dir or default_state_dir())
+    st = status(sd)
+    if not st:
+        return False
+    pid = st["pid"]
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        try:  # reap it if it is our child
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                break
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+    (sd / "status.json").unlink(missing_ok=True)
+    return True

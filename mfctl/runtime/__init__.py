@@ -1,0 +1,1 @@
+"""Runtime side: protocol, client library for training scripts, controller, launcher, job."""

@@ -1,0 +1,113 @@
+"""Client library for a training job's runtime (a Megatron hook, or the mock's simulator).
+
+Usage from a training loop::
+
+    rt = RuntimeClient("10.0.0.1:7700", host="gpu01", token=os.environ["MFCTL_RUN_TOKEN"])
+    cfg = rt.connect()                       # -> the controller's welcome (job config, routes)
+    for it in range(...):
+        for msg in rt.poll():                # at a safe point (iteration boundary)
+            if msg["type"] == "prepare": pause OCS-path traffic; rt.drained(msg["epoch"], it)
+            elif msg["type"] == "commit": install msg["routes"]; rt.resumed(msg["epoch"], it)
+            elif msg["type"] == "stop": break
+        rt.traffic(it, matrices)             # leader only: per-layer server x server bytes
+        ...
+        rt.iteration(it, seconds=..., tokens=...)
+    rt.bye()
+
+Every call has a timeout; a lost controller raises :class:`ControllerLost`.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+
+from mfctl.runtime.protocol import Connection, ProtocolError
+
+
+class ControllerLost(ConnectionError):
+    """The connection to the controller broke."""
+
+
+class RuntimeClient:
+    def __init__(self, address: str, *, host: str, token: str = "", connect_timeout: float = 10.0):
+        h, _, p = address.rpartition(":")
+        self.addr = (h.strip("[]"), int(p))
+        self.host, self.token, self.connect_timeout = host, token, connect_timeout
+        self.conn: Connection | None = None
+        self.inbox: queue.Queue[dict] = queue.Queue()
+        self.lost = threading.Event()
+
+    def connect(self) -> dict:
+        """Connect, say hello, and return the controller's ``welcome``. Raises ControllerLost."""
+        try:
+            sock = socket.create_connection(self.addr, timeout=self.connect_timeout)
+        except OSError as e:
+            raise ControllerLost(f"cannot reach controller {self.addr[0]}:{self.addr[1]}: {e}") from e
+        sock.settimeout(None)
+        self.conn = Connection(sock)
+        self._send({"type": "hello", "host": self.host, "token": self.token})
+        sock.settimeout(self.connect_timeout)
+        try:
+            msg = self.conn.recv()
+        except (OSError, ProtocolError) as e:
+            raise ControllerLost(f"no welcome from controller: {e}") from e
+        sock.settimeout(None)
+        if not msg or msg.get("type") != "welcome":
+            raise ControllerLost(f"controller refused: {msg}")
+        threading.Thread(target=self._reader, daemon=True, name="rt-reader").start()
+        return msg
+
+    def _reader(self) -> None:
+        try:
+            while True:
+                msg = self.conn.recv()
+                if msg is None:
+                    break
+                self.inbox.put(msg)
+        except (OSError, ProtocolError):
+            pass
+        self.lost.set()
+
+    def _send(self, msg: dict) -> None:
+        try:
+            self.conn.send(msg)
+        except OSError as e:
+            self.lost.set()
+            raise ControllerLost(f"controller connection lost: {e}") from e
+
+    def poll(self, timeout: float = 0.0) -> list[dict]:
+        """Control messages received so far (waits up to ``timeout`` s for the first)."""
+        out = []
+        try:
+            out.append(self.inbox.get(timeout=timeout) if timeout > 0 else self.inbox.get_nowait())
+            while True:
+                out.append(self.inbox.get_nowait())
+        except queue.Empty:
+            pass
+        if not out and self.lost.is_set():
+            raise ControllerLost("controller connection closed")
+        return out
+
+    def traffic(self, iteration: int, matrices: list, **extra) -> None:
+        self._send({"type": "traffic", "iteration": iteration, "matrices": matrices, **extra})
+
+    def iteration(self, iteration: int, **metrics) -> None:
+        self._send({"type": "iteration", "iteration": iteration, **metrics})
+
+    def drained(self, epoch: int, iteration: int) -> None:
+        self._send({"type": "drained", "epoch": epoch, "iteration": iteration})
+
+    def resumed(self, epoch: int, iteration: int) -> None:
+        self._send({"type": "resumed", "epoch": epoch, "iteration": iteration})
+
+    def error(self, message: str) -> None:
+        self._send({"type": "error", "message": message})
+
+    def bye(self, **extra) -> None:
+        self._send({"type": "bye", **extra})
+
+    def close(self) -> None:
+        if self.conn:
+            self.conn.close()
