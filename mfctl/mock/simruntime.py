@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from mfctl.fabric.planner import LinkRates
-from mfctl.fabric.stepmodel import StepSpec, iteration_time
+from mfctl.fabric.stepmodel import StepSpec, layer_time
 from mfctl.fabric.traffic import expert_to_rank, load_routing, rank_matrix, rank_to_server, server_matrix
 from mfctl.fabric.workload import Workload
 from mfctl.runtime.client import ControllerLost, RuntimeClient
@@ -60,41 +60,56 @@ def run(args) -> int:
     _log(f"> mfctl simulated runtime on {args.host}: {m['name']} EP={ep} TP={tp} DP={dp}, {world} GPUs, "
          f"routing {trace.model} ({trace.num_experts} experts, top-{trace.top_k}), time scale {scale:g}x")
     t_start = time.monotonic()
+    wall_target = time.monotonic()  # deadline pacing: compute time is not added to the sleep
     paused_circuits = circuits
+    mb = tr["micro_batches"]
     for it in range(1, iters + 1):
-        for msg in rt.poll():
-            t = msg["type"]
-            if t == "prepare":
-                pending_epoch = msg["epoch"]
-                keep = np.array(msg.get("keep_circuits", np.zeros((n, n))), dtype=int)
-                paused_circuits = np.minimum(circuits, keep)  # changed circuits go dark; EPS never pauses
-                rt.drained(pending_epoch, it)
-            elif t == "commit":
-                circuits = np.array(msg["circuits"], dtype=int)
-                epoch = msg["epoch"]
-                pending_epoch = None
-                rt.resumed(epoch, it)
-            elif t == "stop":
-                _log(f"> stop requested by controller: {msg.get('reason', '')}")
-                rt.bye(iterations=it - 1, reason="stopped")
-                return 0
         if crash_at and it == crash_at:
             _log(f"> simulated worker crash at iteration {it}")
             os._exit(17)
-        toks = wl.tokens(it)  # [mb, layer, rank, expert]
+        toks = wl.tokens(it)  # [micro-batch, layer, rank, expert]
         mean = toks.mean(axis=0)
         if leader:
             B = server_matrix(rank_matrix(mean, er, ep), rs, n, spec.bytes_per_token)
             rt.traffic(it, np.round(B, 1).tolist(), epoch=epoch)
-        C = paused_circuits if pending_epoch is not None else circuits
-        est = iteration_time(list(mean), C, er, rs, tr["micro_batches"], spec, rates)
-        time.sleep(est.seconds / scale)
-        rt.iteration(it, seconds=est.seconds, tokens=tokens_per_iter, epoch=epoch, paused=pending_epoch is not None,
-                     a2a_s=est.a2a_s, compute_s=est.compute_s, inter_bytes=est.inter_bytes, ocs_bytes=est.ocs_bytes)
+        secs = a2a = comp = inter = ocs = 0.0
+        paused_any = False
+        # safe points between MoE layers: control messages take effect at the next layer
+        for layer in range(m["layers"]):
+            for msg in rt.poll():
+                t = msg["type"]
+                if t == "prepare":
+                    pending_epoch = msg["epoch"]
+                    keep = np.array(msg.get("keep_circuits", np.zeros((n, n))), dtype=int)
+                    paused_circuits = np.minimum(circuits, keep)  # changed circuits go dark; EPS never pauses
+                    rt.drained(pending_epoch, it)
+                elif t == "commit":
+                    circuits = np.array(msg["circuits"], dtype=int)
+                    epoch = msg["epoch"]
+                    pending_epoch = None
+                    rt.resumed(epoch, it)
+                elif t == "stop":
+                    _log(f"> stop requested by controller: {msg.get('reason', '')}")
+                    rt.bye(iterations=it - 1, reason="stopped")
+                    return 0
+            C = paused_circuits if pending_epoch is not None else circuits
+            paused_any |= pending_epoch is not None
+            lt = layer_time(mean[layer], C, er, rs, spec, rates)
+            secs += lt.total_s * mb
+            a2a += 4 * lt.a2a_s * mb
+            comp += (3 * lt.dense_fwd_s + 3 * lt.expert_fwd_s) * mb
+            inter += lt.inter_bytes * mb
+            ocs += lt.ocs_bytes * mb
+            wall_target += lt.total_s * mb / scale
+            delay = wall_target - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        rt.iteration(it, seconds=secs, tokens=tokens_per_iter, epoch=epoch, paused=paused_any,
+                     a2a_s=a2a, compute_s=comp, inter_bytes=inter, ocs_bytes=ocs)
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        _log(f" [{stamp}] iteration {it:8d}/{iters:8d} | consumed samples: {it * dp * tr['micro_batch'] * tr['micro_batches']:12d} "
-             f"| elapsed time per iteration (ms): {est.seconds * 1000:.1f} | tokens per second: {tokens_per_iter / est.seconds:.1f} "
-             f"| all-to-all time (ms): {est.a2a_s * 1000:.1f} | epoch: {epoch} | number of skipped iterations:   0 |")
+        _log(f" [{stamp}] iteration {it:8d}/{iters:8d} | consumed samples: {it * dp * tr['micro_batch'] * mb:12d} "
+             f"| elapsed time per iteration (ms): {secs * 1000:.1f} | tokens per second: {tokens_per_iter / secs:.1f} "
+             f"| all-to-all time (ms): {a2a * 1000:.1f} | epoch: {epoch} | number of skipped iterations:   0 |")
     rt.bye(iterations=iters, wall_s=round(time.monotonic() - t_start, 3))
     # wait for the controller to acknowledge by closing, so no message is lost
     deadline = time.monotonic() + 5

@@ -16,6 +16,25 @@ import paramiko
 
 log = logging.getLogger(__name__)
 
+_orig_handle_request = paramiko.Channel._handle_request
+
+
+def _handle_request_then_start(self, m):
+    """Start exec/shell handlers only after paramiko has sent CHANNEL_SUCCESS.
+
+    paramiko calls ``check_channel_exec_request`` *before* it replies; a handler thread
+    started there can send exit status and CLOSE ahead of the SUCCESS, and the client then
+    fails with "Channel closed.". OpenSSH always replies first; so does this mock.
+    """
+    _orig_handle_request(self, m)
+    start = getattr(self, "_mfctl_start", None)
+    if start is not None:
+        self._mfctl_start = None
+        start()
+
+
+paramiko.Transport._channel_handler_table[paramiko.common.MSG_CHANNEL_REQUEST] = _handle_request_then_start
+
 
 class _Server(paramiko.ServerInterface):
     def __init__(self, owner: "MockSSHServer"):
@@ -43,13 +62,15 @@ class _Server(paramiko.ServerInterface):
         if self.owner.on_exec is None:
             return False
         cmd = command.decode("utf-8", errors="replace")
-        threading.Thread(target=self.owner._run, args=(self.owner.on_exec, cmd, channel), daemon=True).start()
+        t = threading.Thread(target=self.owner._run, args=(self.owner.on_exec, cmd, channel), daemon=True)
+        channel._mfctl_start = t.start
         return True
 
     def check_channel_shell_request(self, channel):
         if self.owner.on_shell is None:
             return False
-        threading.Thread(target=self.owner._run_shell, args=(channel,), daemon=True).start()
+        t = threading.Thread(target=self.owner._run_shell, args=(channel,), daemon=True)
+        channel._mfctl_start = t.start
         return True
 
     def check_channel_env_request(self, channel, name, value):
@@ -90,6 +111,7 @@ class MockSSHServer:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             t = paramiko.Transport(conn)
             t.add_server_key(self.host_key)

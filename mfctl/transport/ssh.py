@@ -66,8 +66,11 @@ def connect(target: SSHTarget, timeout: float) -> paramiko.SSHClient:
     else:
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
     try:
+        sock = socket.create_connection((target.address, target.port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         client.connect(
             target.address,
+            sock=sock,
             port=target.port,
             username=target.user,
             key_filename=str(Path(target.key_file).expanduser()) if target.key_file else None,

@@ -1,0 +1,1 @@
+"""Metrics: the per-run SQLite store (schema in docs/metrics.md)."""

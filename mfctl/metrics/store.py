@@ -1,0 +1,82 @@
+"""Per-run metrics in SQLite: ``runs/<run-id>/metrics.db``.
+
+Tables (units in column names): ``run`` (one row), ``iterations``, ``reconfigurations``,
+``health``, ``events``. Documented in ``docs/metrics.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS run (
+  run_id TEXT PRIMARY KEY, playbook TEXT, inventory TEXT, started_unix REAL, ended_unix REAL,
+  status TEXT, exit_code INTEGER, time_scale REAL, summary_json TEXT);
+CREATE TABLE IF NOT EXISTS iterations (
+  iteration INTEGER, host TEXT, seconds REAL, tokens INTEGER, epoch INTEGER, paused INTEGER,
+  a2a_s REAL, compute_s REAL, inter_bytes REAL, ocs_bytes REAL, wall_unix REAL,
+  PRIMARY KEY (iteration, host));
+CREATE TABLE IF NOT EXISTS reconfigurations (
+  epoch INTEGER PRIMARY KEY, region TEXT, iteration INTEGER, reason TEXT, circuits_json TEXT,
+  xc_added INTEGER, xc_removed INTEGER, t_plan_ms REAL, t_drain_ms REAL, t_switch_ms REAL,
+  t_verify_ms REAL, t_linkup_ms REAL, t_resume_ms REAL, t_runtime_ms REAL,
+  predicted_gain_s REAL, predicted_cost_s REAL, objective_before_s REAL, objective_after_s REAL,
+  lanes_failed INTEGER, wall_unix REAL);
+CREATE TABLE IF NOT EXISTS health (
+  host TEXT, status TEXT, findings_json TEXT, wall_unix REAL);
+CREATE TABLE IF NOT EXISTS events (
+  wall_unix REAL, kind TEXT, message TEXT);
+"""
+
+
+class MetricsStore:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(self.path), check_same_thread=False)
+        self.db.executescript(SCHEMA)
+        self._lock = threading.Lock()
+
+    def _x(self, sql: str, args=()) -> None:
+        with self._lock:
+            self.db.execute(sql, args)
+            self.db.commit()
+
+    def start_run(self, run_id: str, playbook: str, inventory: str, time_scale: float) -> None:
+        self._x("INSERT INTO run (run_id, playbook, inventory, started_unix, status, time_scale) VALUES (?,?,?,?,?,?)",
+                (run_id, playbook, inventory, time.time(), "running", time_scale))
+
+    def end_run(self, run_id: str, status: str, exit_code: int, summary: dict) -> None:
+        self._x("UPDATE run SET ended_unix=?, status=?, exit_code=?, summary_json=? WHERE run_id=?",
+                (time.time(), status, exit_code, json.dumps(summary), run_id))
+
+    def iteration(self, host: str, m: dict) -> None:
+        self._x("INSERT OR REPLACE INTO iterations VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (m["iteration"], host, m.get("seconds"), m.get("tokens"), m.get("epoch"), int(bool(m.get("paused"))),
+                 m.get("a2a_s"), m.get("compute_s"), m.get("inter_bytes"), m.get("ocs_bytes"), time.time()))
+
+    def reconfiguration(self, r: dict) -> None:
+        cols = ["epoch", "region", "iteration", "reason", "circuits_json", "xc_added", "xc_removed", "t_plan_ms",
+                "t_drain_ms", "t_switch_ms", "t_verify_ms", "t_linkup_ms", "t_resume_ms", "t_runtime_ms",
+                "predicted_gain_s", "predicted_cost_s", "objective_before_s", "objective_after_s", "lanes_failed"]
+        vals = [r.get(c) if c != "circuits_json" else json.dumps(r.get("circuits")) for c in cols]
+        self._x(f"INSERT OR REPLACE INTO reconfigurations ({','.join(cols)}, wall_unix) VALUES ({','.join('?' * (len(cols) + 1))})",
+                (*vals, time.time()))
+
+    def health(self, host: str, status: str, findings: list) -> None:
+        self._x("INSERT INTO health VALUES (?,?,?,?)", (host, status, json.dumps(findings), time.time()))
+
+    def event(self, kind: str, message: str) -> None:
+        self._x("INSERT INTO events VALUES (?,?,?)", (time.time(), kind, message))
+
+    def query(self, sql: str, args=()) -> list[tuple]:
+        with self._lock:
+            return self.db.execute(sql, args).fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.close()

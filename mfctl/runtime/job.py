@@ -1,0 +1,598 @@
+"""The main job: a reconfigurable MoE training run (DESIGN §4, §6).
+
+:func:`run_playbook` validates, locks the testbed, sweeps health, sets and verifies the
+initial topology, launches the runtime on every host, then runs the controller loop:
+per-layer traffic in → EWMA prediction → plan per region → reconfigure when the predicted
+gain over the window exceeds the cost → metrics. Progress goes to an observer (the CLI
+renders it); the result is a summary dict.
+
+Times: OCS switching is wall-clock (the emulator models the physical time in real time);
+link-up, drain/resume and iteration times are *testbed* time — wall time multiplied by
+the playbook's ``mock.time_scale`` (1 on hardware).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import secrets
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from mfctl import mockctl, settings
+from mfctl.errors import ConfigError, MfctlError, OperationFailed, UnreachableError
+from mfctl.fabric import mapping
+from mfctl.fabric.planner import LinkRates, objective, plan as plan_circuits
+from mfctl.fabric.traffic import expert_to_rank, load_routing, rank_matrix, rank_to_server, server_matrix
+from mfctl.hosts import health, iproute
+from mfctl.inventory import load_inventory
+from mfctl.lock import TestbedLock
+from mfctl.metrics.store import MetricsStore
+from mfctl.ocs.driver import driver_from_inventory
+from mfctl.ocs.journal import Journal
+from mfctl.runtime.controller import Controller
+from mfctl.runtime.launcher import Launcher
+from mfctl.runtime.playbook import Playbook, load_playbook
+from mfctl.transport.ssh import SSHPool, targets_from_inventory
+
+log = logging.getLogger(__name__)
+
+GOODPUT = 0.92  # RoCEv2 goodput / line rate: 100G → ~11.5 GB/s (DESIGN §8)
+
+
+class Observer:
+    """Progress hooks; the CLI subclasses this. Never prints from services."""
+
+    def phase(self, name: str, detail: str = "") -> None: ...
+    def iteration(self, done: int, total: int, m: dict) -> None: ...
+    def reconfiguration(self, rec: dict) -> None: ...
+    def warning(self, message: str) -> None: ...
+
+
+@dataclass
+class RegionState:
+    name: str
+    hosts: list[str]
+    ports: np.ndarray
+    lanes: dict[str, list[mapping.LaneRef]]
+    circuits: list[mapping.Circuit] = field(default_factory=list)
+    predicted: np.ndarray | None = None  # EWMA of per-layer dispatch bytes [L, n, n]
+    last_reconfig_iter: int = 0
+    last_iter_s: float | None = None
+
+
+class _DeferSignals:
+    """Hold SIGINT/SIGTERM while hardware state changes; re-raise after (state stays consistent)."""
+
+    def __init__(self):
+        self.pending = None
+
+    def __enter__(self):
+        self.pending = None
+        if threading.current_thread() is not threading.main_thread():
+            self._old = None
+            return self
+        self._old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for s in self._old:
+            signal.signal(s, lambda signum, frame: setattr(self, "pending", signum))
+        return self
+
+    def __exit__(self, *exc):
+        if self._old:
+            for s, h in self._old.items():
+                signal.signal(s, h)
+        if self.pending is not None and exc[0] is None:
+            raise KeyboardInterrupt
+
+
+def _sigterm_as_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+class Job:
+    def __init__(self, pb: Playbook, *, inventory_override: str | None = None, runs_dir: str | None = None,
+                 observer: Observer | None = None, skip_health: bool = False):
+        self.pb = pb
+        self.obs = observer or Observer()
+        self.inventory_override = inventory_override
+        self.runs_dir = Path(runs_dir or settings.get("runs_dir"))
+        self.skip_health = skip_health
+        self.run_id = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+        self.run_dir = self.runs_dir / self.run_id
+        self.scale = pb.mock.time_scale if pb.mock.enabled else 1.0
+        self.epoch = 0
+        self.reconfigs: list[dict] = []
+        self.iter_rows: dict[int, dict] = {}
+        self.done_hosts: set[str] = set()
+        self.failed: str | None = None
+        self.mock_state: Path | None = None
+        self.mock_started = False
+
+    # ---------------------------------------------------------------------------------
+    def run(self) -> dict:
+        pb = self.pb
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.journal = Journal(self.run_dir / "journal.jsonl")
+        self.store = MetricsStore(self.run_dir / "metrics.db")
+        fh = logging.FileHandler(self.run_dir / "mfctl.log")
+        fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger("mfctl").addHandler(fh)
+        logging.getLogger("mfctl").setLevel(logging.INFO)
+        old_term = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+        status, code, err = "ok", 0, None
+        try:
+            self._run()
+        except KeyboardInterrupt:
+            status, code, err = "interrupted", 130, "interrupted by operator"
+        except MfctlError as e:
+            status, code, err = "failed", int(e.exit_code), str(e)
+        finally:
+            self._teardown()
+            if old_term is not None:
+                signal.signal(signal.SIGTERM, old_term)
+            logging.getLogger("mfctl").removeHandler(fh)
+        summary = self.summary(status, err)
+        self.journal.append("run.end", status=status, exit_code=code, error=err)
+        if getattr(self, "store", None):
+            self.store.end_run(self.run_id, status, code, summary)
+            self.store.close()
+        (self.run_dir / "summary.json").write_text(__import__("json").dumps(summary, indent=2))
+        summary["exit_code"] = code
+        return summary
+
+    # ---------------------------------------------------------------------------------
+    def _run(self) -> None:
+        pb = self.pb
+        inv_path = self.inventory_override or str(pb.inventory_path())
+        self.pool = self.ctrl = self.launcher = self.driver = None
+        if pb.mock.enabled and not self.inventory_override:
+            src = load_inventory(inv_path)  # validate the source before starting anything
+            self.obs.phase("mock", f"starting the mock testbed for {src.name}")
+            self.mock_state = self.run_dir / "mock"
+            st = mockctl.start(inv_path, self.mock_state, time_scale=self.scale)
+            self.mock_started = True
+            inv_path = st["inventory"]
+        self.inv = inv = load_inventory(inv_path)
+        self.store.start_run(self.run_id, pb.source or pb.name, inv.source, self.scale)
+        self.journal.append("run.start", run_id=self.run_id, playbook=pb.source, inventory=inv.source)
+        self._check_job_fits(inv)
+        with TestbedLock(inv.name, f"mfctl run {pb.name} ({self.run_id})"):
+            self.pool = SSHPool(targets_from_inventory(inv), connect_timeout=settings.get_float("connect_timeout"),
+                                command_timeout=settings.get_float("command_timeout"),
+                                fanout=int(settings.get("fanout")))
+            self._preflight()
+            self._initial_topology()
+            self._launch()
+            self._loop()
+            self._final_check()
+
+    def _check_job_fits(self, inv) -> None:
+        pb = self.pb
+        try:
+            trace = load_routing(pb.model.routing, pb.training.domains)
+        except ValueError as e:
+            raise ConfigError(str(e), path=pb.source) from None
+        self.trace = trace
+        gps = inv.hosts[0].gpus.count
+        if any(h.gpus.count != gps for h in inv.hosts):
+            raise ConfigError("hosts have different GPU counts; the simulated runtime needs them equal", path=inv.source)
+        ep, tp = pb.parallelism.ep, pb.parallelism.tp
+        for r in inv.regions:
+            if ep * tp != len(r.hosts) * gps:
+                raise ConfigError(f"EP {ep} x TP {tp} = {ep * tp} GPUs, but region {r.name} has "
+                                  f"{len(r.hosts)} x {gps} GPUs (a region is one EP group)", path=self.pb.source)
+        if trace.num_experts % ep:
+            raise ConfigError(f"{trace.num_experts} experts of {trace.model} do not divide over EP={ep}", path=pb.source)
+        if pb.mock.crash_host and pb.mock.crash_host not in {h.name for h in inv.hosts}:
+            raise ConfigError(f"mock.crash_host {pb.mock.crash_host!r} is not in the inventory", path=pb.source)
+        nic = inv.hosts[0].ocs_lanes()[0][0]
+        eps_nics = inv.hosts[0].eps_nics()
+        self.rates = LinkRates(circuit_Bps=nic.lane_rate_gbps * 1e9 / 8 * GOODPUT,
+                               eps_Bps=sum(n.speed_gbps for n in eps_nics) * 1e9 / 8 * GOODPUT)
+        self.er = expert_to_rank(trace.num_experts, ep)
+        self.rs = rank_to_server(ep, tp, gps)
+        self.gps = gps
+        self.regions = {}
+        for r in inv.regions:
+            lanes = mapping.region_lanes(inv, r.hosts)
+            self.regions[r.name] = RegionState(r.name, list(r.hosts), np.array([len(lanes[h]) for h in r.hosts]), lanes)
+
+    # ---------------------------------------------------------------------------------
+    def _preflight(self) -> None:
+        self.obs.phase("health", f"health sweep on {len(self.inv.hosts)} hosts")
+        t = time.monotonic()
+        res = health.sweep(self.pool, self.inv)
+        self.health = [h.to_dict() for h in res]
+        for h in res:
+            self.store.health(h.host, h.worst, [f.to_dict() for f in h.findings])
+        self.health_s = time.monotonic() - t
+        unreachable = [h for h in res if not h.reachable]
+        if unreachable:
+            raise UnreachableError("unreachable: " + "; ".join(f.message for h in unreachable for f in h.findings[:1]))
+        crit = [f for h in res for f in h.findings if f.severity == "critical"]
+        if crit and not self.skip_health:
+            msg = "; ".join(f"{f.host}: {f.message}" for f in crit[:5])
+            raise OperationFailed(f"health sweep found {len(crit)} critical problem(s): {msg}")
+        self.obs.phase("health", f"{sum(h.worst == 'ok' for h in res)}/{len(res)} hosts healthy in {self.health_s:.2f} s")
+
+    def _initial_topology(self) -> None:
+        self.obs.phase("ocs", "connecting to the OCS")
+        self.driver = driver_from_inventory(self.inv, journal=self.journal,
+                                            connect_timeout=settings.get_float("connect_timeout"),
+                                            command_timeout=settings.get_float("command_timeout")).connect()
+        current = self.driver.cross_connects()
+        self.journal.append("ocs.state", endpoint=self.driver.endpoint, cross_connects=sorted(current.items()))
+        desired: dict[int, int] = {}
+        region_ports = set()
+        for reg in self.regions.values():
+            region_ports |= {p for ls in reg.lanes.values() for l in ls for p in (l.ocs_tx, l.ocs_rx)}
+            prev = mapping.circuits_from_cross_connects(reg.lanes, current)
+            how = self.pb.topology.initial
+            n = len(reg.hosts)
+            if how == "keep":
+                reg.circuits = prev
+            else:
+                if how == "random":
+                    C = _random_regular(reg.ports, np.random.default_rng([self.pb.training.seed, 99]))
+                else:
+                    B = self._prior_matrix(n)
+                    C = plan_circuits(B, reg.ports, self.rates, method=self.pb.topology.planner).circuits
+                reg.circuits = mapping.map_circuits(C, reg.hosts, reg.lanes, prev)
+            desired.update(mapping.cross_connect_map(reg.circuits))
+        # cross-connects on ports outside every region are left alone
+        for i, o in current.items():
+            if i not in region_ports and o not in region_ports:
+                desired[i] = o
+        self.obs.phase("ocs", f"initial topology ({self.pb.topology.initial}) via {self.driver.endpoint}")
+        with _DeferSignals():
+            res = self.driver.apply(desired, reason="initial topology")
+        self.initial_apply = res.to_dict()
+        t = time.monotonic()
+        failed = self._wait_links([c for r in self.regions.values() for c in r.circuits])
+        self.initial_linkup_ms = (self._last_up_at - t) * 1000 * self.scale
+        if failed:
+            self.obs.warning(f"initial circuits with lanes down: {failed}")
+        self.last_plan = desired
+
+    def _prior_matrix(self, n: int) -> np.ndarray:
+        """Expected dispatch bytes from the trace's mean routing (before any traffic is seen)."""
+        p = self.trace.probs.mean(axis=0)  # [trace layer, expert]
+        tokens_per_rank = self.pb.training.seq_len * self.pb.training.micro_batch * self.trace.top_k
+        mats = []
+        for l in range(self.pb.model.layers):
+            t = np.tile(p[self.trace.trace_layer_for(l)] * tokens_per_rank, (self.pb.parallelism.ep, 1))
+            mats.append(server_matrix(rank_matrix(t, self.er, self.pb.parallelism.ep), self.rs, n,
+                                      self.pb.model.hidden * self.pb.model.bytes_per_element))
+        return np.stack(mats)
+
+    def _wait_links(self, circuits: list[mapping.Circuit]) -> list[str]:
+        """Poll ``ip -j link`` on the hosts of ``circuits`` until their lanes are up.
+        Returns the lanes still down at the timeout (testbed seconds / time scale)."""
+        want: dict[str, set[str]] = {}
+        for c in circuits:
+            for l in (c.a, c.b):
+                want.setdefault(l.host, set()).add(l.netdev)
+        deadline = time.monotonic() + self.pb.runtime.linkup_timeout_s / self.scale
+        poll = max(0.005, 0.25 / self.scale)
+        self._last_up_at = time.monotonic()
+        while want:
+            hosts = sorted(want)
+            t_sent = time.monotonic()
+            results = self.pool.run_many(hosts, lambda h: iproute.link_argv())
+            t_back = time.monotonic()
+            for r in results:
+                if not r.ok:
+                    continue
+                try:
+                    links = iproute.parse_links(r.stdout)
+                except MfctlError as e:
+                    log.warning("link poll on %s: %s", r.host, e)
+                    continue
+                want[r.host] = {d for d in want[r.host] if not (d in links and links[d].up)}
+                if not want[r.host]:
+                    del want[r.host]
+            # the hosts read their links somewhere inside the poll: take its midpoint
+            self._last_up_at = (t_sent + t_back) / 2
+            if not want or time.monotonic() > deadline:
+                break
+            time.sleep(poll)
+        return sorted(f"{h}:{d}" for h, ds in want.items() for d in ds)
+
+    # ---------------------------------------------------------------------------------
+    def _welcome(self, host: str) -> dict:
+        pb = self.pb
+        reg = next(r for r in self.regions.values() if host in r.hosts)
+        C = mapping.circuit_matrix(reg.circuits, reg.hosts)
+        crash = pb.mock.crash_at_iteration if pb.mock.crash_host == host else None
+        return {"run_id": self.run_id, "region": reg.name, "hosts": reg.hosts, "leader": reg.hosts[0],
+                "iterations": pb.training.iterations, "time_scale": self.scale, "epoch": self.epoch,
+                "model": pb.model.model_dump(), "parallelism": pb.parallelism.model_dump(),
+                "training": pb.training.model_dump(), "gpus_per_server": self.gps,
+                "rates": {"circuit_Bps": self.rates.circuit_Bps, "eps_Bps": float(self.rates.eps_Bps)},
+                "circuits": C.tolist(), "routes": mapping.route_table(reg.circuits, reg.hosts),
+                "crash_at_iteration": crash}
+
+    def _launch(self) -> None:
+        hosts = [h.name for h in self.inv.hosts]
+        self.token = secrets.token_hex(16)
+        self.ctrl = Controller(token=self.token, welcome=self._welcome, expected_hosts=set(hosts),
+                               listen=("127.0.0.1" if self.pb.mock.enabled else "0.0.0.0", 0))
+        addr = self.ctrl.address_str if self.pb.mock.enabled else f"{_advertised_ip()}:{self.ctrl.address[1]}"
+        self.launcher = Launcher(self.pool, self.run_dir / "logs")
+        self.obs.phase("launch", f"launching the runtime on {len(hosts)} hosts; controller on {addr}")
+        for h in hosts:
+            argv = list(self.pb.runtime.command) + ["--controller", addr, "--host", h, "--token", self.token]
+            w = self.launcher.start(h, argv)
+            if w.error:
+                raise UnreachableError(w.error)
+        # wait for every worker's hello
+        pending = set(hosts)
+        deadline = time.monotonic() + 30
+        while pending:
+            host, msg = self._next_event(deadline, "runtime workers to connect: " + ", ".join(sorted(pending)))
+            if msg["type"] == "hello":
+                pending.discard(host)
+            else:
+                self._handle(host, msg)
+        self.journal.append("runtime.launched", hosts=hosts, controller=addr)
+        self.t_train0 = time.monotonic()
+
+    def _next_event(self, deadline: float, waiting_for: str) -> tuple[str, dict]:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise OperationFailed(f"timed out waiting for {waiting_for}")
+            for w in self.launcher.workers.values():
+                if w.done.is_set() and w.host not in self.done_hosts and self.ctrl and w.host not in self.ctrl.workers:
+                    if self.ctrl.events.empty():
+                        raise OperationFailed(f"runtime on {w.host} exited (rc {w.rc}) before finishing; "
+                                              f"see {w.log_path}")
+            try:
+                return self.ctrl.events.get(timeout=min(remaining, 0.2))
+            except queue.Empty:
+                continue
+
+    # ---------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        hosts = {h.name for h in self.inv.hosts}
+        self.obs.phase("train", f"training {self.pb.training.iterations} iterations")
+        while self.done_hosts != hosts:
+            host, msg = self._next_event(time.monotonic() + 300, "runtime progress")
+            self._handle(host, msg, allow_reconfig=True)
+            if self.failed:
+                raise OperationFailed(self.failed)
+
+    def _handle(self, host: str, msg: dict, allow_reconfig: bool = False) -> None:
+        t = msg["type"]
+        if t == "iteration":
+            self.store.iteration(host, msg)
+            reg = next(r for r in self.regions.values() if host in r.hosts)
+            if host == reg.hosts[0]:
+                self.iter_rows[msg["iteration"]] = msg
+                reg.last_iter_s = msg["seconds"]
+                self.obs.iteration(msg["iteration"], self.pb.training.iterations, msg)
+        elif t == "traffic":
+            reg = next(r for r in self.regions.values() if host == r.hosts[0])
+            B = np.asarray(msg["matrices"], dtype=float)
+            a = self.pb.policy.ewma_alpha
+            reg.predicted = B if reg.predicted is None else a * B + (1 - a) * reg.predicted
+            if allow_reconfig and self.pb.policy.enabled:
+                self._maybe_reconfigure(reg, msg["iteration"])
+        elif t == "bye":
+            self.done_hosts.add(host)
+        elif t == "error":
+            self.failed = f"runtime on {host} reported: {msg.get('message')}"
+        elif t == "_disconnected":
+            if host not in self.done_hosts:
+                self.failed = f"runtime on {host} disconnected before finishing (see {self.run_dir / 'logs' / (host + '.log')})"
+                raise OperationFailed(self.failed)
+
+    def _maybe_reconfigure(self, reg: RegionState, iteration: int) -> None:
+        pol = self.pb.policy
+        if iteration - reg.last_reconfig_iter < pol.min_interval_iterations and reg.last_reconfig_iter:
+            return
+        left = self.pb.training.iterations - iteration
+        if left <= 1 or reg.last_iter_s is None:
+            return
+        t0 = time.perf_counter()
+        B = reg.predicted
+        p = plan_circuits(B, reg.ports, self.rates, method=self.pb.topology.planner)
+        C_cur = mapping.circuit_matrix(reg.circuits, reg.hosts)
+        if np.array_equal(p.circuits, C_cur):
+            return
+        new = mapping.map_circuits(p.circuits, reg.hosts, reg.lanes, reg.circuits)
+        keep = [c for c in new if c in reg.circuits]
+        C_keep = mapping.circuit_matrix(keep, reg.hosts)
+        mb = self.pb.training.micro_batches
+        cand = np.stack([C_cur, p.circuits, C_keep])
+        o_cur, o_new, o_keep = (float(x) for x in objective(B, cand, self.rates))
+        gain_per_iter = (o_cur - o_new) * mb
+        window = min(pol.window_iterations, left)
+        R = self._expected_reconfig_s()
+        slowdown = max(0.0, (o_keep - o_cur) * mb) / max(reg.last_iter_s, 1e-9)
+        cost = R * slowdown / (1 + slowdown)
+        gain = gain_per_iter * window
+        t_plan = (time.perf_counter() - t0) * 1000
+        self.journal.append("policy.decision", region=reg.name, iteration=iteration, gain_s=gain, cost_s=cost,
+                            objective_now_s=o_cur, objective_plan_s=o_new, method=p.method,
+                            circuits=p.circuits.tolist())
+        if gain - cost <= pol.min_gain_s or o_new > o_cur * (1 - pol.min_improvement):
+            return
+        self._reconfigure(reg, iteration, new, p, gain, cost, o_cur, o_new, t_plan)
+
+    def _expected_reconfig_s(self) -> float:
+        if not self.reconfigs:
+            return self.pb.policy.expected_reconfig_s
+        tot = [(r["t_switch_ms"] + r["t_linkup_ms"] + r["t_runtime_ms"]) / 1000 for r in self.reconfigs]
+        return float(np.mean(tot))
+
+    def _reconfigure(self, reg: RegionState, iteration: int, new: list[mapping.Circuit], p, gain, cost,
+                     o_cur, o_new, t_plan_ms) -> None:
+        self.epoch += 1
+        e = self.epoch
+        keep = [c for c in new if c in reg.circuits]
+        C_keep = mapping.circuit_matrix(keep, reg.hosts)
+        self.obs.phase("reconfig", f"epoch {e}: {reg.name} at iteration {iteration}")
+        self.journal.append("reconfig.propose", epoch=e, region=reg.name, iteration=iteration,
+                            circuits=p.circuits.tolist(), predicted_gain_s=gain, predicted_cost_s=cost)
+        # 1. prepare → drained
+        t0 = time.monotonic()
+        self.ctrl.broadcast(reg.hosts, {"type": "prepare", "epoch": e, "keep_circuits": C_keep.tolist()})
+        self._await(reg.hosts, "drained", e, self.pb.runtime.drain_timeout_s)
+        t_drain = (time.monotonic() - t0) * 1000 * self.scale
+        # 2. apply the cross-connect diff, read back (signals deferred: never half-applied)
+        desired = dict(self.last_plan)
+        for c in reg.circuits:
+            for i, _ in c.cross_connects():
+                desired.pop(i, None)
+        desired.update(mapping.cross_connect_map(new))
+        with _DeferSignals():
+            res = self.driver.apply(desired, reason=f"epoch {e}")
+        self.last_plan = desired
+        # 3. link-up of the lanes of new circuits
+        t1 = time.monotonic()
+        changed = [c for c in new if c not in keep]
+        failed = self._wait_links(changed)
+        t_linkup = (self._last_up_at - t1) * 1000 * self.scale
+        usable = [c for c in new if not {f"{c.a.host}:{c.a.netdev}", f"{c.b.host}:{c.b.netdev}"} & set(failed)]
+        if failed:
+            self.obs.warning(f"epoch {e}: lanes did not come up: {', '.join(failed)} — their pairs use the EPS")
+        reg.circuits = new
+        # 4. publish routes → resumed
+        t2 = time.monotonic()
+        C_use = mapping.circuit_matrix(usable, reg.hosts)
+        self.ctrl.broadcast(reg.hosts, {"type": "commit", "epoch": e, "circuits": C_use.tolist(),
+                                        "routes": mapping.route_table(usable, reg.hosts)})
+        self._await(reg.hosts, "resumed", e, self.pb.runtime.resume_timeout_s)
+        t_resume = (time.monotonic() - t2) * 1000 * self.scale
+        rec = {"epoch": e, "region": reg.name, "iteration": iteration, "reason": "predicted gain > cost",
+               "circuits": p.circuits.tolist(), "xc_added": len(res.diff.add), "xc_removed": len(res.diff.delete),
+               "t_plan_ms": round(t_plan_ms, 3), "t_drain_ms": round(t_drain, 1), "t_switch_ms": round(res.t_switch_ms, 2),
+               "t_verify_ms": round(res.t_verify_ms, 2), "t_linkup_ms": round(t_linkup, 1),
+               "t_resume_ms": round(t_resume, 1), "t_runtime_ms": round(t_drain + t_resume, 1),
+               "predicted_gain_s": round(gain, 4), "predicted_cost_s": round(cost, 4),
+               "objective_before_s": round(o_cur, 6), "objective_after_s": round(o_new, 6),
+               "lanes_failed": len(failed), "method": p.method}
+        reg.last_reconfig_iter = iteration
+        self.reconfigs.append(rec)
+        self.store.reconfiguration(rec)
+        self.journal.append("reconfig.done", **rec)
+        self.obs.reconfiguration(rec)
+
+    def _await(self, hosts: list[str], mtype: str, epoch: int, timeout_testbed_s: float) -> None:
+        pending = set(hosts)
+        deadline = time.monotonic() + timeout_testbed_s / self.scale + 2
+        while pending:
+            host, msg = self._next_event(deadline, f"{mtype} for epoch {epoch} from {', '.join(sorted(pending))}")
+            if msg["type"] == mtype and msg.get("epoch") == epoch:
+                pending.discard(host)
+            else:
+                self._handle(host, msg)
+
+    # ---------------------------------------------------------------------------------
+    def _final_check(self) -> None:
+        rb = self.driver.cross_connects()
+        self.final_readback = rb
+        self.final_matches = rb == self.last_plan
+        self.journal.append("ocs.final", readback=sorted(rb.items()), matches_plan=self.final_matches)
+        if not self.final_matches:
+            raise OperationFailed("final OCS read-back does not match the last plan")
+
+    def _teardown(self) -> None:
+        if getattr(self, "ctrl", None):
+            self.ctrl.broadcast(list(self.ctrl.workers), {"type": "stop", "reason": "run ending"})
+        if getattr(self, "launcher", None):
+            self.launcher.stop()
+            self.journal.append("runtime.stopped", workers={h: {"rc": w.rc, "error": w.error}
+                                                           for h, w in self.launcher.workers.items()})
+        if getattr(self, "ctrl", None):
+            self.ctrl.close()
+        if getattr(self, "driver", None):
+            with contextlib.suppress(MfctlError, OSError):
+                if not hasattr(self, "final_readback"):
+                    rb = self.driver.cross_connects()
+                    self.journal.append("ocs.final", readback=sorted(rb.items()),
+                                        matches_plan=rb == getattr(self, "last_plan", None))
+                self.driver.close()
+        if getattr(self, "pool", None):
+            self.pool.close()
+        if self.mock_started:
+            mockctl.stop(self.mock_state)
+
+    # ---------------------------------------------------------------------------------
+    def summary(self, status: str, error: str | None) -> dict:
+        rows = [self.iter_rows[k] for k in sorted(self.iter_rows)]
+        secs = [r["seconds"] for r in rows]
+        tokens = sum(r["tokens"] for r in rows)
+        inter = sum(r["inter_bytes"] for r in rows)
+        ocs = sum(r["ocs_bytes"] for r in rows)
+        wall = time.monotonic() - getattr(self, "t_train0", time.monotonic())
+        out = {
+            "schema": "mfctl.run.summary/v1", "run_id": self.run_id, "status": status, "error": error,
+            "playbook": self.pb.name, "inventory": getattr(getattr(self, "inv", None), "name", None),
+            "run_dir": str(self.run_dir), "time_scale": self.scale,
+            "iterations": len(rows), "iterations_planned": self.pb.training.iterations,
+            "iteration_time_s": {"mean": _r(np.mean(secs)), "p50": _r(np.percentile(secs, 50)),
+                                 "min": _r(min(secs)), "max": _r(max(secs))} if secs else None,
+            "tokens_per_s": _r(tokens / sum(secs)) if secs else None,
+            "tokens": tokens, "simulated_train_s": _r(sum(secs)), "wall_train_s": _r(wall),
+            "ep_inter_server_bytes": inter, "ep_bytes_on_circuits": ocs,
+            "ep_share_on_circuits": _r(ocs / inter) if inter else None,
+            "reconfigurations": self.reconfigs,
+            "health": {"hosts": len(getattr(self, "health", [])),
+                       "ok": sum(h["status"] == "ok" for h in getattr(self, "health", [])),
+                       "sweep_s": _r(getattr(self, "health_s", 0.0))},
+            "initial_topology": {"mode": self.pb.topology.initial,
+                                 "apply": getattr(self, "initial_apply", None),
+                                 "linkup_ms": _r(getattr(self, "initial_linkup_ms", 0.0))},
+        }
+        if hasattr(self, "final_readback"):
+            out["ocs"] = {"endpoint": self.driver.endpoint if self.driver else None,
+                          "cross_connects": sorted([i, o] for i, o in self.final_readback.items()),
+                          "matches_last_plan": self.final_matches,
+                          "circuits": {r.name: [c.to_dict() for c in r.circuits] for r in self.regions.values()}}
+        if self.reconfigs:
+            keys = ["t_switch_ms", "t_linkup_ms", "t_runtime_ms"]
+            out["reconfiguration_means"] = {k: _r(np.mean([r[k] for r in self.reconfigs])) for k in keys}
+        return out
+
+
+def _r(x, nd=4):
+    return None if x is None else round(float(x), nd)
+
+
+def _random_regular(ports: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A random multigraph using every port it can (the MixNet simulator's random_connect())."""
+    n = len(ports)
+    C = np.zeros((n, n), dtype=int)
+    avail = np.array(ports, dtype=int)
+    for _ in range(int(avail.sum())):
+        cand = [(i, j) for i in range(n) for j in range(i + 1, n) if avail[i] > 0 and avail[j] > 0]
+        if not cand:
+            break
+        i, j = cand[rng.integers(len(cand))]
+        C[i, j] += 1
+        C[j, i] += 1
+        avail[i] -= 1
+        avail[j] -= 1
+    return C
+
+
+def _advertised_ip() -> str:
+    import socket
+
+    return socket.gethostbyname(socket.gethostname())
+
+
+def run_playbook(path: str, **kw) -> dict:
+    """Load ``path`` and run it. Returns the summary (with ``exit_code``)."""
+    return Job(load_playbook(path), **kw).run()
+

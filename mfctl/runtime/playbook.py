@@ -1,0 +1,112 @@
+"""Run playbooks: what to train, on which testbed, and how to reconfigure.
+
+Loaded with the same ``file:line`` error reporting as inventories (exit code 3).
+Paths in a playbook are relative to the playbook file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mfctl.inventory.loader import load_checked
+
+
+class _S(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MockSpec(_S):
+    enabled: bool = False
+    time_scale: float = Field(1.0, gt=0, le=10000, description="simulated seconds per wall second")
+    crash_host: str | None = Field(None, description="fault injection: this host's worker dies ...")
+    crash_at_iteration: int | None = Field(None, ge=1, description="... at this iteration")
+
+
+class ModelSpec(_S):
+    name: str
+    routing: Literal["mixtral", "olmoe"] = Field(description="shipped real routing trace")
+    layers: int = Field(ge=1, le=512)
+    hidden: int = Field(ge=64)
+    ffn_hidden: int = Field(ge=64, description="per-expert FFN width")
+    gated: bool = True
+    bytes_per_element: int = Field(2, ge=1, le=8)
+
+
+class Parallelism(_S):
+    ep: int = Field(ge=1)
+    tp: int = Field(1, ge=1)
+
+
+class Training(_S):
+    iterations: int = Field(ge=1, le=1_000_000)
+    seq_len: int = Field(4096, ge=1)
+    micro_batch: int = Field(1, ge=1)
+    micro_batches: int = Field(8, ge=1, description="per iteration (gradient accumulation)")
+    domains: list[str] | None = None
+    domain_concentration: float = Field(0.3, gt=0)
+    phase_iterations: int = Field(10, ge=1, description="the data mixture changes every N iterations")
+    seed: int = 1
+    pipeline_degree: Literal[0, 1, 2, 4, 8] = 0
+
+
+class Topology(_S):
+    initial: Literal["random", "planned", "keep"] = Field(
+        "planned", description="random: the MixNet simulator's random_connect(); planned: from the trace "
+                               "average; keep: the circuits the OCS holds now")
+    planner: Literal["greedy", "exact", "local", "best"] = "best"
+
+
+class Policy(_S):
+    enabled: bool = True
+    ewma_alpha: float = Field(0.5, gt=0, le=1, description="weight of the newest traffic matrix")
+    window_iterations: int = Field(20, ge=1, description="horizon over which a gain must repay the cost")
+    min_interval_iterations: int = Field(3, ge=1)
+    min_gain_s: float = Field(0.0, description="required net gain (s) over the window; negative forces changes")
+    min_improvement: float = Field(0.02, ge=0, lt=1, description="required relative improvement of the planner "
+                                   "objective (hysteresis against flapping between near-equal topologies)")
+    expected_reconfig_s: float = Field(5.72, gt=0, description="prior: OCS 47 ms + link-up 5.67 s (paper App. C)")
+
+
+class RuntimeSpec(_S):
+    command: list[str] = Field(default_factory=lambda: ["mfctl-simrt"], min_length=1)
+    drain_timeout_s: float = Field(60.0, gt=0, description="testbed seconds")
+    linkup_timeout_s: float = Field(30.0, gt=0, description="testbed seconds")
+    resume_timeout_s: float = Field(60.0, gt=0, description="testbed seconds")
+
+
+class Playbook(_S):
+    name: str
+    description: str = ""
+    inventory: str
+    mock: MockSpec = MockSpec()
+    model: ModelSpec
+    parallelism: Parallelism
+    training: Training
+    topology: Topology = Topology()
+    policy: Policy = Policy()
+    runtime: RuntimeSpec = RuntimeSpec()
+
+    source: str | None = Field(None, exclude=True)
+
+    def inventory_path(self) -> Path:
+        p = Path(self.inventory).expanduser()
+        return p if p.is_absolute() or not self.source else Path(self.source).parent / p
+
+
+def _check(pb: Playbook):
+    problems = []
+    if pb.mock.crash_at_iteration and not pb.mock.crash_host:
+        problems.append((("mock", "crash_at_iteration"), "crash_at_iteration needs crash_host"))
+    if pb.training.phase_iterations < 1:
+        problems.append((("training", "phase_iterations"), "must be >= 1"))
+    return problems
+
+
+def load_playbook(path: str | Path) -> Playbook:
+    """Load and validate a playbook. Raises ConfigError (exit 3) with file:line."""
+    pb = load_checked(path, Playbook, _check)
+    pb.source = str(Path(path).resolve())
+    return pb
