@@ -135,8 +135,9 @@ def enumerate_topologies(ports: np.ndarray, limit: int = EXACT_MAX_CANDIDATES) -
 
 
 def local_search(B: np.ndarray, C0: np.ndarray, ports: np.ndarray, rates: LinkRates, max_rounds: int = 50) -> np.ndarray:
-    """Improve ``C0`` by best-improvement moves: add a circuit on free ports, or move one end
-    of a circuit to another server with a free port, or swap the ends of two circuits."""
+    """Improve ``C0`` by best-improvement moves: add a circuit on free ports, move one end of
+    a circuit to a server with a free port, or remove one or two circuits and add one
+    between servers whose ports are then free (this covers swapping circuit ends)."""
     C = C0.copy()
     n = C.shape[0]
     best = float(objective(B, C, rates)[0])
@@ -153,14 +154,17 @@ def local_search(B: np.ndarray, C0: np.ndarray, ports: np.ndarray, rates: LinkRa
                     if k in (a, b) or free[k] <= 0:
                         continue
                     D = C.copy(); D[a, b] -= 1; D[b, a] -= 1; D[a, k] += 1; D[k, a] += 1; cands.append(D)
-        for (i, j), (k, l) in itertools.combinations(edges, 2):
-            for (p, q), (r, s) in (((i, k), (j, l)), ((i, l), (j, k))):
-                if len({p, q}) < 2 or len({r, s}) < 2:
-                    continue
-                D = C.copy()
-                D[i, j] -= 1; D[j, i] -= 1; D[k, l] -= 1; D[l, k] -= 1
-                D[p, q] += 1; D[q, p] += 1; D[r, s] += 1; D[s, r] += 1
-                cands.append(D)
+        # remove one or two circuits, then add one circuit between servers with free ports
+        removals = [[e] for e in edges] + [[e, f] for e, f in itertools.combinations(edges, 2)]
+        for rem in removals:
+            D0 = C.copy()
+            for i, j in rem:
+                D0[i, j] -= 1
+                D0[j, i] -= 1
+            free0 = np.asarray(ports) - D0.sum(axis=1)
+            for p, q in itertools.combinations(range(n), 2):
+                if free0[p] > 0 and free0[q] > 0 and (p, q) not in rem:
+                    D = D0.copy(); D[p, q] += 1; D[q, p] += 1; cands.append(D)
         if not cands:
             break
         vals = objective(B, np.stack(cands), rates)

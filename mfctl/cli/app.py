@@ -1,0 +1,48 @@
+"""The ``mfctl`` command line."""
+
+from __future__ import annotations
+
+import typer
+
+from mfctl import __version__
+from mfctl.cli import inventory as inventory_cli
+from mfctl.cli import mock as mock_cli
+from mfctl.cli import ocs as ocs_cli
+from mfctl.cli import run as run_cli
+from mfctl.cli.common import JSON_OPT, emit_json
+
+app = typer.Typer(
+    name="mfctl",
+    help="Control plane and operator CLI of an mFabric testbed (OCS + EPS) for MoE training.\n\n"
+         "Exit codes: 0 ok, 1 failed on a target, 2 usage, 3 invalid inventory/config, "
+         "4 unreachable/timeout, 5 lock held, 6 drift in check mode, 130 interrupted.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(inventory_cli.app, name="inventory")
+app.add_typer(mock_cli.app, name="mock")
+app.add_typer(ocs_cli.app, name="ocs")
+app.add_typer(run_cli.runs_app, name="runs")
+app.command("run")(run_cli.run)
+
+
+@app.command()
+def version(json_out: bool = JSON_OPT, settings_table: bool = typer.Option(False, "--settings", help="List settings and their MFCTL_* variables.")):
+    """Print the version (and, with --settings, every setting with its environment variable)."""
+    from mfctl import settings
+
+    data = {"schema": "mfctl.version/v1", "version": __version__}
+    if settings_table:
+        data["settings"] = [{"name": s.name, "env": s.env, "default": s.default, "value": settings.get(s.name), "help": s.help}
+                            for s in settings.SETTINGS.values()]
+    if json_out:
+        emit_json(data)
+        return
+    typer.echo(f"mfctl {__version__}")
+    for s in data.get("settings", []):
+        typer.echo(f"  {s['env']:<26} {s['value']!s:<24} {s['help']}")
+
+
+def main() -> None:
+    app()

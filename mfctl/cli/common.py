@@ -1,0 +1,69 @@
+"""Shared CLI plumbing: consoles, JSON output, error → exit code mapping, logging."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import sys
+from pathlib import Path
+
+import typer
+
+JSON_OPT = typer.Option(False, "--json", help="Print one JSON object on stdout (for CI).", envvar="MFCTL_JSON")
+
+
+def out_console():
+    from rich.console import Console
+
+    return Console()
+
+
+def err_console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def emit_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def setup_logging() -> None:
+    """Log to the log file (never to the terminal: progress and results go there)."""
+    from mfctl import settings
+
+    path = settings.get("log_file") or str(settings.state_dir() / "mfctl.log")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger("mfctl")
+    if not any(isinstance(h, logging.FileHandler) for h in root.handlers):
+        h = logging.FileHandler(path)
+        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(h)
+        root.setLevel(logging.INFO)
+    logging.getLogger("paramiko").setLevel(logging.WARNING)
+
+
+def handle_errors(fn):
+    """Map MfctlError to its exit code and a one-line message (JSON on stdout with --json)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from mfctl.errors import ExitCode, MfctlError
+
+        setup_logging()
+        try:
+            return fn(*args, **kwargs)
+        except MfctlError as e:
+            logging.getLogger("mfctl").error("%s", e)
+            if kwargs.get("json_out"):
+                emit_json({"schema": "mfctl.error/v1", "error": e.to_dict()})
+            else:
+                err_console().print(f"[bold red]error:[/] {e}", highlight=False, markup=True)
+            raise typer.Exit(int(e.exit_code)) from None
+        except KeyboardInterrupt:
+            err_console().print("[yellow]interrupted[/]")
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+
+    return wrapper

@@ -1,0 +1,67 @@
+"""``mfctl inventory validate|show``"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console
+
+app = typer.Typer(help="Validate and show testbed inventories.", no_args_is_help=True)
+
+INV_ARG = typer.Argument(..., help="Inventory YAML file.", envvar="MFCTL_INVENTORY")
+
+
+def _facts(inv) -> dict:
+    lanes = sum(len(h.ocs_lanes()) for h in inv.hosts)
+    return {"name": inv.name, "hosts": len(inv.hosts), "gpus": sum(h.gpus.count for h in inv.hosts),
+            "ocs_lanes": lanes, "ocs": f"{inv.ocs.model} {inv.ocs.size.inputs}x{inv.ocs.size.outputs}",
+            "eps": inv.eps.model, "regions": {r.name: r.hosts for r in inv.regions}}
+
+
+@app.command()
+@handle_errors
+def validate(path: Path = INV_ARG, json_out: bool = JSON_OPT):
+    """Check an inventory: schema, unknown/duplicate keys, OCS ports, regions. Exit 3 if invalid."""
+    from mfctl.inventory import load_inventory
+
+    inv = load_inventory(path)
+    facts = _facts(inv)
+    if json_out:
+        emit_json({"schema": "mfctl.inventory.validate/v1", "valid": True, "path": str(path), **facts})
+        return
+    typer.echo(f"{path}: valid — {facts['hosts']} hosts, {facts['gpus']} GPUs, {facts['ocs_lanes']} optical lanes "
+               f"on {facts['ocs']}, {len(inv.regions)} region(s)")
+
+
+@app.command()
+@handle_errors
+def show(path: Path = INV_ARG, json_out: bool = JSON_OPT):
+    """Show hosts, NICs, lanes and the OCS ports each optical lane lands on."""
+    from rich.table import Table
+
+    from mfctl.inventory import load_inventory
+
+    inv = load_inventory(path)
+    if json_out:
+        emit_json({"schema": "mfctl.inventory.show/v1", **inv.model_dump(mode="json", exclude={"source"})})
+        return
+    con = out_console()
+    con.print(f"[bold]{inv.name}[/] — {inv.description}")
+    t = Table("host", "ssh", "GPUs", "NIC", "role", "NUMA", "lane", "netdev", "OCS tx", "OCS rx", title="hosts and lanes")
+    for h in inv.hosts:
+        first = True
+        for nic in h.nics:
+            for lane in nic.lanes:
+                t.add_row(h.name if first else "", f"{h.ssh.user}@{h.ssh.address}:{h.ssh.port}" if first else "",
+                          f"{h.gpus.count}x {h.gpus.model}" if first else "", f"{nic.name} {nic.model} {nic.speed_gbps:g}G",
+                          nic.role, str(nic.numa_node), f"{lane.index} ({nic.breakout})", lane.netdev,
+                          str(lane.ocs_tx or "—"), str(lane.ocs_rx or "—"))
+                first = False
+    con.print(t)
+    transports = ", ".join(f"{t.kind}:{getattr(t, 'device', None) or f'{t.address}:{t.port}'}" for t in inv.ocs.transports)
+    con.print(f"OCS [bold]{inv.ocs.name}[/]: {inv.ocs.model}, {inv.ocs.size.inputs}x{inv.ocs.size.outputs}, via {transports}")
+    con.print(f"EPS [bold]{inv.eps.name}[/]: {inv.eps.model}, {inv.eps.ports} x {inv.eps.port_speed_gbps:g}G")
+    for r in inv.regions:
+        con.print(f"region [bold]{r.name}[/]: {', '.join(r.hosts)}")

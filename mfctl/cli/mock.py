@@ -1,0 +1,66 @@
+"""``mfctl mock up|down|status`` — the simulated testbed on 127.0.0.1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors
+
+app = typer.Typer(help="Start, stop and inspect the mock testbed (SSH hosts + OCS emulator on loopback).",
+                  no_args_is_help=True)
+
+STATE_OPT = typer.Option(None, "--state-dir", help="Where the mock keeps keys, known_hosts and its inventory.",
+                         envvar="MFCTL_MOCK_STATE_DIR")
+
+
+@app.command()
+@handle_errors
+def up(inventory: Path = typer.Argument(Path("inventory/mfabric-prototype.yaml"), help="Testbed to mock."),
+       state_dir: Path = STATE_OPT,
+       time_scale: float = typer.Option(1.0, help="Simulated seconds per wall second (link-up, runtime)."),
+       json_out: bool = JSON_OPT):
+    """Start the mock testbed in the background and write an inventory pointing at it."""
+    from mfctl import mockctl
+
+    st = mockctl.start(inventory, state_dir, time_scale=time_scale)
+    if json_out:
+        emit_json({"schema": "mfctl.mock.status/v1", "running": True, **st})
+        return
+    typer.echo(f"mock testbed up (pid {st['pid']}): {len(st['hosts'])} SSH hosts, OCS on {st['ocs']['serial']} "
+               f"(serial), 127.0.0.1:{st['ocs']['tcp']} (TL1/TCP), 127.0.0.1:{st['ocs']['ssh']} (TL1/SSH)")
+    typer.echo(f"inventory: {st['inventory']}")
+
+
+@app.command()
+@handle_errors
+def down(state_dir: Path = STATE_OPT, json_out: bool = JSON_OPT):
+    """Stop the mock testbed."""
+    from mfctl import mockctl
+
+    was = mockctl.stop(state_dir)
+    if json_out:
+        emit_json({"schema": "mfctl.mock.down/v1", "stopped": was})
+        return
+    typer.echo("mock testbed stopped" if was else "no mock testbed was running")
+
+
+@app.command()
+@handle_errors
+def status(state_dir: Path = STATE_OPT, json_out: bool = JSON_OPT):
+    """Show whether the mock is running and where. Exit 1 when it is not."""
+    from mfctl import mockctl
+
+    st = mockctl.status(state_dir)
+    if json_out:
+        emit_json({"schema": "mfctl.mock.status/v1", "running": bool(st), **(st or {})})
+    elif st:
+        typer.echo(f"running (pid {st['pid']}), inventory {st['inventory']}")
+        for h, e in st["hosts"].items():
+            typer.echo(f"  {h:<10} ssh 127.0.0.1:{e['port']}")
+        typer.echo(f"  OCS        serial {st['ocs']['serial']}, tcp {st['ocs']['tcp']}, ssh {st['ocs']['ssh']}")
+    else:
+        typer.echo("not running")
+    if not st:
+        raise typer.Exit(1)

@@ -1,0 +1,170 @@
+"""``mfctl run PLAYBOOK`` and ``mfctl runs list|show``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from mfctl.cli.common import JSON_OPT, emit_json, err_console, handle_errors, out_console
+
+runs_app = typer.Typer(help="List and show past runs (runs/<run-id>/).", no_args_is_help=True)
+RUNS_DIR_OPT = typer.Option(None, "--runs-dir", envvar="MFCTL_RUNS_DIR", help="Where run directories go (default: ./runs).")
+
+
+def _observer(json_out: bool, total: int):
+    from mfctl.runtime.job import Observer
+
+    con = err_console()
+    live = con.is_terminal
+
+    class RichObserver(Observer):
+        def __init__(self):
+            self.progress = None
+            self.task = None
+
+        def phase(self, name, detail=""):
+            if name == "train" and live:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+                self.progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
+                                         TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=con)
+                self.task = self.progress.add_task("train", total=total, info="")
+                self.progress.start()
+            if self.progress:
+                self.progress.console.print(f"[cyan]{name:>8}[/] {detail}", highlight=False)
+            else:
+                con.print(f"[cyan]{name:>8}[/] {detail}", highlight=False)
+
+        def iteration(self, done, total_, m):
+            if self.progress:
+                self.progress.update(self.task, completed=done,
+                                     info=f"{m['seconds']:.2f} s/it  epoch {m['epoch']}{'  (reconfiguring)' if m.get('paused') else ''}")
+            elif done % 10 == 0 or done == total_:
+                con.print(f"   train iteration {done}/{total_}: {m['seconds']:.3f} s (testbed time)", highlight=False)
+
+        def reconfiguration(self, r):
+            msg = (f"epoch {r['epoch']} done: +{r['xc_added']}/-{r['xc_removed']} cross-connects, switch "
+                   f"{r['t_switch_ms']:.1f} ms, link-up {r['t_linkup_ms'] / 1000:.2f} s, runtime {r['t_runtime_ms']:.0f} ms")
+            (self.progress.console if self.progress else con).print(f"[magenta]{'reconfig':>8}[/] {msg}", highlight=False)
+
+        def warning(self, message):
+            (self.progress.console if self.progress else con).print(f"[yellow]warning:[/] {message}", highlight=False)
+
+        def close(self):
+            if self.progress:
+                self.progress.stop()
+
+    return RichObserver()
+
+
+def render_summary(s: dict) -> None:
+    from rich.table import Table
+
+    con = out_console()
+    status = {"ok": "[green]ok[/]", "failed": "[red]failed[/]", "interrupted": "[yellow]interrupted[/]"}[s["status"]]
+    con.print(f"\n[bold]run {s['run_id']}[/] — {s['playbook']} on {s['inventory']}: {status}")
+    if s.get("error"):
+        con.print(f"[red]{s['error']}[/]", highlight=False)
+    t = Table(show_header=False, title="summary", title_justify="left")
+    it = s.get("iteration_time_s") or {}
+    t.add_row("iterations", f"{s['iterations']} / {s['iterations_planned']}")
+    if it:
+        t.add_row("iteration time", f"mean {it['mean']:.3f} s, p50 {it['p50']:.3f} s, min {it['min']:.3f} s, max {it['max']:.3f} s")
+        t.add_row("throughput", f"{s['tokens_per_s']:,.0f} tokens/s")
+    if s.get("ep_share_on_circuits") is not None:
+        t.add_row("EP bytes on circuits", f"{100 * s['ep_share_on_circuits']:.1f}% of {s['ep_inter_server_bytes'] / 1e12:.2f} TB inter-server")
+    t.add_row("health", f"{s['health']['ok']}/{s['health']['hosts']} hosts ok (sweep {s['health']['sweep_s']:.2f} s)")
+    t.add_row("time", f"{s['simulated_train_s']:.1f} s testbed time in {s['wall_train_s']:.1f} s wall (x{s['time_scale']:g})")
+    ocs = s.get("ocs")
+    if ocs:
+        t.add_row("OCS read-back", ("[green]matches the last plan[/]" if ocs["matches_last_plan"] else "[red]DIFFERS from the last plan[/]")
+                  + f" — {len(ocs['cross_connects'])} cross-connects via {ocs['endpoint']}")
+    con.print(t)
+    if s["reconfigurations"]:
+        r = Table("epoch", "iter", "+xc", "-xc", "plan ms", "switch ms", "link-up s", "runtime ms", "pred. gain s", "objective before→after ms",
+                  title="reconfigurations (link-up and runtime in testbed time)", title_justify="left")
+        for x in s["reconfigurations"]:
+            r.add_row(str(x["epoch"]), str(x["iteration"]), str(x["xc_added"]), str(x["xc_removed"]), f"{x['t_plan_ms']:.1f}",
+                      f"{x['t_switch_ms']:.1f}", f"{x['t_linkup_ms'] / 1000:.2f}", f"{x['t_runtime_ms']:.0f}",
+                      f"{x['predicted_gain_s']:.2f}", f"{x['objective_before_s'] * 1000:.1f} → {x['objective_after_s'] * 1000:.1f}")
+        con.print(r)
+    else:
+        con.print("no reconfigurations (the policy found none worth its cost)")
+    if ocs:
+        for region, cs in ocs["circuits"].items():
+            con.print(f"circuits in {region}: " + ", ".join(f"{c['a']}↔{c['b']}" for c in cs), highlight=False)
+    con.print(f"run directory: {s['run_dir']}")
+
+
+@handle_errors
+def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbooks/)."),
+        inventory: Path = typer.Option(None, "--inventory", "-i", envvar="MFCTL_INVENTORY",
+                                       help="Use this inventory (e.g. a running mock's) instead of the playbook's."),
+        runs_dir: Path = RUNS_DIR_OPT,
+        skip_health: bool = typer.Option(False, "--skip-health", help="Run even if the health sweep finds critical problems."),
+        json_out: bool = JSON_OPT):
+    """Run a reconfigurable MoE training job (starts and stops the mock testbed if the playbook says so)."""
+    from mfctl.runtime.job import Job
+    from mfctl.runtime.playbook import load_playbook
+
+    pb = load_playbook(playbook)
+    obs = _observer(json_out, pb.training.iterations)
+    try:
+        summary = Job(pb, inventory_override=str(inventory) if inventory else None, runs_dir=str(runs_dir) if runs_dir else None,
+                      observer=obs, skip_health=skip_health).run()
+    finally:
+        obs.close()
+    if json_out:
+        emit_json(summary)
+    else:
+        render_summary(summary)
+    raise typer.Exit(summary["exit_code"])
+
+
+def _runs_dir(runs_dir: Path | None) -> Path:
+    from mfctl import settings
+
+    return Path(runs_dir or settings.get("runs_dir"))
+
+
+@runs_app.command("list")
+@handle_errors
+def list_runs(runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
+    """List runs with their status, iterations and throughput."""
+    from rich.table import Table
+
+    rows = []
+    d = _runs_dir(runs_dir)
+    for p in sorted(d.glob("*/summary.json")) if d.exists() else []:
+        s = json.loads(p.read_text())
+        rows.append({k: s.get(k) for k in ("run_id", "playbook", "status", "iterations", "tokens_per_s")}
+                    | {"reconfigurations": len(s.get("reconfigurations", []))})
+    if json_out:
+        emit_json({"schema": "mfctl.runs.list/v1", "runs": rows})
+        return
+    t = Table("run", "playbook", "status", "iterations", "tokens/s", "reconfigs")
+    for r in rows:
+        t.add_row(r["run_id"], r["playbook"], r["status"], str(r["iterations"]),
+                  f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "—", str(r["reconfigurations"]))
+    out_console().print(t)
+
+
+@runs_app.command("show")
+@handle_errors
+def show_run(run_id: str = typer.Argument(..., help="Run id (a directory under the runs dir)."),
+             runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
+    """Show a run's summary."""
+    from mfctl.errors import ConfigError
+
+    p = _runs_dir(runs_dir) / run_id / "summary.json"
+    if not p.exists():
+        raise ConfigError(f"no run {run_id!r} (no {p})")
+    s = json.loads(p.read_text())
+    if json_out:
+        emit_json(s)
+    else:
+        render_summary(s)
+
+

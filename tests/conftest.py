@@ -1,0 +1,31 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+PROTOTYPE = ROOT / "inventory" / "mfabric-prototype.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_state(tmp_path, monkeypatch):
+    """Every test gets its own state dir (locks, mock) and runs dir."""
+    monkeypatch.setenv("MFCTL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("MFCTL_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("MFCTL_LOG_FILE", str(tmp_path / "mfctl.log"))
+    yield
+
+
+def mfctl_cmd(*args):
+    return [sys.executable, "-m", "mfctl", *map(str, args)]
+
+
+@pytest.fixture
+def cli_env(tmp_path):
+    env = dict(os.environ)
+    env["MFCTL_STATE_DIR"] = str(tmp_path / "state")
+    env["MFCTL_RUNS_DIR"] = str(tmp_path / "runs")
+    env["MFCTL_LOG_FILE"] = str(tmp_path / "mfctl.log")
+    return env

@@ -1,0 +1,115 @@
+"""End to end: the main job on the mock testbed, through the real CLI and the real wires."""
+
+import json
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import DATA, mfctl_cmd
+from mfctl import mockctl
+from mfctl.lock import TestbedLock as HeldLock
+from mfctl.runtime.job import Job
+from mfctl.runtime.playbook import load_playbook
+
+SHORT = DATA / "playbooks" / "short.yaml"
+
+
+def _variant(tmp_path, **changes) -> Path:
+    doc = yaml.safe_load(SHORT.read_text())
+    for k, v in changes.items():
+        doc.setdefault(k, {}).update(v) if isinstance(v, dict) else doc.__setitem__(k, v)
+    doc["inventory"] = str((SHORT.parent / doc["inventory"]).resolve())
+    p = tmp_path / "pb.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def test_main_job_end_to_end_via_cli(tmp_path, cli_env):
+    t0 = time.monotonic()
+    r = subprocess.run(mfctl_cmd("run", SHORT, "--json"), capture_output=True, text=True, env=cli_env, timeout=120)
+    wall = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads(r.stdout)
+    assert s["status"] == "ok" and s["iterations"] == 12 == s["iterations_planned"]
+    assert len(s["reconfigurations"]) >= 1
+    rc = s["reconfigurations"][0]
+    assert rc["t_switch_ms"] > 30 and rc["t_linkup_ms"] > 4000 and rc["t_runtime_ms"] > 0
+    assert rc["objective_after_s"] < rc["objective_before_s"]
+    # the OCS state read back equals the last plan: every circuit's two cross-connects, nothing else
+    ocs = s["ocs"]
+    assert ocs["matches_last_plan"] is True
+    planned = sorted([i, o] for c in ocs["circuits"]["region0"] for i, o in c["cross_connects"])
+    assert planned == ocs["cross_connects"]
+    # tokens/s agrees with the batch and the iteration times: DP 8 x 4096 tokens x 8 micro-batches
+    tokens_per_iter = 8 * 4096 * 1 * 8
+    assert s["tokens"] == 12 * tokens_per_iter
+    run_dir = Path(s["run_dir"])
+    db = sqlite3.connect(run_dir / "metrics.db")
+    (n_rows,) = db.execute("SELECT COUNT(*) FROM iterations").fetchone()
+    assert n_rows == 12 * 4  # every host reports every iteration
+    (sum_s,) = db.execute("SELECT SUM(seconds) FROM iterations WHERE host='gpu01'").fetchone()
+    assert s["tokens_per_s"] == pytest.approx(12 * tokens_per_iter / sum_s, rel=1e-3)
+    assert db.execute("SELECT COUNT(*) FROM reconfigurations").fetchone()[0] == len(s["reconfigurations"])
+    assert db.execute("SELECT status FROM run").fetchone()[0] == "ok"
+    assert 0 < s["ep_share_on_circuits"] <= 1
+    # the journal has intent, commands and verification for every OCS change
+    ops = [json.loads(l)["op"] for l in (run_dir / "journal.jsonl").read_text().splitlines()]
+    assert ops.count("ocs.intent") == ops.count("ocs.verify") == 1 + len(s["reconfigurations"])
+    assert (run_dir / "logs" / "gpu01.log").read_text().count("iteration ") >= 12
+    # the mock was stopped with the run
+    assert not (run_dir / "mock" / "status.json").exists()
+    assert wall < 60
+
+
+def test_worker_crash_stops_everything_and_exits_1(tmp_path):
+    pb = load_playbook(_variant(tmp_path, mock={"crash_host": "gpu03", "crash_at_iteration": 5}))
+    s = Job(pb, runs_dir=str(tmp_path / "runs")).run()
+    assert s["exit_code"] == 1 and s["status"] == "failed" and "gpu03" in s["error"]
+    recs = [json.loads(l) for l in (Path(s["run_dir"]) / "journal.jsonl").read_text().splitlines()]
+    final = [r for r in recs if r["op"] == "ocs.final"]
+    assert final and final[-1]["matches_plan"] is True  # the OCS is consistent with the journal
+    stopped = [r for r in recs if r["op"] == "runtime.stopped"][0]["workers"]
+    assert all(w["rc"] is not None or w["error"] for w in stopped.values())
+    with HeldLock("mfabric-prototype-mock", "test"):  # released
+        pass
+    assert mockctl.status(Path(s["run_dir"]) / "mock") is None
+
+
+def test_lock_held_exits_5(tmp_path):
+    pb = load_playbook(SHORT)
+    with HeldLock("mfabric-prototype-mock", "someone else"):
+        s = Job(pb, runs_dir=str(tmp_path / "runs")).run()
+    assert s["exit_code"] == 5 and "locked" in s["error"]
+
+
+def test_ctrl_c_exits_130_and_cleans_up(tmp_path, cli_env):
+    pb = _variant(tmp_path, training={"iterations": 200})
+    p = subprocess.Popen(mfctl_cmd("run", pb, "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env)
+    runs = Path(cli_env["MFCTL_RUNS_DIR"])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until training is under way
+        logs = list(runs.glob("*/logs/gpu01.log"))
+        if logs and logs[0].read_text().count("iteration ") >= 3:
+            break
+        time.sleep(0.1)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err[-2000:]
+    s = json.loads(out)
+    assert s["status"] == "interrupted" and 1 <= s["iterations"] < 200
+    run_dir = Path(s["run_dir"])
+    assert mockctl.status(run_dir / "mock") is None
+    recs = [json.loads(l) for l in (run_dir / "journal.jsonl").read_text().splitlines()]
+    assert [r for r in recs if r["op"] == "ocs.final"][-1]["matches_plan"] is True
+
+
+def test_bad_playbook_exit_3(tmp_path, cli_env):
+    p = tmp_path / "pb.yaml"
+    p.write_text(SHORT.read_text().replace("parallelism: {ep: 8, tp: 4}", "parallelism: {ep: 8, tp: 4, pp: 2}"))
+    r = subprocess.run(mfctl_cmd("run", p), capture_output=True, text=True, env=cli_env)
+    assert r.returncode == 3 and "unknown key 'pp'" in r.stderr and "pb.yaml:" in r.stderr

@@ -1,0 +1,82 @@
+"""Inventory validation: good file loads; bad files get file:line and exit code 3."""
+
+import subprocess
+import textwrap
+
+import pytest
+
+from conftest import PROTOTYPE, mfctl_cmd
+from mfctl.errors import ConfigError
+from mfctl.inventory import load_inventory
+
+
+def test_prototype_describes_the_paper_testbed():
+    inv = load_inventory(PROTOTYPE)
+    assert len(inv.hosts) == 4 and all(h.gpus.count == 8 for h in inv.hosts)
+    for h in inv.hosts:
+        assert [n.role for n in h.nics] == ["ocs", "ocs", "ocs", "eps"]
+        assert all(n.speed_gbps == 100 and n.model.startswith("ConnectX-6") for n in h.nics)
+    assert inv.ocs.size.inputs == 384 and inv.eps.model == "NVIDIA Spectrum SN3700"
+    assert inv.regions[0].hosts == ["gpu01", "gpu02", "gpu03", "gpu04"]
+    lanes = [l for h in inv.hosts for _, l in h.ocs_lanes()]
+    assert len(lanes) == 12 and len({l.ocs_tx for l in lanes}) == 12
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "inv.yaml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def _mutate(tmp_path, old, new, count=1):
+    src = PROTOTYPE.read_text()
+    assert old in src
+    p = tmp_path / "bad.yaml"
+    p.write_text(src.replace(old, new, count))
+    return p
+
+
+def _line_of(path, needle, nth=1):
+    seen = 0
+    for i, ln in enumerate(path.read_text().splitlines(), 1):
+        if needle in ln:
+            seen += 1
+            if seen == nth:
+                return i
+    raise AssertionError(needle)
+
+
+@pytest.mark.parametrize("old,new,needle,nth,msg", [
+    ("  port_speed_gbps: 200", "  port_speed_gbps: 200\n  colour: blue", "colour:", 1, "unknown key 'colour'"),
+    ("  ports: 32", "  ports: 32\n  ports: 64", "ports: 64", 1, "duplicate key 'ports'"),
+    ("ocs_tx: 4,", "ocs_tx: 1,", "ocs_tx: 1,", 2, "OCS port 1 used twice"),
+    ("{index: 0, netdev: ens1f0np0, ocs_tx: 1, ocs_rx: 385}", "{index: 0, netdev: ens1f0np0, ocs_rx: 385}",
+     "netdev: ens1f0np0, ocs_rx: 385", 1, "has no ocs_tx port"),
+    ("ocs_rx: 385}", "ocs_rx: 999}", "ocs_rx: 999", 1, "beyond the OCS output ports 385..768"),
+    ("hosts: [gpu01, gpu02, gpu03, gpu04]", "hosts: [gpu01, gpu02, gpu03, gpu09]", "hosts: [gpu01", 1, "missing host 'gpu09'"),
+])
+def test_bad_inventory_names_file_and_line(tmp_path, old, new, needle, nth, msg):
+    p = _mutate(tmp_path, old, new)
+    with pytest.raises(ConfigError) as e:
+        load_inventory(p)
+    line = _line_of(p, needle, nth)
+    assert msg in str(e.value)
+    assert f"{p}:{line}:" in str(e.value), (str(e.value), line)
+    assert e.value.exit_code == 3
+
+
+def test_yaml_syntax_error_has_a_line(tmp_path):
+    p = _write(tmp_path, "name: x\nhosts: [\n  - a: b\n")
+    with pytest.raises(ConfigError) as e:
+        load_inventory(p)
+    assert str(p) in str(e.value) and e.value.line is not None
+
+
+def test_cli_exit_code_3_and_json(tmp_path, cli_env):
+    p = _mutate(tmp_path, "  ports: 32", "  ports: 32\n  ports: 64")
+    r = subprocess.run(mfctl_cmd("inventory", "validate", p), capture_output=True, text=True, env=cli_env)
+    assert r.returncode == 3 and "duplicate key 'ports'" in r.stderr and f"bad.yaml:{_line_of(p, 'ports: 64')}" in r.stderr
+    r = subprocess.run(mfctl_cmd("inventory", "validate", PROTOTYPE, "--json"), capture_output=True, text=True, env=cli_env)
+    assert r.returncode == 0 and '"valid": true' in r.stdout and '"gpus": 32' in r.stdout
+    r = subprocess.run(mfctl_cmd("inventory", "validate", tmp_path / "missing.yaml", "--json"), capture_output=True, text=True, env=cli_env)
+    assert r.returncode == 3 and '"exit_code": 3' in r.stdout

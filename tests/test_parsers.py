@@ -1,0 +1,55 @@
+"""Parsers against real captured output (tests/data, from shared/corpus) and odd input."""
+
+import json
+
+import pytest
+
+from conftest import DATA
+from mfctl.errors import ParseError
+from mfctl.hosts import iproute, nvidia_smi
+
+
+def test_nvidia_smi_query_csv_real_h100_capture():
+    rows = nvidia_smi.parse_query_csv((DATA / "nvidia-smi" / "h100-query-gpu-csv-load-drv590.txt").read_text())
+    assert len(rows) == 1
+    r = rows[0]
+    # values read off the file by hand
+    assert r["name"] == "NVIDIA H100 80GB HBM3" and r["driver_version"] == "590.48.01"
+    assert r["temperature.gpu"] == 59 and r["power.draw"] == 631.95 and r["power.limit"] == 700.0
+    assert r["memory.total"] == 81559 and r["memory.used"] == 19818 and r["utilization.gpu"] == 100
+    assert r["persistence_mode"] == "Enabled" and r["ecc.errors.uncorrected.volatile.total"] == 0
+    # missing data is None, never a number or the placeholder text
+    assert r["fan.speed"] is None and r["display_mode"] is None and r["power.management"] is None
+    g = nvidia_smi.GPUStatus.from_row(r)
+    assert (g.index, g.temperature_c, g.power_w, g.persistence) == (0, 59, 631.95, True)
+
+
+@pytest.mark.parametrize("text,line", [
+    ("", 1),
+    ('Field "bogus" is not a valid field to query.\n', 1),
+    ("index, name\n0, A100, extra\n", 2),
+    ("<xml>\n", 1),
+])
+def test_nvidia_smi_bad_output_is_a_typed_error(text, line):
+    with pytest.raises(ParseError) as e:
+        nvidia_smi.parse_query_csv(text)
+    assert e.value.tool == "nvidia-smi" and e.value.line_no == line and "expected" in str(e.value)
+
+
+def test_nvidia_smi_err_and_na_are_missing_not_numbers():
+    rows = nvidia_smi.parse_query_csv("index, temperature.gpu, power.draw [W]\n0, ERR!, [N/A]\n1, 40, 61.00 W\n")
+    assert rows[0]["temperature.gpu"] is None and rows[0]["power.draw"] is None
+    assert rows[1]["power.draw"] == 61.0
+
+
+def test_ip_link_json():
+    doc = [{"ifindex": 1, "ifname": "lo", "flags": ["LOOPBACK", "UP", "LOWER_UP"], "mtu": 65536, "operstate": "UNKNOWN"},
+           {"ifindex": 2, "ifname": "ens1f0np0", "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"], "mtu": 9000, "operstate": "UP"},
+           {"ifindex": 3, "ifname": "ens2f0np0", "flags": ["NO-CARRIER", "BROADCAST", "UP"], "mtu": 9000, "operstate": "DOWN"}]
+    links = iproute.parse_links(json.dumps(doc))
+    assert links["ens1f0np0"].up and not links["ens2f0np0"].up and links["ens1f0np0"].mtu == 9000
+    with pytest.raises(ParseError) as e:
+        iproute.parse_links("Device \"x\" does not exist.")
+    assert e.value.tool == "ip -j link"
+    with pytest.raises(ParseError):
+        iproute.parse_links('{"ifname": "x"}')

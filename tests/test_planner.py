@@ -1,0 +1,94 @@
+"""Planner and lane mapping on small cases whose answer is known by hand."""
+
+import numpy as np
+import pytest
+
+from conftest import PROTOTYPE
+from mfctl.fabric import mapping
+from mfctl.fabric.planner import LinkRates, enumerate_topologies, greedy, objective, plan
+from mfctl.inventory import load_inventory
+
+R = LinkRates(circuit_Bps=1.0, eps_Bps=1.0)
+
+
+def sym(pairs, n):
+    B = np.zeros((n, n))
+    for (i, j), v in pairs.items():
+        B[i, j] = B[j, i] = v / 2
+    return B
+
+
+def test_greedy_follows_the_paper_first_circuits_then_the_largest_ratio():
+    S = np.zeros((3, 3))
+    S[0, 1] = S[1, 0] = 10
+    S[0, 2] = S[2, 0] = 1
+    S[1, 2] = S[2, 1] = 1
+    # every demanded pair first gets one circuit (T = inf), then ports are exhausted
+    assert greedy(S, np.array([2, 2, 2])).tolist() == [[0, 1, 1], [1, 0, 1], [1, 1, 0]]
+    # with 3 ports each the spare port goes to the bottleneck pair 0-1? No: 0 and 1 have one
+    # port left each, 2 has one: the largest S/C among pairs with both ends free is 0-1.
+    assert greedy(S, np.array([3, 3, 2])).tolist() == [[0, 2, 1], [2, 0, 1], [1, 1, 0]]
+
+
+def test_exact_beats_greedy_where_the_optimum_is_known():
+    B = sym({(0, 1): 100, (0, 2): 1, (1, 2): 1}, 3)
+    ports = np.array([2, 2, 2])
+    # by hand: greedy builds the triangle, bottleneck 0-1 = 50 B / 1 B/s per direction;
+    # doubling 0-1 gives 25 s and leaves 0-2, 1-2 (0.5 B each way) on the EPS: 1 s at server 2.
+    p = plan(B, ports, R, method="exact")
+    assert p.greedy_objective_s == pytest.approx(4 * 50)
+    assert p.objective_s == pytest.approx(4 * 25)
+    assert p.circuits[0, 1] == 2 and p.method == "exact"
+    assert plan(B, ports, R, method="local").objective_s == pytest.approx(4 * 25)
+
+
+def test_objective_counts_eps_fallback_and_the_four_all_to_alls():
+    B = sym({(0, 1): 8, (2, 3): 8, (0, 2): 2}, 4)
+    C = np.zeros((4, 4), int)
+    C[0, 1] = C[1, 0] = 1
+    # circuits: 0-1 carries 4 B each way (4 s). EPS: 2-3 (4 B) + 2-0 (1 B) leave server 2: 5 s
+    assert objective(B, C, R)[0] == pytest.approx(2 * (5 + 5))
+
+
+def test_enumeration_size_for_the_prototype_region():
+    # 4 servers x 3 ports: every multigraph with degree <= 3 (full-degree ones are 10, DESIGN §6)
+    allc = enumerate_topologies(np.array([3, 3, 3, 3]))
+    full = [c for c in allc if (c.sum(axis=1) == 3).all()]
+    assert len(full) == 10
+
+
+def test_best_is_never_worse_than_greedy_on_random_traffic():
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        B = rng.gamma(0.5, 1e8, size=(3, 4, 4))
+        p = plan(B, [3, 3, 3, 3])
+        assert p.objective_s <= p.greedy_objective_s + 1e-12
+        assert (p.circuits.sum(axis=1) <= 3).all() and (p.circuits == p.circuits.T).all()
+
+
+def test_mapping_is_stable_spreads_numa_and_makes_two_cross_connects_per_circuit():
+    inv = load_inventory(PROTOTYPE)
+    hosts = [h.name for h in inv.hosts]
+    lanes = mapping.region_lanes(inv, hosts)
+    K4 = np.ones((4, 4), int) - np.eye(4, dtype=int)
+    first = mapping.map_circuits(K4, hosts, lanes)
+    xc = mapping.cross_connect_map(first)
+    assert len(first) == 6 and len(xc) == 12
+    # every circuit is TX(a)->RX(b) and TX(b)->RX(a)
+    for c in first:
+        assert xc[c.a.ocs_tx] == c.b.ocs_rx and xc[c.b.ocs_tx] == c.a.ocs_rx
+    assert mapping.circuits_from_cross_connects(lanes, xc) == sorted(first, key=lambda c: c.a.ocs_tx) or \
+        set(mapping.circuits_from_cross_connects(lanes, xc)) == set(first)
+    # new plan: double 0-1 and 2-3, keep 0-3 and 1-2 -> those two circuits keep their lanes
+    C = np.array([[0, 2, 0, 1], [2, 0, 1, 0], [0, 1, 0, 2], [1, 0, 2, 0]])
+    second = mapping.map_circuits(C, hosts, lanes, first)
+    kept = [c for c in second if c in first]
+    assert {frozenset((c.a.host, c.b.host)) for c in kept} >= {frozenset(("gpu01", "gpu04")), frozenset(("gpu02", "gpu03")),
+                                                               frozenset(("gpu01", "gpu02")), frozenset(("gpu03", "gpu04"))}
+    assert (mapping.circuit_matrix(second, hosts) == C).all()
+    # parallel circuits between one pair sit on different NUMA nodes where possible
+    fresh = mapping.map_circuits(C, hosts, lanes)
+    pair01 = [c for c in fresh if {c.a.host, c.b.host} == {"gpu01", "gpu02"}]
+    assert len(pair01) == 2 and len({c.a.numa for c in pair01}) == 2
+    routes = mapping.route_table(second, hosts)
+    assert routes["gpu01->gpu03"] == {"via": "eps"} and len(routes["gpu01->gpu02"]["lanes"]) == 2
