@@ -1,0 +1,84 @@
+"""SSH to mock hosts: strict host keys, accept-new opt-in, quoting, timeouts, results as data."""
+
+import shlex
+
+import paramiko
+import pytest
+
+from mfctl.errors import UnreachableError
+from mfctl.mock.sshd import MockSSHServer
+from mfctl.transport.ssh import SSHPool, SSHTarget, connect, quote_argv
+
+
+@pytest.fixture
+def server(tmp_path):
+    hk = paramiko.ECDSAKey.generate(bits=256)
+    ck = paramiko.ECDSAKey.generate(bits=256)
+    kf = tmp_path / "id"
+    ck.write_private_key_file(str(kf))
+    seen = []
+
+    def on_exec(cmd, chan):
+        seen.append(cmd)
+        argv = shlex.split(cmd)
+        if argv[0] == "echo":
+            chan.sendall((" ".join(argv[1:]) + "\n").encode())
+            return 0
+        if argv[0] == "sleep":
+            import time
+            time.sleep(float(argv[1]))
+            return 0
+        chan.sendall_stderr(f"bash: {argv[0]}: command not found\n".encode())
+        return 127
+
+    srv = MockSSHServer("h1", hk, users={"ops"}, authorized_keys=[ck], on_exec=on_exec)
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"[127.0.0.1]:{srv.port} {hk.get_name()} {hk.get_base64()}\n")
+    yield srv, SSHTarget(name="h1", address="127.0.0.1", port=srv.port, user="ops", key_file=str(kf), agent=False,
+                         known_hosts=str(kh)), seen, hk
+    srv.close()
+
+
+def test_results_are_data_and_words_are_quoted(server):
+    srv, target, seen, _ = server
+    hostile = "a b; rm -rf / $(reboot) `id` 'q\""
+    with SSHPool([target]) as pool:
+        r = pool.run("h1", ["echo", hostile])
+        assert r.ok and r.rc == 0 and r.stdout == hostile + "\n"
+        assert shlex.split(seen[-1]) == ["echo", hostile]  # one word on the far side, nothing injected
+        bad = pool.run("h1", ["nosuchtool", "x"])
+        assert bad.rc == 127 and not bad.ok and "command not found" in bad.stderr and bad.error is None
+        slow = pool.run("h1", ["sleep", "2"], timeout=0.3)
+        assert slow.error and "timeout" in slow.error and not slow.ok
+    assert quote_argv(["a", "b c", "$(x)"]) == "a 'b c' '$(x)'"
+
+
+def test_unknown_host_key_is_refused_by_default(server, tmp_path):
+    srv, target, _, _ = server
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    target.known_hosts = str(empty)
+    with pytest.raises(UnreachableError, match="not in"):
+        connect(target, timeout=3)
+    with SSHPool([target]) as pool:  # through the pool it is data, not an exception
+        r = pool.run("h1", ["echo", "x"])
+        assert not r.ok and "host_key_policy: accept-new" in r.error
+
+
+def test_accept_new_records_the_key_and_changed_key_is_refused(server, tmp_path):
+    srv, target, _, hk = server
+    kh = tmp_path / "kh_new"
+    target.known_hosts, target.host_key_policy = str(kh), "accept-new"
+    connect(target, timeout=3).close()
+    assert hk.get_base64() in kh.read_text()
+    other = paramiko.ECDSAKey.generate(bits=256)
+    kh.write_text(f"[127.0.0.1]:{srv.port} {other.get_name()} {other.get_base64()}\n")
+    with pytest.raises(UnreachableError, match="CHANGED"):
+        connect(target, timeout=3)
+
+
+def test_connection_refused_is_unreachable():
+    t = SSHTarget(name="nowhere", address="127.0.0.1", port=1)
+    with pytest.raises(UnreachableError) as e:
+        connect(t, timeout=2)
+    assert e.value.exit_code == 4 and "127.0.0.1:1" in str(e.value)
