@@ -8,7 +8,6 @@ BIN := $(VENV)/bin
 
 $(BIN)/mfctl: pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
 	@touch $(BIN)/mfctl
 

@@ -19,7 +19,7 @@ STATE_OPT = typer.Option(None, "--state-dir", help="Where the mock keeps keys, k
 @handle_errors
 def up(inventory: Path = typer.Argument(Path("inventory/mfabric-prototype.yaml"), help="Testbed to mock."),
        state_dir: Path = STATE_OPT,
-       time_scale: float = typer.Option(1.0, help="Simulated seconds per wall second (link-up, runtime)."),
+       time_scale: float = typer.Option(1.0, envvar="MFCTL_MOCK_TIME_SCALE", help="Simulated seconds per wall second (link-up, runtime)."),
        json_out: bool = JSON_OPT):
     """Start the mock testbed in the background and write an inventory pointing at it."""
     from mfctl import mockctl

@@ -73,6 +73,9 @@ def render_summary(s: dict) -> None:
     if it:
         t.add_row("iteration time", f"mean {it['mean']:.3f} s, p50 {it['p50']:.3f} s, min {it['min']:.3f} s, max {it['max']:.3f} s")
         t.add_row("throughput", f"{s['tokens_per_s']:,.0f} tokens/s")
+        by = s.get("iteration_time_by_epoch_s") or {}
+        if len(by) > 1:
+            t.add_row("per topology epoch", ", ".join(f"epoch {e}: {v:.3f} s" for e, v in by.items()))
     if s.get("ep_share_on_circuits") is not None:
         t.add_row("EP bytes on circuits", f"{100 * s['ep_share_on_circuits']:.1f}% of {s['ep_inter_server_bytes'] / 1e12:.2f} TB inter-server")
     t.add_row("health", f"{s['health']['ok']}/{s['health']['hosts']} hosts ok (sweep {s['health']['sweep_s']:.2f} s)")
@@ -83,12 +86,12 @@ def render_summary(s: dict) -> None:
                   + f" — {len(ocs['cross_connects'])} cross-connects via {ocs['endpoint']}")
     con.print(t)
     if s["reconfigurations"]:
-        r = Table("epoch", "iter", "+xc", "-xc", "plan ms", "switch ms", "link-up s", "runtime ms", "pred. gain s", "objective before→after ms",
-                  title="reconfigurations (link-up and runtime in testbed time)", title_justify="left")
+        r = Table("epoch", "iter", "xc +/-", "switch", "link-up", "runtime", "a2a est. before→after",
+                  title="reconfigurations (link-up, runtime: testbed time)", title_justify="left")
         for x in s["reconfigurations"]:
-            r.add_row(str(x["epoch"]), str(x["iteration"]), str(x["xc_added"]), str(x["xc_removed"]), f"{x['t_plan_ms']:.1f}",
-                      f"{x['t_switch_ms']:.1f}", f"{x['t_linkup_ms'] / 1000:.2f}", f"{x['t_runtime_ms']:.0f}",
-                      f"{x['predicted_gain_s']:.2f}", f"{x['objective_before_s'] * 1000:.1f} → {x['objective_after_s'] * 1000:.1f}")
+            r.add_row(str(x["epoch"]), str(x["iteration"]), f"+{x['xc_added']}/-{x['xc_removed']}",
+                      f"{x['t_switch_ms']:.1f} ms", f"{x['t_linkup_ms'] / 1000:.2f} s", f"{x['t_runtime_ms']:.0f} ms",
+                      f"{x['objective_before_s'] * 1000:.0f} → {x['objective_after_s'] * 1000:.0f} ms")
         con.print(r)
     else:
         con.print("no reconfigurations (the policy found none worth its cost)")
@@ -103,7 +106,7 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
         inventory: Path = typer.Option(None, "--inventory", "-i", envvar="MFCTL_INVENTORY",
                                        help="Use this inventory (e.g. a running mock's) instead of the playbook's."),
         runs_dir: Path = RUNS_DIR_OPT,
-        skip_health: bool = typer.Option(False, "--skip-health", help="Run even if the health sweep finds critical problems."),
+        skip_health: bool = typer.Option(False, "--skip-health", envvar="MFCTL_SKIP_HEALTH", help="Run even if the health sweep finds critical problems."),
         json_out: bool = JSON_OPT):
     """Run a reconfigurable MoE training job (starts and stops the mock testbed if the playbook says so)."""
     from mfctl.runtime.job import Job

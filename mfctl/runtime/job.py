@@ -543,6 +543,9 @@ class Job:
             "iteration_time_s": {"mean": _r(np.mean(secs)), "p50": _r(np.percentile(secs, 50)),
                                  "min": _r(min(secs)), "max": _r(max(secs))} if secs else None,
             "tokens_per_s": _r(tokens / sum(secs)) if secs else None,
+            "iteration_time_by_epoch_s": {str(e): _r(np.mean([r["seconds"] for r in rows if r["epoch"] == e and not r.get("paused")]))
+                                          for e in sorted({r["epoch"] for r in rows})
+                                          if any(r["epoch"] == e and not r.get("paused") for r in rows)},
             "tokens": tokens, "simulated_train_s": _r(sum(secs)), "wall_train_s": _r(wall),
             "ep_inter_server_bytes": inter, "ep_bytes_on_circuits": ocs,
             "ep_share_on_circuits": _r(ocs / inter) if inter else None,
