@@ -55,7 +55,32 @@ class SerialStream:
             pass
 
 
-class TCPStream:
+class _SocketLike:
+    """write/read/close over an object with ``sendall``/``recv``/``settimeout`` (socket, SSH channel)."""
+
+    name = "stream"
+    _io = None
+
+    def write(self, data: bytes) -> None:
+        try:
+            self._io.sendall(data)
+        except OSError as e:
+            raise ConnectionError(f"{self.name}: write failed: {e}") from e
+
+    def read(self, timeout: float) -> bytes:
+        self._io.settimeout(max(0.001, timeout))
+        try:
+            data = self._io.recv(65536)
+        except (socket.timeout, TimeoutError):
+            return b""
+        except OSError as e:
+            raise ConnectionError(f"{self.name}: read failed: {e}") from e
+        if not data:
+            raise ConnectionError(f"{self.name}: connection closed by peer")
+        return data
+
+
+class TCPStream(_SocketLike):
     """Raw TL1 over TCP (Polatis default port 3082)."""
 
     def __init__(self, address: str, port: int, *, connect_timeout: float = 10.0):
@@ -67,24 +92,7 @@ class TCPStream:
         except OSError as e:
             raise UnreachableError(f"{self.name}: connect failed: {e.strerror or e}") from e
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def write(self, data: bytes) -> None:
-        try:
-            self._sock.sendall(data)
-        except OSError as e:
-            raise ConnectionError(f"{self.name}: write failed: {e}") from e
-
-    def read(self, timeout: float) -> bytes:
-        self._sock.settimeout(max(0.001, timeout))
-        try:
-            data = self._sock.recv(65536)
-        except (socket.timeout, TimeoutError):
-            return b""
-        except OSError as e:
-            raise ConnectionError(f"{self.name}: read failed: {e}") from e
-        if not data:
-            raise ConnectionError(f"{self.name}: connection closed by peer")
-        return data
+        self._io = self._sock
 
     def close(self) -> None:
         try:
@@ -93,7 +101,7 @@ class TCPStream:
             pass
 
 
-class SSHStream:
+class SSHStream(_SocketLike):
     """TL1 over an SSH shell channel (Polatis default port 6252), strict host keys."""
 
     def __init__(self, target, *, connect_timeout: float = 10.0):
@@ -103,27 +111,10 @@ class SSHStream:
         self._client = connect(target, connect_timeout)
         try:
             self._chan = self._client.invoke_shell(term="dumb", width=200)
+            self._io = self._chan
         except Exception as e:  # paramiko raises SSHException or OSError subclasses
             self._client.close()
             raise UnreachableError(f"{self.name}: cannot open shell: {e}") from e
-
-    def write(self, data: bytes) -> None:
-        try:
-            self._chan.sendall(data)
-        except OSError as e:
-            raise ConnectionError(f"{self.name}: write failed: {e}") from e
-
-    def read(self, timeout: float) -> bytes:
-        self._chan.settimeout(max(0.001, timeout))
-        try:
-            data = self._chan.recv(65536)
-        except (socket.timeout, TimeoutError):
-            return b""
-        except OSError as e:
-            raise ConnectionError(f"{self.name}: read failed: {e}") from e
-        if not data:
-            raise ConnectionError(f"{self.name}: channel closed by peer")
-        return data
 
     def close(self) -> None:
         self._client.close()
