@@ -7,6 +7,7 @@ The mock runs as ``python -m mfctl.mock serve`` in its own session; it writes
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -15,7 +16,8 @@ import time
 from pathlib import Path
 
 from mfctl import settings
-from mfctl.errors import OperationFailed
+from mfctl.errors import ConfigError, LockError, OperationFailed
+from mfctl.inventory import load_inventory
 
 
 def default_state_dir() -> Path:
@@ -41,12 +43,15 @@ def status(state_dir: Path | None = None) -> dict | None:
 def start(inventory: str | Path, state_dir: Path | None = None, *, time_scale: float = 1.0,
           timeout: float = 30.0) -> dict:
     """Start the mock for ``inventory``; return its status. Raises OperationFailed."""
-    sd = Path(state_dir or default_state_dir())
+    sd = Path(state_dir or default_state_dir()).resolve()
     if status(sd):
-        raise OperationFailed(f"a mock testbed is already running from {sd} (mfctl mock down first)")
+        raise LockError(f"a mock testbed is already running from {sd} (mfctl mock down first)")
+    load_inventory(inventory)  # a bad inventory is a ConfigError here, not a crash in the background
+    if not (time_scale > 0 and math.isfinite(time_scale)):
+        raise ConfigError(f"time scale must be a positive finite number, got {time_scale}")
     sd.mkdir(parents=True, exist_ok=True)
     log = open(sd / "mock.stderr", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "mfctl.mock", "serve", "--inventory", str(inventory),
+    proc = subprocess.Popen([sys.executable, "-m", "mfctl.mock", "serve", "--inventory", str(Path(inventory).resolve()),
                              "--state-dir", str(sd), "--time-scale", str(time_scale)],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + timeout

@@ -25,6 +25,14 @@ def err_console():
     return Console(stderr=True)
 
 
+def print_error(message: str, prefix: str = "error") -> None:
+    """One line on stderr, never wrapped or markup-interpreted (grep-able in CI logs)."""
+    tty = sys.stderr.isatty()
+    head = f"\033[1;31m{prefix}:\033[0m" if tty else f"{prefix}:"
+    sys.stderr.write(f"{head} {message}\n")
+    sys.stderr.flush()
+
+
 def emit_json(obj) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
     sys.stdout.flush()
@@ -60,7 +68,7 @@ def handle_errors(fn):
             if kwargs.get("json_out"):
                 emit_json({"schema": "mfctl.error/v1", "error": e.to_dict()})
             else:
-                err_console().print(f"[bold red]error:[/] {e}", highlight=False, markup=True)
+                print_error(str(e))
             raise typer.Exit(int(e.exit_code)) from None
         except KeyboardInterrupt:
             err_console().print("[yellow]interrupted[/]")

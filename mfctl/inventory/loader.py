@@ -21,7 +21,13 @@ Loc = tuple  # a path of keys / indexes into the document
 M = TypeVar("M", bound=BaseModel)
 
 
-def _walk(node: yaml.Node, path: Loc, lines: dict[Loc, int], src: str) -> None:
+MAX_NODES = 200_000  # after alias expansion: stops "billion laughs" documents
+
+
+def _walk(node: yaml.Node, path: Loc, lines: dict[Loc, int], src: str, budget: list[int]) -> None:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ConfigError(f"document too large (more than {MAX_NODES} nodes after expanding YAML aliases)", path=src)
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         seen: dict[str, int] = {}
@@ -32,11 +38,11 @@ def _walk(node: yaml.Node, path: Loc, lines: dict[Loc, int], src: str) -> None:
                 raise ConfigError(f"duplicate key {key!r} (first defined on line {seen[key]})", path=src, line=line)
             seen[key] = line
             lines[path + (key,)] = line
-            _walk(v, path + (key,), lines, src)
+            _walk(v, path + (key,), lines, src, budget)
             lines[path + (key,)] = line  # keep the key's line, not the value's
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _walk(item, path + (i,), lines, src)
+            _walk(item, path + (i,), lines, src, budget)
 
 
 def load_yaml_with_lines(path: str | Path) -> tuple[Any, dict[Loc, int]]:
@@ -46,19 +52,27 @@ def load_yaml_with_lines(path: str | Path) -> tuple[Any, dict[Loc, int]]:
     """
     src = str(path)
     try:
-        text = Path(path).read_text()
+        raw = Path(path).read_bytes()
     except OSError as e:
-        raise ConfigError(f"cannot read: {e.strerror}", path=src) from e
+        raise ConfigError(f"cannot read: {e.strerror or e}", path=src) from e
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ConfigError(f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})", path=src, line=line) from None
+    if "\x00" in text:
+        raise ConfigError("not a text file (contains NUL bytes)", path=src, line=text[: text.index("\x00")].count("\n") + 1)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is None:
+            raise ConfigError("file is empty", path=src)
+        lines: dict[Loc, int] = {}
+        _walk(node, (), lines, src, [MAX_NODES])
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise ConfigError(f"YAML syntax: {getattr(e, 'problem', e)}", path=src, line=mark.line + 1 if mark else None) from e
-    if node is None:
-        raise ConfigError("file is empty", path=src)
-    lines: dict[Loc, int] = {}
-    _walk(node, (), lines, src)
-    data = yaml.safe_load(text)
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"YAML: {what}", path=src, line=mark.line + 1 if mark else None) from None
     return data, lines
 
 
@@ -80,21 +94,34 @@ def _fmt_loc(loc: Loc) -> str:
 
 def validate_model(model: type[M], data: Any, lines: dict[Loc, int], src: str) -> M:
     """Validate ``data`` against ``model``; the first error becomes a ConfigError at its line."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"the file must be a YAML mapping of keys (name: ..., hosts: ...), not a {type(data).__name__}",
+                          path=src, line=1)
     try:
         return model.model_validate(data)
     except ValidationError as e:
         errs = e.errors()
         first = errs[0]
-        loc = tuple(p for p in first["loc"] if not (isinstance(p, str) and p in _UNION_TAGS))
+        loc = _doc_loc(tuple(first["loc"]))
         msg = first["msg"]
         if first["type"] == "extra_forbidden":
             msg = f"unknown key {loc[-1]!r}"
+        elif first["type"] == "union_tag_invalid":
+            msg = f"unknown kind {first['input'].get('kind')!r}; expected one of {first['ctx'].get('expected_tags')}"
+            loc = loc + ("kind",)
         more = f" (and {len(errs) - 1} more error(s))" if len(errs) > 1 else ""
         raise ConfigError(f"{_fmt_loc(loc)}: {msg}{more}", path=src, line=_line_for(loc, lines)) from None
 
 
-# pydantic puts the union member's name into error locations; they are not document keys.
-_UNION_TAGS = {"SerialTransport", "TCPTransport", "SSHTransport", "serial", "tcp", "ssh"}
+def _doc_loc(loc: Loc) -> Loc:
+    """Drop the discriminator tag pydantic inserts after a list index of a tagged union
+    (``transports.0.tcp.port`` → ``transports.0.port``)."""
+    out = []
+    for k, part in enumerate(loc):
+        if k >= 2 and isinstance(loc[k - 1], int) and loc[k - 2] == "transports" and part in ("serial", "tcp", "ssh"):
+            continue
+        out.append(part)
+    return tuple(out)
 
 
 def cross_check(inv: Inventory) -> list[tuple[Loc, str]]:

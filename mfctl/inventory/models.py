@@ -12,11 +12,31 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import ipaddress
+import re
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+
+
+def check_address(v: str) -> str:
+    """An IPv4/IPv6 address or a DNS host name (nothing a shell could misread)."""
+    try:
+        ipaddress.ip_address(v)
+        return v
+    except ValueError:
+        pass
+    if not _HOSTNAME.match(v):
+        raise ValueError(f"{v!r} is neither an IP address nor a host name")
+    return v
 
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
@@ -26,10 +46,12 @@ class SSHEndpoint(_Strict):
     """How to reach a host's sshd. Authentication: ``key_file`` or the SSH agent."""
 
     address: str
-    port: int = Field(22, ge=1, le=65535)
+    port: Port = 22
     user: str = Field("root", pattern=r"^[a-z_][a-z0-9_.-]{0,31}$")
     key_file: str | None = None
     agent: bool = True
+
+    _addr = field_validator("address")(classmethod(lambda cls, v: check_address(v)))
 
     def key_path(self, base: Path | None = None) -> Path | None:
         if not self.key_file:
@@ -45,10 +67,10 @@ class Lane(_Strict):
     ``ocs_rx``: the OCS *output* port wired to this lane's receiver.
     """
 
-    index: int = Field(ge=0, le=7)
+    index: Annotated[int, Strict()] = Field(ge=0, le=7)
     netdev: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,15}$")
-    ocs_tx: int | None = Field(None, ge=1)
-    ocs_rx: int | None = Field(None, ge=1)
+    ocs_tx: Annotated[int, Strict()] | None = Field(None, ge=1)
+    ocs_rx: Annotated[int, Strict()] | None = Field(None, ge=1)
 
 
 class NIC(_Strict):
@@ -56,7 +78,8 @@ class NIC(_Strict):
 
     name: str = Field(pattern=NAME_PATTERN)
     model: str = "ConnectX-6"
-    pci: str | None = None
+    pci: str | None = Field(None, pattern=r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$",
+                            description="PCI address, domain:bus:device.function")
     speed_gbps: float = Field(100.0, gt=0, description="Port rate, Gbit/s")
     breakout: str = Field("1x100G", description="e.g. 1x100G, 2x200G, 4x100G")
     numa_node: int = Field(0, ge=0)
@@ -69,7 +92,7 @@ class NIC(_Strict):
 
 
 class GPUs(_Strict):
-    count: int = Field(8, ge=1, le=16)
+    count: Annotated[int, Strict()] = Field(8, ge=1, le=16)
     model: str = "NVIDIA A100-SXM4-80GB"
     nvlink_gbps: float = Field(1840.0, gt=0, description="NVLink bandwidth per direction, Gbit/s (A100: ~230 GB/s)")
 
@@ -99,23 +122,27 @@ class SerialTransport(_Strict):
 class TCPTransport(_Strict):
     kind: Literal["tcp"]
     address: str
-    port: int = Field(3082, ge=1, le=65535, description="Polatis raw TL1 default 3082")
+    port: Port = Field(3082, description="Polatis raw TL1 default 3082")
+
+    _addr = field_validator("address")(classmethod(lambda cls, v: check_address(v)))
 
 
 class SSHTransport(_Strict):
     kind: Literal["ssh"]
     address: str
-    port: int = Field(6252, ge=1, le=65535, description="Polatis TL1-over-SSH default 6252")
+    port: Port = Field(6252, description="Polatis TL1-over-SSH default 6252")
+
+    _addr = field_validator("address")(classmethod(lambda cls, v: check_address(v)))
 
 
-Transport = SerialTransport | TCPTransport | SSHTransport
+Transport = Annotated[SerialTransport | TCPTransport | SSHTransport, Field(discriminator="kind")]
 
 
 class OCSSize(_Strict):
     """N×M: inputs are ports 1..N, outputs N+1..N+M (Polatis numbering)."""
 
-    inputs: int = Field(ge=1, le=1024)
-    outputs: int = Field(ge=1, le=1024)
+    inputs: Annotated[int, Strict()] = Field(ge=1, le=1024)
+    outputs: Annotated[int, Strict()] = Field(ge=1, le=1024)
 
     @property
     def total(self) -> int:

@@ -3,6 +3,7 @@
 import argparse
 import sys
 
+from mfctl.errors import MfctlError
 from mfctl.mock.testbed import serve
 
 
@@ -14,7 +15,11 @@ def main(argv=None) -> int:
     s.add_argument("--state-dir", required=True)
     s.add_argument("--time-scale", type=float, default=1.0)
     a = ap.parse_args(argv)
-    return serve(a.inventory, a.state_dir, a.time_scale)
+    try:
+        return serve(a.inventory, a.state_dir, a.time_scale)
+    except MfctlError as e:
+        print(f"mock: {e}", file=sys.stderr)
+        return int(e.exit_code)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ LANE_TX_DBM = 1.0  # a 100G-CWDM4/LR4-class lane's launch power, dBm (module dat
 class MockTestbed:
     def __init__(self, inventory_path: str | Path, state_dir: str | Path, *, time_scale: float = 1.0):
         self.source = load_inventory(inventory_path)
-        self.state = Path(state_dir)
+        self.state = Path(state_dir).resolve()
         self.state.mkdir(parents=True, exist_ok=True)
         os.chmod(self.state, 0o700)
         self.time_scale = float(time_scale)

@@ -101,7 +101,7 @@ class Job:
         self.pb = pb
         self.obs = observer or Observer()
         self.inventory_override = inventory_override
-        self.runs_dir = Path(runs_dir or settings.get("runs_dir"))
+        self.runs_dir = Path(runs_dir or settings.get("runs_dir")).expanduser().resolve()
         self.skip_health = skip_health
         self.run_id = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
         self.run_dir = self.runs_dir / self.run_id
