@@ -42,6 +42,12 @@ class ConfigError(MfctlError):
         super().__init__(f"{where}{message}")
 
 
+class UsageError(MfctlError):
+    """A command was called with an argument that cannot be right."""
+
+    exit_code = ExitCode.USAGE
+
+
 class UnreachableError(MfctlError):
     """A host or device could not be reached, or an operation on it timed out."""
 

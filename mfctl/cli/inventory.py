@@ -39,6 +39,7 @@ def validate(path: Path = INV_ARG, json_out: bool = JSON_OPT):
 @handle_errors
 def show(path: Path = INV_ARG, json_out: bool = JSON_OPT):
     """Show hosts, NICs, lanes and the OCS ports each optical lane lands on."""
+    from rich import box
     from rich.table import Table
 
     from mfctl.inventory import load_inventory
@@ -49,17 +50,18 @@ def show(path: Path = INV_ARG, json_out: bool = JSON_OPT):
         return
     con = out_console()
     con.print(f"[bold]{inv.name}[/] — {inv.description}")
-    t = Table("host", "ssh", "GPUs", "NIC", "role", "NUMA", "lane", "netdev", "OCS tx", "OCS rx", title="hosts and lanes")
+    t = Table("host", "NIC", "model", "role", "NUMA", "lane", "netdev", "OCS tx→rx", title="hosts and lanes", box=box.SIMPLE_HEAD)
     for h in inv.hosts:
         first = True
         for nic in h.nics:
             for lane in nic.lanes:
-                t.add_row(h.name if first else "", f"{h.ssh.user}@{h.ssh.address}:{h.ssh.port}" if first else "",
-                          f"{h.gpus.count}x {h.gpus.model}" if first else "", f"{nic.name} {nic.model} {nic.speed_gbps:g}G",
-                          nic.role, str(nic.numa_node), f"{lane.index} ({nic.breakout})", lane.netdev,
-                          str(lane.ocs_tx or "—"), str(lane.ocs_rx or "—"))
+                t.add_row(h.name if first else "", nic.name, nic.model, nic.role,
+                          str(nic.numa_node), f"{lane.index} {nic.breakout}", lane.netdev,
+                          f"{lane.ocs_tx}→{lane.ocs_rx}" if lane.ocs_tx else "—")
                 first = False
     con.print(t)
+    for h in inv.hosts:
+        con.print(f"{h.name}: ssh {h.ssh.user}@{h.ssh.address}:{h.ssh.port}, {h.gpus.count} x {h.gpus.model}", highlight=False)
     transports = ", ".join(f"{t.kind}:{getattr(t, 'device', None) or f'{t.address}:{t.port}'}" for t in inv.ocs.transports)
     con.print(f"OCS [bold]{inv.ocs.name}[/]: {inv.ocs.model}, {inv.ocs.size.inputs}x{inv.ocs.size.outputs}, via {transports}")
     con.print(f"EPS [bold]{inv.eps.name}[/]: {inv.eps.model}, {inv.eps.ports} x {inv.eps.port_speed_gbps:g}G")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, err_console, handle_errors, out_console
+from mfctl.cli.common import JSON_OPT, emit_json, err_console, handle_errors, out_console, print_error
 
 runs_app = typer.Typer(help="List and show past runs (runs/<run-id>/).", no_args_is_help=True)
 RUNS_DIR_OPT = typer.Option(None, "--runs-dir", envvar="MFCTL_RUNS_DIR", help="Where run directories go (default: ./runs).")
@@ -65,8 +65,6 @@ def render_summary(s: dict) -> None:
     con = out_console()
     status = {"ok": "[green]ok[/]", "failed": "[red]failed[/]", "interrupted": "[yellow]interrupted[/]"}[s["status"]]
     con.print(f"\n[bold]run {s['run_id']}[/] — {s['playbook']} on {s['inventory']}: {status}")
-    if s.get("error"):
-        con.print(f"[red]{s['error']}[/]", highlight=False)
     t = Table(show_header=False, title="summary", title_justify="left")
     it = s.get("iteration_time_s") or {}
     t.add_row("iterations", f"{s['iterations']} / {s['iterations_planned']}")
@@ -113,16 +111,20 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
     from mfctl.runtime.playbook import load_playbook
 
     pb = load_playbook(playbook)
-    obs = _observer(json_out, pb.training.iterations)
+    job = Job(pb, inventory_override=str(inventory) if inventory else None, runs_dir=str(runs_dir) if runs_dir else None,
+              skip_health=skip_health)
+    job.prepare()  # a bad inventory/playbook combination fails here, before anything starts (exit 3)
+    job.obs = obs = _observer(json_out, pb.training.iterations)
     try:
-        summary = Job(pb, inventory_override=str(inventory) if inventory else None, runs_dir=str(runs_dir) if runs_dir else None,
-                      observer=obs, skip_health=skip_health).run()
+        summary = job.run()
     finally:
         obs.close()
     if json_out:
         emit_json(summary)
     else:
         render_summary(summary)
+    if summary.get("error"):
+        print_error(summary["error"], "error" if summary["status"] == "failed" else summary["status"])
     raise typer.Exit(summary["exit_code"])
 
 
@@ -141,13 +143,20 @@ def list_runs(runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
     rows = []
     d = _runs_dir(runs_dir)
     for p in sorted(d.glob("*/summary.json")) if d.exists() else []:
-        s = json.loads(p.read_text())
+        try:
+            s = json.loads(p.read_text())
+            if not isinstance(s, dict):
+                raise ValueError("not an object")
+        except (OSError, ValueError) as e:
+            print_error(f"skipping {p}: unreadable summary ({e})", "warning")
+            continue
         rows.append({k: s.get(k) for k in ("run_id", "playbook", "status", "iterations", "tokens_per_s")}
                     | {"reconfigurations": len(s.get("reconfigurations", []))})
     if json_out:
         emit_json({"schema": "mfctl.runs.list/v1", "runs": rows})
         return
-    t = Table("run", "playbook", "status", "iterations", "tokens/s", "reconfigs")
+    t = Table("run", "playbook", "status", "iters", "tokens/s", "reconf")
+    t.columns[0].no_wrap = True
     for r in rows:
         t.add_row(r["run_id"], r["playbook"], r["status"], str(r["iterations"]),
                   f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "—", str(r["reconfigurations"]))
@@ -159,12 +168,19 @@ def list_runs(runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
 def show_run(run_id: str = typer.Argument(..., help="Run id (a directory under the runs dir)."),
              runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
     """Show a run's summary."""
-    from mfctl.errors import ConfigError
+    from mfctl.errors import OperationFailed, UsageError
 
+    if not run_id or "/" in run_id or run_id.startswith("."):
+        raise UsageError(f"{run_id!r} is not a run id (see mfctl runs list)")
     p = _runs_dir(runs_dir) / run_id / "summary.json"
     if not p.exists():
-        raise ConfigError(f"no run {run_id!r} (no {p})")
-    s = json.loads(p.read_text())
+        raise UsageError(f"no run {run_id!r} in {_runs_dir(runs_dir)} (see mfctl runs list)")
+    try:
+        s = json.loads(p.read_text())
+        if not isinstance(s, dict) or "run_id" not in s:
+            raise ValueError("not a run summary object")
+    except (OSError, ValueError) as e:
+        raise OperationFailed(f"{p}: unreadable run summary: {e}") from None
     if json_out:
         emit_json(s)
     else:

@@ -115,7 +115,16 @@ class Job:
         self.mock_started = False
 
     # ---------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Validate inventory and playbook together before anything starts. Raises ConfigError."""
+        self.inv_path = self.inventory_override or str(self.pb.inventory_path())
+        self._check_job_fits(load_inventory(self.inv_path))
+
     def run(self) -> dict:
+        """Run the job; return the summary (with ``exit_code``). ConfigError propagates
+        before anything is started or written."""
+        if not hasattr(self, "inv_path"):
+            self.prepare()
         pb = self.pb
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.journal = Journal(self.run_dir / "journal.jsonl")
@@ -151,11 +160,10 @@ class Job:
     # ---------------------------------------------------------------------------------
     def _run(self) -> None:
         pb = self.pb
-        inv_path = self.inventory_override or str(pb.inventory_path())
+        inv_path = self.inv_path
         self.pool = self.ctrl = self.launcher = self.driver = None
         if pb.mock.enabled and not self.inventory_override:
-            src = load_inventory(inv_path)  # validate the source before starting anything
-            self.obs.phase("mock", f"starting the mock testbed for {src.name}")
+            self.obs.phase("mock", f"starting the mock testbed for {Path(inv_path).name}")
             self.mock_state = self.run_dir / "mock"
             st = mockctl.start(inv_path, self.mock_state, time_scale=self.scale)
             self.mock_started = True
@@ -534,10 +542,11 @@ class Job:
         tokens = sum(r["tokens"] for r in rows)
         inter = sum(r["inter_bytes"] for r in rows)
         ocs = sum(r["ocs_bytes"] for r in rows)
-        wall = time.monotonic() - getattr(self, "t_train0", time.monotonic())
+        wall = max(0.0, time.monotonic() - self.t_train0) if hasattr(self, "t_train0") else 0.0
         out = {
             "schema": "mfctl.run.summary/v1", "run_id": self.run_id, "status": status, "error": error,
-            "playbook": self.pb.name, "inventory": getattr(getattr(self, "inv", None), "name", None),
+            "playbook": self.pb.name,
+            "inventory": getattr(getattr(self, "inv", None), "name", None) or Path(getattr(self, "inv_path", "?")).name,
             "run_dir": str(self.run_dir), "time_scale": self.scale,
             "iterations": len(rows), "iterations_planned": self.pb.training.iterations,
             "iteration_time_s": {"mean": _r(np.mean(secs)), "p50": _r(np.percentile(secs, 50)),
