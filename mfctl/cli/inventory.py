@@ -51,6 +51,8 @@ def show(path: Path = INV_ARG, json_out: bool = JSON_OPT):
     con = out_console()
     con.print(f"[bold]{inv.name}[/] — {inv.description}")
     t = Table("host", "NIC", "model", "role", "NUMA", "lane", "netdev", "OCS tx→rx", title="hosts and lanes", box=box.SIMPLE_HEAD)
+    for col in t.columns:
+        col.no_wrap = True
     for h in inv.hosts:
         first = True
         for nic in h.nics:
