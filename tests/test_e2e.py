@@ -30,8 +30,12 @@ def _variant(tmp_path, **changes) -> Path:
 
 
 def test_main_job_end_to_end_via_cli(tmp_path, cli_env):
+    # as in the quick start: relative runs dir ("runs" under the working directory)
+    cli_env.pop("MFCTL_RUNS_DIR")
+    cli_env["MFCTL_STATE_DIR"] = "state"
     t0 = time.monotonic()
-    r = subprocess.run(mfctl_cmd("run", SHORT, "--json"), capture_output=True, text=True, env=cli_env, timeout=120)
+    r = subprocess.run(mfctl_cmd("run", SHORT, "--json"), capture_output=True, text=True, env=cli_env, timeout=120,
+                       cwd=tmp_path)
     wall = time.monotonic() - t0
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads(r.stdout)
@@ -49,6 +53,7 @@ def test_main_job_end_to_end_via_cli(tmp_path, cli_env):
     tokens_per_iter = 8 * 4096 * 1 * 8
     assert s["tokens"] == 12 * tokens_per_iter
     run_dir = Path(s["run_dir"])
+    assert run_dir.parent == tmp_path / "runs"
     db = sqlite3.connect(run_dir / "metrics.db")
     (n_rows,) = db.execute("SELECT COUNT(*) FROM iterations").fetchone()
     assert n_rows == 12 * 4  # every host reports every iteration
@@ -113,3 +118,10 @@ def test_bad_playbook_exit_3(tmp_path, cli_env):
     p.write_text(SHORT.read_text().replace("parallelism: {ep: 8, tp: 4}", "parallelism: {ep: 8, tp: 4, pp: 2}"))
     r = subprocess.run(mfctl_cmd("run", p), capture_output=True, text=True, env=cli_env)
     assert r.returncode == 3 and "unknown key 'pp'" in r.stderr and "pb.yaml:" in r.stderr
+
+
+def test_playbook_that_does_not_fit_the_testbed_fails_before_starting(tmp_path, cli_env):
+    p = _variant(tmp_path, parallelism={"ep": 6, "tp": 4})
+    r = subprocess.run(mfctl_cmd("run", p), capture_output=True, text=True, env=cli_env, cwd=tmp_path)
+    assert r.returncode == 3 and r.stderr.startswith("error: ") and "EP 6 x TP 4 = 24 GPUs" in r.stderr
+    assert not (tmp_path / "runs").exists() and not Path(cli_env["MFCTL_RUNS_DIR"]).exists()

@@ -80,3 +80,33 @@ def test_cli_exit_code_3_and_json(tmp_path, cli_env):
     assert r.returncode == 0 and '"valid": true' in r.stdout and '"gpus": 32' in r.stdout
     r = subprocess.run(mfctl_cmd("inventory", "validate", tmp_path / "missing.yaml", "--json"), capture_output=True, text=True, env=cli_env)
     assert r.returncode == 3 and '"exit_code": 3' in r.stdout
+
+
+@pytest.mark.parametrize("content,msg", [
+    (b"\x7fELF\x02\x01\xd0\x00", "not UTF-8 text"),
+    (b"name: x\x00\n", "contains NUL bytes"),
+    (b"name: x\nport: !!python/object/apply:os.system ['echo hi']\n", "could not determine a constructor"),
+    (b"- a\n- b\n", "must be a YAML mapping"),
+    (b"a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+     b"d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n",
+     "document too large"),
+])
+def test_hostile_files_get_a_config_error(tmp_path, content, msg):
+    p = tmp_path / "x.yaml"
+    p.write_bytes(content)
+    with pytest.raises(ConfigError, match=msg) as e:
+        load_inventory(p)
+    assert e.value.exit_code == 3
+
+
+@pytest.mark.parametrize("old,new,msg", [
+    ("port: 22, user: mfabric", "port: true, user: mfabric", "hosts[0].ssh.port"),
+    ("address: 192.0.2.11,", "address: 'x; rm -rf /',", "neither an IP address nor a host name"),
+    ('pci: "0000:0c:00.0"', 'pci: "zzz"', "pci"),
+    ("{kind: tcp, address: 192.0.2.50, port: 3082}", "{kind: pigeon}", "unknown kind 'pigeon'"),
+    ("name: gpu01", "name: gpu 01 $(reboot)", "hosts[0].name"),
+])
+def test_bad_values_are_refused(tmp_path, old, new, msg):
+    with pytest.raises(ConfigError) as e:
+        load_inventory(_mutate(tmp_path, old, new))
+    assert msg in str(e.value)
