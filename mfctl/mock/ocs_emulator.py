@@ -30,12 +30,30 @@ DARK_DBM = -60.0
 
 @dataclass
 class Faults:
-    """Fault injection knobs (tests set these on a running emulator)."""
+    """Fault injection knobs (tests set these on a running emulator). One-shot knobs reset
+    themselves after firing."""
 
     deny_ports: set[int] = field(default_factory=set)  # ENT-PATCH touching these → DENY SROF
-    drop_after_command: bool = False  # close the link instead of replying (once)
+    timeout_next: bool = False  # swallow the next command: never reply (once)
+    drop_after_command: bool = False  # close the link instead of executing the next command (once)
+    die_mid_reply: bool = False  # execute the next command, send half its reply, close (once)
+    drop_bytes: int = 0  # drop this many bytes from the middle of the next reply (once)
     alarm_before_reply: bool = False  # send a REPT ALM before the next reply (once)
     garble_before_reply: bool = False  # send junk bytes before the next reply (once)
+    partial_apply: int | None = None  # next ENT-PATCH makes only the first k cross-connects, says COMPLD (once)
+
+
+class _Session:
+    def __init__(self, write: Callable[[bytes], None], preauth: bool):
+        self._write = write
+        self.lock = threading.Lock()
+        self.user: str | None = None
+        self.preauth = preauth
+        self.alarms = True
+
+    def write(self, data: str) -> None:
+        with self.lock:
+            self._write(data.encode())
 
 
 class OCSEmulator:
@@ -43,17 +61,23 @@ class OCSEmulator:
 
     def __init__(self, inputs: int, outputs: int, *, sid: str = "MOCK-OCS", user: str = "admin",
                  password: str = "", base_ms: float = 41.1, per_xc_ms: float = 0.18, delete_ms: float = 5.0,
-                 insertion_loss_db: float = 1.0, tx_power_dbm: dict[int, float] | None = None):
+                 insertion_loss_db: float = 1.0, tx_power_dbm: dict[int, float] | None = None,
+                 ack_after_s: float = 2.0):
         self.inputs, self.outputs = inputs, outputs
         self.sid, self.user, self.password = sid, user, password
         self.base_ms, self.per_xc_ms, self.delete_ms = base_ms, per_xc_ms, delete_ms
+        self.ack_after_s = ack_after_s
         self.il = insertion_loss_db
         self.tx_power = dict(tx_power_dbm or {})
         self.patches: dict[int, int] = {}
         self.changed_at: dict[int, float] = {}  # input port → monotonic time of last change
+        self.shutters_closed: set[int] = set()
+        self.standing: dict[int, str] = {}  # output port → timestamp of a LOS condition
         self.faults = Faults()
         self.lock = threading.RLock()
         self.atag = 0
+        self.sessions: list[_Session] = []
+        self._outbox: list[str] = []  # autonomous messages waiting to be broadcast
         self.listeners: list[Callable[[dict[int, int]], None]] = []
         self.physical_ms_total = 0.0  # modelled switching time spent, for benchmarks
         self.stats = {"commands": 0}
@@ -73,20 +97,48 @@ class OCSEmulator:
             self.atag = self.atag % 65535 + 1
             return tl1.format_autonomous(self.sid, self.stamp(), almcde, self.atag, verb, lines)
 
+    def _lit(self, in_port: int) -> bool:
+        return in_port in self.tx_power and in_port not in self.shutters_closed
+
     def port_power(self, port: int) -> float:
         """Received power at an output port, or transmit power at an input port (dBm)."""
         if port <= self.inputs:
-            return self.tx_power.get(port, DARK_DBM)
+            return self.tx_power.get(port, DARK_DBM) if port not in self.shutters_closed else DARK_DBM
+        if port in self.shutters_closed:
+            return DARK_DBM
         for i, o in self.patches.items():
-            if o == port and i in self.tx_power:
+            if o == port and self._lit(i):
                 return round(self.tx_power[i] - self.il, 2)
         return DARK_DBM
 
     def _valid_port(self, p: int) -> bool:
         return 1 <= p <= self.inputs + self.outputs
 
+    def _update_alarms(self) -> list[str]:
+        """Raise LOS on connected outputs that receive no light; clear it when they do or
+        when the cross-connect goes. Returns the autonomous messages to send."""
+        msgs = []
+        with self.lock:
+            now_los = {o for i, o in self.patches.items() if not self._lit(i) or o in self.shutters_closed}
+            for o in sorted(now_los - set(self.standing)):
+                self.standing[o] = time.strftime("%m-%d,%H-%M-%S")
+                msgs.append(self.alarm("**", "REPT ALM OCS", [f'{o}:MJ,LOS,SA,{self.standing[o]},NEND,RCV:\\"Loss of signal\\"']))
+            for o in sorted(set(self.standing) - now_los):
+                ts = self.standing.pop(o)
+                msgs.append(self.alarm("A ", "REPT ALM OCS", [f'{o}:CL,LOS,SA,{ts},NEND,RCV:\\"Loss of signal\\"']))
+        return msgs
+
+    def broadcast(self, msgs: list[str]) -> None:
+        for sess in list(self.sessions):
+            if sess.alarms and sess.user:
+                for m in msgs:
+                    try:
+                        sess.write(m)
+                    except OSError:
+                        pass
+
     # --- engine -------------------------------------------------------------------------
-    def execute(self, text: str, session: dict) -> list[str]:
+    def execute(self, text: str, session: _Session) -> list[str]:
         """Run one command (without the trailing ';'); return output chunks to send."""
         self.stats["commands"] += 1
         fields = text.strip().split(":")
@@ -103,25 +155,24 @@ class OCSEmulator:
         f = self.faults
         if f.alarm_before_reply:
             f.alarm_before_reply = False
-            out.append(self.alarm("**", "REPT ALM OCS", ['1:MJ,LOS,SA,,,NEND,RCV:"Loss of light"']))
+            out.append(self.alarm("**", "REPT ALM OCS", ['1:MJ,LOS,SA,,,NEND,RCV:\\"Loss of light\\"']))
         if f.garble_before_reply:
             f.garble_before_reply = False
             out.append("\r\n\x07#@!garbled line\r\n;\r\n")
         if verb == "ACT-USER":
-            if session.get("preauth"):
-                session["user"] = aid or self.user
+            if session.preauth:
+                session.user = aid or self.user
                 out.append(self.reply(ctag, comment="Already logged in"))
             elif aid == self.user and params == self.password:
-                session["user"] = aid
+                session.user = aid
                 out.append(self.reply(ctag))
             else:
                 out.append(self.deny(ctag, "PIUI", "Invalid user or password"))
             return out
-        if not session.get("user"):
+        if not session.user:
             return out + [self.deny(ctag, "PLNA", "Not logged in")]
-        try:
-            handler = getattr(self, "_cmd_" + verb.replace("-", "_"))
-        except AttributeError:
+        handler = getattr(self, "_cmd_" + verb.replace("-", "_"), None)
+        if handler is None:
             return out + [self.deny(ctag, "IICM", f"unknown command {verb[:20]}")]
         try:
             out.append(handler(ctag, aid, params, session))
@@ -130,10 +181,18 @@ class OCSEmulator:
         return out
 
     def _cmd_CANC_USER(self, ctag, aid, params, session):
-        session["user"] = None
+        session.user = None
         return self.reply(ctag)
 
     def _cmd_RTRV_HDR(self, ctag, aid, params, session):
+        return self.reply(ctag)
+
+    def _cmd_INH_MSG_ALL(self, ctag, aid, params, session):
+        session.alarms = False
+        return self.reply(ctag)
+
+    def _cmd_ALW_MSG_ALL(self, ctag, aid, params, session):
+        session.alarms = True
         return self.reply(ctag)
 
     def _cmd_RTRV_NETYPE(self, ctag, aid, params, session):
@@ -154,6 +213,13 @@ class OCSEmulator:
             raise ValueError(f"port {bad[0]} out of range 1..{self.inputs + self.outputs}")
         return ports
 
+    def _sleep_modelled(self, ms: float, ctag: str, session: _Session) -> None:
+        """Spend the modelled physical time; acknowledge with IP first if it is long."""
+        if ms / 1000 > self.ack_after_s:
+            session.write(f"IP {ctag}\r\n<")
+        time.sleep(ms / 1000)
+        self.physical_ms_total += ms
+
     def _cmd_ENT_PATCH(self, ctag, aid, params, session):
         if "," not in aid:
             return self.deny(ctag, "IISP", "expected in,out")
@@ -163,6 +229,8 @@ class OCSEmulator:
             return self.deny(ctag, "IISP", "input and output lists differ in length")
         with self.lock:
             used_out = {o: i for i, o in self.patches.items()}
+            if len(set(ins)) != len(ins) or len(set(outs)) != len(outs):
+                return self.deny(ctag, "IIAC", "port listed twice")
             for i, o in zip(ins, outs):
                 if not (i <= self.inputs and o > self.inputs):
                     return self.deny(ctag, "IIAC", f"{i},{o} is not input,output")
@@ -172,13 +240,12 @@ class OCSEmulator:
                     return self.deny(ctag, tl1.PORT_IN_USE, f"port {o} already connected to {used_out[o]}")
                 if i in self.faults.deny_ports or o in self.faults.deny_ports:
                     return self.deny(ctag, "SROF", f"switching failure on port {i if i in self.faults.deny_ports else o}")
-            if len(set(ins)) != len(ins) or len(set(outs)) != len(outs):
-                return self.deny(ctag, "IIAC", "port listed twice")
-            delay = (self.base_ms + self.per_xc_ms * len(ins)) / 1000
-            time.sleep(delay)
-            self.physical_ms_total += delay * 1000
+            pairs = list(zip(ins, outs))
+            if self.faults.partial_apply is not None:
+                pairs, self.faults.partial_apply = pairs[: self.faults.partial_apply], None
+            self._sleep_modelled(self.base_ms + self.per_xc_ms * len(ins), ctag, session)
             now = time.monotonic()
-            for i, o in zip(ins, outs):
+            for i, o in pairs:
                 self.patches[i] = o
                 self.changed_at[i] = now
             snapshot = dict(self.patches)
@@ -196,8 +263,7 @@ class OCSEmulator:
                 if None in targets:
                     missing = ports[targets.index(None)]
                     return self.deny(ctag, "SNVS", f"port {missing} is not connected")
-            time.sleep(self.delete_ms / 1000)
-            self.physical_ms_total += self.delete_ms
+            self._sleep_modelled(self.delete_ms, ctag, session)
             now = time.monotonic()
             for i in targets:
                 self.patches.pop(i, None)
@@ -219,14 +285,56 @@ class OCSEmulator:
         with self.lock:
             return self.reply(ctag, lines=[f"{p}:{self.port_power(p):.2f}" for p in ports])
 
+    def _cmd_RTRV_PORT_SHUTTER(self, ctag, aid, params, session):
+        ports = self._ports(aid) if aid else list(range(1, self.inputs + self.outputs + 1))
+        with self.lock:
+            return self.reply(ctag, lines=[f"{p}:{'CLOSED' if p in self.shutters_closed else 'OPEN'}" for p in ports])
+
+    def _cmd_OPR_PORT_SHUTTER(self, ctag, aid, params, session):
+        with self.lock:
+            self.shutters_closed |= set(self._ports(aid))
+        self._after_state_change()
+        return self.reply(ctag)
+
+    def _cmd_RLS_PORT_SHUTTER(self, ctag, aid, params, session):
+        with self.lock:
+            self.shutters_closed -= set(self._ports(aid))
+        self._after_state_change()
+        return self.reply(ctag)
+
+    def _cmd_RTRV_ALM_ALL(self, ctag, aid, params, session):
+        with self.lock:
+            return self.reply(ctag, lines=[f'{o}:MJ,LOS,SA,{ts},NEND,RCV:\\"Loss of signal\\"'
+                                           for o, ts in sorted(self.standing.items())])
+
+    def _after_state_change(self) -> None:
+        msgs = self._update_alarms()
+        with self.lock:
+            self._outbox.extend(msgs)
+
+    def _drain_outbox(self) -> list[str]:
+        with self.lock:
+            out, self._outbox = self._outbox, []
+        return out
+
     def _notify(self, snapshot: dict[int, int]) -> None:
+        self._after_state_change()
         for fn in self.listeners:
             fn(snapshot)
 
     # --- sessions -----------------------------------------------------------------------
     def session(self, read: Callable[[], bytes], write: Callable[[bytes], None], *, preauth: bool = False) -> None:
         """Serve one connection until it closes: accumulate to ';', execute, reply."""
-        state = {"user": None, "preauth": preauth}
+        sess = _Session(write, preauth)
+        with self.lock:
+            self.sessions.append(sess)
+        try:
+            self._serve(sess, read)
+        finally:
+            with self.lock:
+                self.sessions.remove(sess)
+
+    def _serve(self, sess: _Session, read: Callable[[], bytes]) -> None:
         buf = ""
         while True:
             data = read()
@@ -238,18 +346,36 @@ class OCSEmulator:
                 cmd = cmd.strip("\r\n\x00 \t")
                 if not cmd:
                     continue
-                if self.faults.drop_after_command:
-                    self.faults.drop_after_command = False
+                f = self.faults
+                if f.drop_after_command:
+                    f.drop_after_command = False
                     return
-                for chunk in self.execute(cmd, state):
-                    write(chunk.encode())
+                if f.timeout_next:
+                    f.timeout_next = False
+                    continue
+                chunks = self.execute(cmd, sess)
+                if f.die_mid_reply:
+                    f.die_mid_reply = False
+                    text = "".join(chunks)
+                    sess.write(text[: len(text) // 2])
+                    return
+                if f.drop_bytes:
+                    text = "".join(chunks)
+                    mid = len(text) // 2
+                    chunks, f.drop_bytes = [text[:mid] + text[mid + f.drop_bytes:]], 0
+                for chunk in chunks:
+                    sess.write(chunk)
+                alarms = self._drain_outbox()
+                if alarms:
+                    self.broadcast(alarms)
 
 
 class PtyServer:
     """Serve the emulator on a pseudo-terminal; clients open ``slave_path`` with pyserial."""
 
-    def __init__(self, emu: OCSEmulator):
+    def __init__(self, emu: OCSEmulator, baudrate: int | None = None):
         self.emu = emu
+        self.baudrate = baudrate  # when set, writes take 10 bit times per byte (8N1 framing)
         self.master, self.slave = pty.openpty()
         tty.setraw(self.slave)
         self.slave_path = os.ttyname(self.slave)
@@ -268,6 +394,8 @@ class PtyServer:
             return b""
 
         def write(b: bytes) -> None:
+            if self.baudrate:
+                time.sleep(len(b) * 10 / self.baudrate)
             os.write(self.master, b)
 
         while not self._stop.is_set():

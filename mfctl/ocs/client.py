@@ -36,6 +36,10 @@ class TL1Deny(TL1Error):
         super().__init__(f"OCS denied {command!r}: {self.code} ({meaning}){comment}")
 
 
+class TL1Partial(TL1Deny):
+    """The OCS completed only part of a command (``PRTL``); ``reply.lines`` say which AIDs failed."""
+
+
 class TL1Timeout(TL1Error, UnreachableError):
     exit_code = UnreachableError.exit_code
 
@@ -56,6 +60,8 @@ class TL1Client:
         self._ctags = itertools.count(1)
         self._lock = threading.Lock()
         self._last_read = ""
+        self.last_atag: int | None = None
+        self.atag_gaps: list[tuple[int, int]] = []  # (expected, got): autonomous messages lost
 
     def next_ctag(self) -> str:
         return str(next(self._ctags) % 999999 or 1)
@@ -90,8 +96,7 @@ class TL1Client:
                 self._last_read = (self._last_read + chunk)[-400:]
                 for item in self.decoder.feed(chunk):
                     if isinstance(item, tl1.Autonomous):
-                        self.autonomous.append(item)
-                        log.info("tl1 autonomous %s %s %s", item.almcde.strip(), item.atag, item.verb)
+                        self._autonomous(item)
                     elif isinstance(item, tl1.Ack):
                         deadline = max(deadline, time.monotonic() + timeout)  # in progress: extend
                     elif isinstance(item, tl1.Garbage):
@@ -110,9 +115,43 @@ class TL1Client:
                         if item.more:
                             continue
                         log.debug("tl1 < %s %s (%d lines)", ctag, merged.code, len(merged.lines))
+                        if merged.code == "PRTL":
+                            raise TL1Partial(text, merged)
                         if merged.code != "COMPLD":
                             raise TL1Deny(text, merged)
                         return merged
+
+    def _autonomous(self, item: tl1.Autonomous) -> None:
+        """Queue an autonomous message; record a gap when ATAGs skip (they count 1..65535)."""
+        if self.last_atag is not None:
+            expected = self.last_atag % 65535 + 1
+            if item.atag != expected:
+                self.atag_gaps.append((expected, item.atag))
+                log.warning("tl1: autonomous messages lost: expected ATAG %d, got %d", expected, item.atag)
+        self.last_atag = item.atag
+        self.autonomous.append(item)
+        log.info("tl1 autonomous %s %s %s", item.almcde.strip(), item.atag, item.verb)
+
+    def drain(self, timeout: float = 0.0) -> list[tl1.Autonomous]:
+        """Read whatever autonomous messages arrive within ``timeout`` s (no command sent)
+        and return everything queued so far, emptying the queue."""
+        with self._lock:
+            deadline = time.monotonic() + timeout
+            while True:
+                remaining = deadline - time.monotonic()
+                try:
+                    data = self.stream.read(max(0.0, min(remaining, 0.2))) if remaining > 0 else b""
+                except ConnectionError as e:
+                    raise TL1ConnectionError(f"{self.stream.name}: {e}") from e
+                if data:
+                    for item in self.decoder.feed(data.decode("ascii", errors="replace")):
+                        if isinstance(item, tl1.Autonomous):
+                            self._autonomous(item)
+                if remaining <= 0:
+                    break
+            out = list(self.autonomous)
+            self.autonomous.clear()
+            return out
 
     def close(self) -> None:
         self.stream.close()

@@ -10,17 +10,20 @@ from __future__ import annotations
 import logging
 import re
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mfctl.errors import OperationFailed, UnreachableError
+from mfctl.errors import ConfigError, OperationFailed, UnreachableError
 from mfctl.ocs import tl1
-from mfctl.ocs.client import TL1Client, TL1ConnectionError, TL1Deny
+from mfctl.ocs.client import TL1Client, TL1ConnectionError, TL1Deny, TL1Partial, TL1Timeout
 from mfctl.ocs.journal import Journal
 
 log = logging.getLogger(__name__)
 
 _PATCH_RE = re.compile(r"^\s*(\d+)\s*,\s*(\d+)\s*$")
+_PORT_VALUE_RE = re.compile(r"^\s*(\d+)\s*:\s*(\S+)\s*$")
+DARK_FLOOR_DBM = -50.0  # readings at or below this are "no light" (OPM floor class)
 _SIZE_RE = re.compile(r"SIZE=(\d+)x(\d+)", re.I)
 
 
@@ -60,9 +63,10 @@ class ApplyResult:
     t_switch_ms: float  # commands sent → last change COMPLD
     t_verify_ms: float  # read-back
     commands: list[str] = field(default_factory=list)
+    apply_id: str = ""
 
     def to_dict(self) -> dict:
-        return {"diff": self.diff.to_dict(), "verified": self.verified, "t_switch_ms": round(self.t_switch_ms, 3),
+        return {"apply_id": self.apply_id, "diff": self.diff.to_dict(), "verified": self.verified, "t_switch_ms": round(self.t_switch_ms, 3),
                 "t_verify_ms": round(self.t_verify_ms, 3), "commands": self.commands}
 
 
@@ -75,7 +79,8 @@ class OCSDriver:
 
     def __init__(self, ocs, *, base_dir: Path | None = None, known_hosts: str | None = None,
                  host_key_policy: str = "strict", connect_timeout: float = 10.0,
-                 command_timeout: float = 10.0, journal: Journal | None = None):
+                 command_timeout: float = 10.0, journal: Journal | list[Journal] | None = None,
+                 max_pairs_per_command: int = 64, retries: int = 2):
         self.ocs = ocs
         self.base_dir = base_dir
         self.known_hosts = known_hosts or ocs.known_hosts or "~/.ssh/known_hosts"
@@ -84,7 +89,9 @@ class OCSDriver:
         self.host_key_policy = host_key_policy
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
-        self.journal = journal
+        self.journals: list[Journal] = journal if isinstance(journal, list) else ([journal] if journal else [])
+        self.max_pairs_per_command = max_pairs_per_command
+        self.retries = retries
         self.client: TL1Client | None = None
         self.endpoint: str | None = None
         self.size: tuple[int, int] | None = None
@@ -157,13 +164,26 @@ class OCSDriver:
         self.close()
 
     def _read(self, verb: str, **kw) -> tl1.Reply:
-        """A read-only command: on a dead link, reconnect and log in once, then retry."""
+        """A read-only command. On a dead link: reconnect, log in, retry once. On
+        ``PLNA`` (the session was logged out, e.g. an idle timeout): log in, retry once."""
+        if self.client is None:
+            self.connect()
         try:
             return self.client.command(verb, **kw)
-        except TL1ConnectionError:
-            log.warning("OCS link lost during %s; reconnecting", verb)
+        except (TL1ConnectionError, TL1Timeout) as e:
+            log.warning("OCS %s: %s during %s; reconnecting", self.ocs.name, type(e).__name__, verb)
             self.reconnect()
             return self.client.command(verb, **kw)
+        except TL1Deny as e:
+            if e.code != "PLNA":
+                raise
+            log.warning("OCS %s: session logged out; logging in again", self.ocs.name)
+            self._login()
+            return self.client.command(verb, **kw)
+
+    def keepalive(self) -> None:
+        """A harmless command (RTRV-HDR) that keeps the session from idling out."""
+        self._read("RTRV-HDR")
 
     # --- reads ------------------------------------------------------------------------
     def read_size(self) -> tuple[int, int]:
@@ -185,71 +205,178 @@ class OCSDriver:
             out[int(m.group(1))] = int(m.group(2))
         return out
 
-    # --- changes ----------------------------------------------------------------------
-    def apply(self, desired: dict[int, int], *, reason: str = "") -> ApplyResult:
-        """Make the OCS hold exactly ``desired``: change only what differs, then read back.
+    def _port_values(self, verb: str, ports: list[int] | None) -> dict[int, str]:
+        aid = tl1.format_aid(sorted(ports)) if ports else f"1&&{self.ocs.size.total}"
+        r = self._read(verb, aid=aid)
+        out = {}
+        for ln in r.lines:
+            m = _PORT_VALUE_RE.match(ln)
+            if not m:
+                raise OperationFailed(f"OCS {self.ocs.name}: {verb} line {ln!r} is not 'port:value'")
+            out[int(m.group(1))] = m.group(2)
+        return out
 
-        Journal records: ``ocs.intent`` (before/desired/diff), ``ocs.command`` for each
-        command with its outcome, ``ocs.verify`` and ``ocs.outcome``.
-        Raises :class:`OperationFailed` when the read-back differs from ``desired``
-        (after the journal says so), TL1Deny when the device refuses a command.
-        """
+    def power(self, ports: list[int] | None = None) -> dict[int, float | None]:
+        """Optical power per port in dBm (RTRV-PORT-POWER). ``None`` when the OCS reports no
+        reading (a non-numeric value, or at/below ``DARK_FLOOR_DBM``: no light)."""
+        out: dict[int, float | None] = {}
+        for p, v in self._port_values("RTRV-PORT-POWER", ports).items():
+            try:
+                x = float(v)
+            except ValueError:
+                out[p] = None
+                continue
+            out[p] = None if x <= DARK_FLOOR_DBM else x
+        return out
+
+    def shutters(self, ports: list[int] | None = None) -> dict[int, str]:
+        """``OPEN`` / ``CLOSED`` per port (RTRV-PORT-SHUTTER)."""
+        return self._port_values("RTRV-PORT-SHUTTER", ports)
+
+    def alarms(self, wait_s: float = 0.0) -> dict:
+        """Standing conditions (RTRV-ALM-ALL) and the autonomous messages received so far
+        (plus any arriving within ``wait_s``), with ATAG gaps."""
+        standing = self._read("RTRV-ALM-ALL").lines
+        auto = self.client.drain(wait_s)
+        return {"standing": standing,
+                "autonomous": [{"almcde": a.almcde.strip(), "atag": a.atag, "verb": a.verb, "lines": a.lines} for a in auto],
+                "atag_gaps": [list(g) for g in self.client.atag_gaps]}
+
+    # --- changes ----------------------------------------------------------------------
+    def _journal(self, op: str, **fields) -> None:
+        for j in self.journals:
+            j.append(op, **fields)
+
+    def plan(self, desired: dict[int, int]) -> tuple[dict[int, int], CrossConnectDiff]:
+        """Read the OCS and return ``(current, diff to desired)`` without changing anything."""
+        self._check_ports(desired)
         current = self.cross_connects()
-        d = diff(current, desired)
-        j = self.journal
-        if j:
-            j.append("ocs.intent", ocs=self.ocs.name, reason=reason, before=_pairs(current),
-                     desired=_pairs(desired), diff=d.to_dict())
+        return current, diff(current, desired)
+
+    def _check_ports(self, desired: dict[int, int]) -> None:
+        n, m = self.ocs.size.inputs, self.ocs.size.outputs
+        outs = list(desired.values())
+        if len(set(outs)) != len(outs):
+            dup = next(o for o in outs if outs.count(o) > 1)
+            raise ConfigError(f"output port {dup} is used by more than one cross-connect")
+        for i, o in desired.items():
+            if not (1 <= i <= n and n < o <= n + m):
+                raise ConfigError(f"cross-connect {i}->{o} is not input (1..{n}) -> output ({n + 1}..{n + m})")
+
+    def apply(self, desired: dict[int, int], *, reason: str = "") -> ApplyResult:
+        """Make the OCS hold exactly ``desired``: change only what differs, batched into as
+        few commands as the device accepts (``max_pairs_per_command``), read back, and retry
+        only what did not take (``retries`` times).
+
+        Journal (every record fsync'd, all with the same ``apply_id``): ``ocs.intent``
+        (before/desired/diff), ``ocs.command`` (sent, then COMPLD/denied/link-lost/timeout),
+        ``ocs.retry``, ``ocs.verify``, ``ocs.outcome``. Raises :class:`TL1Deny` when the
+        device refuses, :class:`OperationFailed` when the read-back still differs.
+        """
+        current, d = self.plan(desired)
+        apply_id = uuid.uuid4().hex[:12]
+        self._journal("ocs.intent", apply_id=apply_id, ocs=self.ocs.name, reason=reason, before=_pairs(current),
+                      desired=_pairs(desired), diff=d.to_dict())
         commands: list[str] = []
         t0 = time.monotonic()
+        readback = current
         try:
-            if d.delete:
-                self._change(commands, "DLT-PATCH", tl1.format_aid(sorted(d.delete)))
-            if d.add:
-                ins = sorted(d.add)
-                aid = f"{'&'.join(map(str, ins))},{'&'.join(str(d.add[i]) for i in ins)}"
-                self._change(commands, "ENT-PATCH", aid)
-        except (TL1Deny, TL1ConnectionError) as e:
-            if j:
-                j.append("ocs.outcome", ocs=self.ocs.name, ok=False, error=str(e))
+            self._execute(apply_id, d, commands)
+            t_switch = (time.monotonic() - t0) * 1000
+            t1 = time.monotonic()
+            readback = self.cross_connects()
+            for attempt in range(1, self.retries + 1):
+                if readback == desired:
+                    break
+                d2 = diff(readback, desired)
+                self._journal("ocs.retry", apply_id=apply_id, attempt=attempt, diff=d2.to_dict())
+                log.warning("OCS %s: read-back differs, retrying %d change(s)", self.ocs.name, len(d2.add) + len(d2.delete))
+                self._execute(apply_id, d2, commands)
+                readback = self.cross_connects()
+            t_verify = (time.monotonic() - t1) * 1000
+        except (TL1Deny, TL1ConnectionError, TL1Timeout) as e:
+            self._journal("ocs.outcome", apply_id=apply_id, ocs=self.ocs.name, ok=False, error=str(e))
             raise
-        t_switch = (time.monotonic() - t0) * 1000
-        t1 = time.monotonic()
-        readback = self.cross_connects()
-        t_verify = (time.monotonic() - t1) * 1000
         ok = readback == desired
-        if j:
-            j.append("ocs.verify", ocs=self.ocs.name, readback=_pairs(readback), matches=ok)
-            j.append("ocs.outcome", ocs=self.ocs.name, ok=ok, t_switch_ms=round(t_switch, 3))
+        self._journal("ocs.verify", apply_id=apply_id, ocs=self.ocs.name, readback=_pairs(readback), matches=ok)
+        self._journal("ocs.outcome", apply_id=apply_id, ocs=self.ocs.name, ok=ok, t_switch_ms=round(t_switch, 3))
         res = ApplyResult(diff=d, readback=readback, verified=ok, t_switch_ms=t_switch, t_verify_ms=t_verify,
-                          commands=commands)
+                          commands=commands, apply_id=apply_id)
         if not ok:
             missing = {i: o for i, o in desired.items() if readback.get(i) != o}
             extra = {i: o for i, o in readback.items() if desired.get(i) != o}
-            raise OperationFailed(f"OCS {self.ocs.name}: read-back differs from plan: missing {_pairs(missing)}, "
-                                  f"unexpected {_pairs(extra)}")
+            raise OperationFailed(f"OCS {self.ocs.name}: read-back differs from plan after {self.retries} retries: "
+                                  f"missing {_pairs(missing)}, unexpected {_pairs(extra)}")
         return res
 
-    def _change(self, commands: list[str], verb: str, aid: str) -> None:
-        j = self.journal
-        if j:
-            j.append("ocs.command", ocs=self.ocs.name, verb=verb, aid=aid, state="sent")
-        t = time.monotonic()
-        try:
-            self.client.command(verb, aid=aid)
-        except TL1Deny as e:
-            if j:
-                j.append("ocs.command", ocs=self.ocs.name, verb=verb, aid=aid, state="denied", code=e.code)
-            raise
-        except TL1ConnectionError as e:
-            if j:
-                j.append("ocs.command", ocs=self.ocs.name, verb=verb, aid=aid, state="link-lost", error=str(e))
-            raise
-        commands.append(f"{verb}::{aid}")
-        if j:
-            j.append("ocs.command", ocs=self.ocs.name, verb=verb, aid=aid, state="COMPLD",
-                     ms=round((time.monotonic() - t) * 1000, 3))
+    def _execute(self, apply_id: str, d: CrossConnectDiff, commands: list[str]) -> None:
+        """Send the diff: deletions first (they free ports), then additions, in batches.
+        A lost link or a timeout mid-command is survived: reconnect, and let the read-back
+        decide what took."""
+        n = max(1, self.max_pairs_per_command)
+        dels = sorted(d.delete)
+        adds = sorted(d.add)
+        batches = [("DLT-PATCH", tl1.format_aid(dels[k:k + n])) for k in range(0, len(dels), n)]
+        for k in range(0, len(adds), n):
+            ins = adds[k:k + n]
+            batches.append(("ENT-PATCH", f"{'&'.join(map(str, ins))},{'&'.join(str(d.add[i]) for i in ins)}"))
+        for verb, aid in batches:
+            self._journal("ocs.command", apply_id=apply_id, ocs=self.ocs.name, verb=verb, aid=aid, state="sent")
+            t = time.monotonic()
+            try:
+                self.client.command(verb, aid=aid)
+            except TL1Deny as e:
+                self._journal("ocs.command", apply_id=apply_id, ocs=self.ocs.name, verb=verb, aid=aid,
+                              state="partial" if isinstance(e, TL1Partial) else "denied", code=e.code,
+                              reply=e.reply.lines + e.reply.comments)
+                raise
+            except (TL1ConnectionError, TL1Timeout) as e:
+                state = "timeout" if isinstance(e, TL1Timeout) else "link-lost"
+                self._journal("ocs.command", apply_id=apply_id, ocs=self.ocs.name, verb=verb, aid=aid, state=state,
+                              error=str(e))
+                log.warning("OCS %s: %s during %s; reconnecting, the read-back decides", self.ocs.name, state, verb)
+                self.reconnect()
+                return
+            commands.append(f"{verb}::{aid}")
+            self._journal("ocs.command", apply_id=apply_id, ocs=self.ocs.name, verb=verb, aid=aid, state="COMPLD",
+                          ms=round((time.monotonic() - t) * 1000, 3))
 
+    def disconnect_all(self, *, confirm: bool = False, reason: str = "") -> ApplyResult:
+        """Remove every cross-connect. Refuses unless ``confirm`` (it darkens every circuit)."""
+        if not confirm:
+            raise OperationFailed("refusing to delete ALL cross-connects without explicit confirmation")
+        return self.apply({}, reason=reason or "disconnect all")
+
+
+def pending_apply(records: list[dict]) -> dict | None:
+    """The last journalled apply that never reached a good outcome and was not recovered."""
+    done = {r.get("apply_id") for r in records
+            if (r.get("op") == "ocs.outcome" and r.get("ok")) or r.get("op") == "ocs.recovered"}
+    for r in reversed(records):
+        if r.get("op") == "ocs.intent" and r.get("apply_id") not in done:
+            return r
+    return None
+
+
+def recover(driver: "OCSDriver", records: list[dict], *, mode: str = "complete", dry_run: bool = False) -> dict:
+    """Finish (``complete``) or undo (``rollback``) the last interrupted apply found in
+    ``records``. Returns what was found and done; journals ``ocs.recovered``."""
+    if mode not in ("complete", "rollback"):
+        raise ValueError(f"mode must be complete or rollback, not {mode!r}")
+    p = pending_apply(records)
+    if p is None:
+        return {"pending": None, "action": "none"}
+    target = {i: o for i, o in (p["desired"] if mode == "complete" else p["before"])}
+    current, d = driver.plan(target)
+    out = {"pending": {"apply_id": p["apply_id"], "reason": p.get("reason"), "ts": p.get("ts")}, "mode": mode,
+           "diff": d.to_dict(), "action": "dry-run" if dry_run else ("none" if d.empty else "apply")}
+    if dry_run:
+        return out
+    if not d.empty:
+        res = driver.apply(target, reason=f"recover ({mode}) of {p['apply_id']}")
+        out["result"] = res.to_dict()
+    driver._journal("ocs.recovered", apply_id=p["apply_id"], mode=mode, changed=not d.empty)
+    return out
 
 
 def driver_from_inventory(inv, *, journal: Journal | None = None, connect_timeout: float = 10.0,

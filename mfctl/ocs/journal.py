@@ -44,3 +44,10 @@ class Journal:
             except json.JSONDecodeError:
                 out.append({"op": "corrupt", "raw": ln})
         return out
+
+
+def ocs_journal_path(inv) -> Path:
+    """The OCS's own journal, kept across runs: ``<state_dir>/ocs/<inventory>-<ocs>.journal.jsonl``."""
+    from mfctl import settings
+
+    return settings.state_dir() / "ocs" / f"{inv.name}-{inv.ocs.name}.journal.jsonl"

@@ -35,7 +35,7 @@ from mfctl.inventory import load_inventory
 from mfctl.lock import TestbedLock
 from mfctl.metrics.store import MetricsStore
 from mfctl.ocs.driver import driver_from_inventory
-from mfctl.ocs.journal import Journal
+from mfctl.ocs.journal import Journal, ocs_journal_path
 from mfctl.runtime.controller import Controller
 from mfctl.runtime.launcher import Launcher
 from mfctl.runtime.playbook import Playbook, load_playbook
@@ -233,7 +233,7 @@ class Job:
 
     def _initial_topology(self) -> None:
         self.obs.phase("ocs", "connecting to the OCS")
-        self.driver = driver_from_inventory(self.inv, journal=self.journal,
+        self.driver = driver_from_inventory(self.inv, journal=[self.journal, Journal(ocs_journal_path(self.inv))],
                                             connect_timeout=settings.get_float("connect_timeout"),
                                             command_timeout=settings.get_float("command_timeout")).connect()
         current = self.driver.cross_connects()
