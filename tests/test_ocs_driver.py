@@ -8,7 +8,8 @@ from mfctl.errors import UnreachableError
 from mfctl.inventory.models import OCS
 from mfctl.mock.ocs_emulator import OCSEmulator, PtyServer, TCPServer, ssh_shell_handler
 from mfctl.mock.sshd import MockSSHServer
-from mfctl.ocs.client import TL1Deny
+from mfctl.errors import OperationFailed
+from mfctl.ocs.client import TL1Deny, TL1Timeout
 from mfctl.ocs.driver import OCSDriver, diff
 from mfctl.ocs.journal import Journal
 
@@ -115,3 +116,105 @@ def test_unreachable_transport_is_exit_4():
 def test_diff_moves_an_output_between_inputs():
     d = diff({1: 50, 2: 51}, {3: 50, 2: 51})
     assert d.delete == {1: 50} and d.add == {3: 50} and d.keep == {2: 51}
+
+
+# --- faults: every one ends in a typed error or a verified, journalled state -----------
+
+def _journal_ops(j):
+    return [(r["op"], r.get("state")) for r in j.records()]
+
+
+def test_link_dies_mid_reply_after_the_change_took(ocs_model, tmp_path):
+    ocs, emu = ocs_model
+    j = Journal(tmp_path / "j.jsonl")
+    with OCSDriver(ocs, journal=j, command_timeout=1, connect_timeout=3) as d:
+        emu.faults.die_mid_reply = True  # hits RTRV-PATCH (the read before the change): reconnect and retry
+        assert d.apply({1: 50}).verified
+        # now kill the link in the middle of the ENT-PATCH reply: the change took, the reply is lost
+        orig = emu.execute
+
+        def die_on_ent(text, sess):
+            if text.upper().startswith("ENT-PATCH"):
+                emu.faults.die_mid_reply = True
+            return orig(text, sess)
+
+        emu.execute = die_on_ent
+        r = d.apply({1: 50, 2: 51})
+        emu.execute = orig
+        assert r.verified and emu.patches == {1: 50, 2: 51}
+    states = [s for op, s in _journal_ops(j) if op == "ocs.command"]
+    assert "link-lost" in states or "timeout" in states  # a serial line cannot tell a dead peer from silence
+    assert j.records()[-1]["op"] == "ocs.outcome" and j.records()[-1]["ok"] is True
+
+
+def test_silent_partial_apply_is_caught_by_read_back_and_retried(ocs_model, tmp_path):
+    ocs, emu = ocs_model
+    j = Journal(tmp_path / "j.jsonl")
+    with OCSDriver(ocs, journal=j, command_timeout=3) as d:
+        emu.faults.partial_apply = 1
+        r = d.apply({1: 50, 2: 51, 3: 52})
+        assert r.verified and emu.patches == {1: 50, 2: 51, 3: 52}
+        assert r.commands == ["ENT-PATCH::1&2&3,50&51&52", "ENT-PATCH::2&3,51&52"]  # only what did not take
+    assert [op for op, _ in _journal_ops(j)].count("ocs.retry") == 1
+
+
+def test_timeout_names_the_limit_and_the_read_recovers(ocs_model):
+    ocs, emu = ocs_model
+    with OCSDriver(ocs, command_timeout=0.5, connect_timeout=3) as d:
+        emu.faults.timeout_next = True
+        assert d.cross_connects() == {}  # timed out once, reconnected, retried
+        emu.faults.timeout_next = True
+        with pytest.raises(TL1Timeout, match="0.5 s"):
+            d.client.command("RTRV-HDR")
+
+
+def test_dropped_bytes_never_hang(ocs_model):
+    ocs, emu = ocs_model
+    with OCSDriver(ocs, command_timeout=0.5, connect_timeout=3) as d:
+        emu.faults.drop_bytes = 25
+        assert d.cross_connects() == {}
+
+
+def test_batches_respect_the_device_limit(ocs_model):
+    ocs, emu = ocs_model
+    with OCSDriver(ocs, command_timeout=5, max_pairs_per_command=4) as d:
+        r = d.apply({i: 48 + i for i in range(1, 11)})
+        assert [c.split("::")[0] for c in r.commands] == ["ENT-PATCH"] * 3
+        assert emu.patches == {i: 48 + i for i in range(1, 11)}
+
+
+def test_power_shutters_alarms_and_atag_gaps(ocs_model):
+    ocs, emu = ocs_model
+    emu.tx_power = {1: 1.0, 2: 0.5}
+    with OCSDriver(ocs, command_timeout=5) as d:
+        d.apply({1: 50, 3: 51})  # input 3 is dark: LOS on output 51
+        p = d.power([1, 50, 51])
+        assert p[1] == 1.0 and p[50] == 0.0 and p[51] is None  # 1 dB insertion loss; dark is None
+        al = d.alarms(wait_s=0.2)
+        assert any(s.startswith("51:MJ,LOS") for s in al["standing"])
+        assert any("51:MJ,LOS" in ln for a in al["autonomous"] for ln in a["lines"])
+        d.client.command("OPR-PORT-SHUTTER", aid="1")
+        assert d.shutters([1, 2]) == {1: "CLOSED", 2: "OPEN"} and d.power([50])[50] is None
+        emu.atag += 5  # five autonomous messages "lost" on the way
+        d.client.command("RLS-PORT-SHUTTER", aid="1")
+        d.alarms(wait_s=0.2)
+        assert d.client.atag_gaps
+
+
+def test_delete_all_needs_confirmation(ocs_model):
+    ocs, emu = ocs_model
+    with OCSDriver(ocs, command_timeout=5) as d:
+        d.apply({1: 50})
+        with pytest.raises(OperationFailed):
+            d.disconnect_all()
+        assert emu.patches == {1: 50}
+        d.disconnect_all(confirm=True)
+        assert emu.patches == {}
+
+
+def test_slow_command_acknowledged_with_ip(ocs_model):
+    ocs, emu = ocs_model
+    emu.ack_after_s = 0.05
+    emu.base_ms = 300
+    with OCSDriver(ocs, command_timeout=0.2) as d:  # the IP ack extends the wait
+        assert d.apply({1: 50}).verified

@@ -60,6 +60,7 @@ class TL1Client:
         self._ctags = itertools.count(1)
         self._lock = threading.Lock()
         self._last_read = ""
+        self._items: collections.deque = collections.deque()  # decoded, not yet consumed
         self.last_atag: int | None = None
         self.atag_gaps: list[tuple[int, int]] = []  # (expected, got): autonomous messages lost
 
@@ -82,19 +83,9 @@ class TL1Client:
             merged: tl1.Reply | None = None
             deadline = time.monotonic() + timeout
             while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TL1Timeout(f"{self.stream.name}: no reply to {text!r} within {timeout:g} s "
-                                     f"(command timeout); last read: {self._last_read[-120:]!r}")
-                try:
-                    data = self.stream.read(min(remaining, 0.5))
-                except ConnectionError as e:
-                    raise TL1ConnectionError(f"{self.stream.name}: link lost waiting for {text!r}: {e}") from e
-                if not data:
-                    continue
-                chunk = data.decode("ascii", errors="replace")
-                self._last_read = (self._last_read + chunk)[-400:]
-                for item in self.decoder.feed(chunk):
+                # items decoded earlier but not consumed (they arrived behind a reply) come first
+                while self._items:
+                    item = self._items.popleft()
                     if isinstance(item, tl1.Autonomous):
                         self._autonomous(item)
                     elif isinstance(item, tl1.Ack):
@@ -120,6 +111,21 @@ class TL1Client:
                         if merged.code != "COMPLD":
                             raise TL1Deny(text, merged)
                         return merged
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TL1Timeout(f"{self.stream.name}: no reply to {text!r} within {timeout:g} s "
+                                     f"(command timeout); last read: {self._last_read[-120:]!r}")
+                try:
+                    data = self.stream.read(min(remaining, 0.5))
+                except ConnectionError as e:
+                    raise TL1ConnectionError(f"{self.stream.name}: link lost waiting for {text!r}: {e}") from e
+                if data:
+                    self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        chunk = data.decode("ascii", errors="replace")
+        self._last_read = (self._last_read + chunk)[-400:]
+        self._items.extend(self.decoder.feed(chunk))
 
     def _autonomous(self, item: tl1.Autonomous) -> None:
         """Queue an autonomous message; record a gap when ATAGs skip (they count 1..65535)."""
@@ -139,16 +145,21 @@ class TL1Client:
             deadline = time.monotonic() + timeout
             while True:
                 remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
                 try:
-                    data = self.stream.read(max(0.0, min(remaining, 0.2))) if remaining > 0 else b""
+                    data = self.stream.read(min(remaining, 0.2))
                 except ConnectionError as e:
                     raise TL1ConnectionError(f"{self.stream.name}: {e}") from e
                 if data:
-                    for item in self.decoder.feed(data.decode("ascii", errors="replace")):
-                        if isinstance(item, tl1.Autonomous):
-                            self._autonomous(item)
-                if remaining <= 0:
-                    break
+                    self._feed(data)
+            keep = collections.deque()
+            for item in self._items:
+                if isinstance(item, tl1.Autonomous):
+                    self._autonomous(item)
+                elif isinstance(item, tl1.Reply):
+                    keep.append(item)  # a late reply stays for whoever waits for its CTAG
+            self._items = keep
             out = list(self.autonomous)
             self.autonomous.clear()
             return out
