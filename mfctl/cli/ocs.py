@@ -1,48 +1,268 @@
-"""``mfctl ocs show`` — the OCS's cross-connects, named by host, NIC and lane."""
+"""``mfctl ocs show|connect|disconnect|apply|power|alarms|journal|recover``"""
 
 from __future__ import annotations
 
+import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 
 from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console
 
-app = typer.Typer(help="Inspect the optical circuit switch.", no_args_is_help=True)
+app = typer.Typer(help="Drive the optical circuit switch (TL1): inspect, change with a dry-run diff, journal, recover.",
+                  no_args_is_help=True)
+
+INV_OPT = typer.Option(..., "--inventory", "-i", envvar="MFCTL_INVENTORY", help="Inventory YAML.")
+DRY_OPT = typer.Option(False, "--dry-run", help="Print the diff and change nothing (exit 6 if anything would change).")
+YES_OPT = typer.Option(False, "--yes", "-y", envvar="MFCTL_YES", help="Do not ask for confirmation.")
+
+
+@contextmanager
+def _driver(inventory: Path, *, mutating: bool, purpose: str = "ocs"):
+    from mfctl import settings
+    from mfctl.inventory import load_inventory
+    from mfctl.lock import TestbedLock
+    from mfctl.ocs.driver import driver_from_inventory
+    from mfctl.ocs.journal import Journal, ocs_journal_path
+    from mfctl.ocs.service import PortMap
+
+    inv = load_inventory(inventory)
+    journal = Journal(ocs_journal_path(inv))
+    drv = driver_from_inventory(inv, journal=journal, connect_timeout=settings.get_float("connect_timeout"),
+                                command_timeout=settings.get_float("command_timeout"))
+    if mutating:
+        with TestbedLock(inv.name, purpose), drv.connect():
+            yield inv, drv, PortMap.from_inventory(inv), journal
+    else:
+        with drv.connect():
+            yield inv, drv, PortMap.from_inventory(inv), journal
+
+
+def _confirm(question: str, yes: bool) -> None:
+    from mfctl.errors import UsageError
+
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise UsageError("this changes the OCS: confirm with --yes when not at a terminal")
+    if not typer.confirm(question, default=False, err=True):
+        raise typer.Exit(1)
+
+
+def _render_diff(pm, d, json_out: bool, extra: dict | None = None) -> None:
+    if json_out:
+        return
+    con = out_console()
+    if d.empty:
+        con.print("no change: the OCS already holds this state")
+        return
+    for i, o in sorted(d.delete.items()):
+        con.print(f"[red]- {i:>4} → {o:<4}[/]  {pm.name(i)} → {pm.name(o)}", highlight=False)
+    for i, o in sorted(d.add.items()):
+        con.print(f"[green]+ {i:>4} → {o:<4}[/]  {pm.name(i)} → {pm.name(o)}", highlight=False)
+    con.print(f"{len(d.delete)} to delete, {len(d.add)} to add, {len(d.keep)} unchanged")
+
+
+def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool, purpose: str, what: str) -> None:
+    """Shared plan → confirm → apply → read back flow of every mutating command."""
+    with _driver(inventory, mutating=not dry_run, purpose=purpose) as (inv, drv, pm, journal):
+        current = drv.cross_connects()
+        desired = build(pm, current)
+        _, d = drv.plan(desired)
+        _render_diff(pm, d, json_out)
+        result = {"schema": "mfctl.ocs.change/v1", "ocs": inv.ocs.name, "endpoint": drv.endpoint, "what": what,
+                  "dry_run": dry_run, "diff": d.to_dict()}
+        if dry_run or d.empty:
+            if json_out:
+                emit_json(result | {"changed": False})
+            raise typer.Exit(6 if (dry_run and not d.empty) else 0)
+        _confirm(f"apply {len(d.delete)} deletion(s) and {len(d.add)} addition(s) on {inv.ocs.name}?", yes)
+        res = drv.apply(desired, reason=what)
+        if json_out:
+            emit_json(result | {"changed": True, "result": res.to_dict()})
+        else:
+            out_console().print(f"applied in {res.t_switch_ms:.1f} ms, read back and verified "
+                                f"({len(res.readback)} cross-connects; journal {journal.path})", highlight=False)
 
 
 @app.command()
 @handle_errors
-def show(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCTL_INVENTORY", help="Inventory YAML."),
-         json_out: bool = JSON_OPT):
+def show(inventory: Path = INV_OPT, json_out: bool = JSON_OPT):
     """Read every cross-connect (RTRV-PATCH) and name both ends from the inventory."""
     from rich.table import Table
 
-    from mfctl import settings
     from mfctl.fabric.mapping import circuits_from_cross_connects, region_lanes
-    from mfctl.inventory import load_inventory
-    from mfctl.ocs.driver import driver_from_inventory
 
-    inv = load_inventory(inventory)
-    lanes = region_lanes(inv, [h.name for h in inv.hosts])
-    by_tx = {l.ocs_tx: l for ls in lanes.values() for l in ls}
-    by_rx = {l.ocs_rx: l for ls in lanes.values() for l in ls}
-    with driver_from_inventory(inv, connect_timeout=settings.get_float("connect_timeout"),
-                               command_timeout=settings.get_float("command_timeout")) as drv:
+    with _driver(inventory, mutating=False) as (inv, drv, pm, _):
         xc = drv.cross_connects()
         endpoint = drv.endpoint
-    circuits = circuits_from_cross_connects(lanes, xc)
-    rows = []
-    for i, o in sorted(xc.items()):
-        a, b = by_tx.get(i), by_rx.get(o)
-        rows.append({"in": i, "out": o, "from": a.key if a else None, "to": b.key if b else None})
+    circuits = circuits_from_cross_connects(region_lanes(inv, [h.name for h in inv.hosts]), xc)
+    rows = [{"in": i, "out": o, "from": pm.name(i), "to": pm.name(o)} for i, o in sorted(xc.items())]
     if json_out:
         emit_json({"schema": "mfctl.ocs.show/v1", "ocs": inv.ocs.name, "endpoint": endpoint, "cross_connects": rows,
                    "circuits": [c.to_dict() for c in circuits]})
         return
     t = Table("in", "out", "from (TX lane)", "to (RX lane)", title=f"{inv.ocs.name} cross-connects via {endpoint}")
     for r in rows:
-        t.add_row(str(r["in"]), str(r["out"]), r["from"] or "(not in inventory)", r["to"] or "(not in inventory)")
+        t.add_row(str(r["in"]), str(r["out"]), r["from"], r["to"])
     con = out_console()
     con.print(t)
-    con.print(f"{len(rows)} cross-connects, {len(circuits)} duplex circuits")
+    con.print(f"{len(rows)} cross-connects, {len(circuits)} duplex circuits", highlight=False)
+
+
+@app.command()
+@handle_errors
+def connect(a: str = typer.Argument(..., help="Lane HOST/NIC[.LANE] or OCS input port."),
+            b: str = typer.Argument(..., help="Lane HOST/NIC[.LANE] or OCS output port."),
+            inventory: Path = INV_OPT, replace: bool = typer.Option(False, "--replace", help="Take ports already in use."),
+            dry_run: bool = DRY_OPT, yes: bool = YES_OPT, json_out: bool = JSON_OPT):
+    """Connect two lanes with a duplex circuit (two cross-connects), or one input to one output."""
+    from mfctl.ocs.service import cross_connects_for, with_connection
+
+    _change(inventory, lambda pm, cur: with_connection(cur, cross_connects_for(pm, a, b), replace=replace),
+            dry_run=dry_run, yes=yes, json_out=json_out, purpose="ocs connect", what=f"connect {a} {b}")
+
+
+@app.command()
+@handle_errors
+def disconnect(endpoints: list[str] = typer.Argument(None, help="Lanes or ports whose cross-connects to remove."),
+               inventory: Path = INV_OPT, all_: bool = typer.Option(False, "--all", help="Remove EVERY cross-connect (DLT-PATCH::ALL)."),
+               dry_run: bool = DRY_OPT, yes: bool = YES_OPT, json_out: bool = JSON_OPT):
+    """Remove the circuits of lanes (both cross-connects) or the cross-connects on ports."""
+    from mfctl.errors import UsageError
+    from mfctl.ocs.service import without
+
+    if all_ == bool(endpoints):
+        raise UsageError("name lanes/ports to disconnect, or --all (not both)")
+    build = (lambda pm, cur: {}) if all_ else (lambda pm, cur: without(pm, cur, endpoints))
+    _change(inventory, build, dry_run=dry_run, yes=yes, json_out=json_out, purpose="ocs disconnect",
+            what="disconnect all" if all_ else f"disconnect {' '.join(endpoints)}")
+
+
+@app.command("apply")
+@handle_errors
+def apply_cmd(file: Path = typer.Argument(..., help="YAML/JSON: cross_connects: [[in, out]...] and/or circuits: [[LANE, LANE]...]."),
+              inventory: Path = INV_OPT, dry_run: bool = DRY_OPT, yes: bool = YES_OPT, json_out: bool = JSON_OPT):
+    """Make the OCS hold exactly the topology in FILE (only what differs changes)."""
+    from mfctl.ocs.service import load_topology_file
+
+    _change(inventory, lambda pm, cur: load_topology_file(pm, file), dry_run=dry_run, yes=yes, json_out=json_out,
+            purpose="ocs apply", what=f"apply {file}")
+
+
+@app.command()
+@handle_errors
+def power(inventory: Path = INV_OPT, json_out: bool = JSON_OPT):
+    """Optical power per port with its lane; flags ports below the optics' sensitivity + margin. Exit 1 if any is flagged."""
+    from rich.table import Table
+
+    from mfctl.ocs.service import power_report
+
+    with _driver(inventory, mutating=False) as (inv, drv, pm, _):
+        xc = drv.cross_connects()
+        ports = sorted(set(pm.by_tx) | set(pm.by_rx) | set(xc) | set(xc.values()))
+        rows = power_report(pm, drv.power(ports) if ports else {}, xc, inv.ocs.power_margin_db, inv.ocs.size.inputs)
+    bad = [r for r in rows if r["status"] in ("low", "dark")]
+    if json_out:
+        emit_json({"schema": "mfctl.ocs.power/v1", "ocs": inv.ocs.name, "margin_db": inv.ocs.power_margin_db,
+                   "ports": rows, "flagged": len(bad)})
+    else:
+        t = Table("port", "lane", "dBm", "status", title=f"{inv.ocs.name} optical power (margin {inv.ocs.power_margin_db:g} dB)")
+        colour = {"ok": "green", "low": "yellow", "dark": "red", "idle": "dim"}
+        for r in rows:
+            t.add_row(str(r["port"]), r["lane"], "—" if r["dbm"] is None else f"{r['dbm']:.2f}",
+                      f"[{colour[r['status']]}]{r['status']}[/]")
+        out_console().print(t)
+    if bad:
+        raise typer.Exit(1)
+
+
+@app.command()
+@handle_errors
+def alarms(inventory: Path = INV_OPT, wait: float = typer.Option(0.0, help="Also listen this many seconds for autonomous messages."),
+           json_out: bool = JSON_OPT):
+    """Standing alarms (RTRV-ALM-ALL) and autonomous REPT ALM/EVT messages. Exit 1 if any alarm stands."""
+    with _driver(inventory, mutating=False) as (inv, drv, pm, _):
+        al = drv.alarms(wait_s=wait)
+    if json_out:
+        emit_json({"schema": "mfctl.ocs.alarms/v1", "ocs": inv.ocs.name, **al})
+    else:
+        con = out_console()
+        con.print(f"{len(al['standing'])} standing alarm(s) on {inv.ocs.name}", highlight=False)
+        for ln in al["standing"]:
+            port = ln.split(":", 1)[0]
+            con.print(f"  {ln}   [{pm.name(int(port)) if port.isdigit() else ''}]", highlight=False, markup=False)
+        for a in al["autonomous"]:
+            con.print(f"  ATAG {a['atag']} {a['almcde']} {a['verb']}: {'; '.join(a['lines'])}", highlight=False, markup=False)
+        if al["atag_gaps"]:
+            con.print(f"  autonomous messages were lost (ATAG gaps {al['atag_gaps']})", highlight=False)
+    if al["standing"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+@handle_errors
+def journal(inventory: Path = INV_OPT, last: int = typer.Option(30, help="Show the last N records."), json_out: bool = JSON_OPT):
+    """The OCS's change journal (intent, commands, read-back, outcome, recoveries)."""
+    from rich.table import Table
+
+    from mfctl.inventory import load_inventory
+    from mfctl.ocs.driver import pending_apply
+    from mfctl.ocs.journal import Journal, ocs_journal_path
+    from mfctl.ocs.service import journal_rows
+
+    inv = load_inventory(inventory)
+    j = Journal(ocs_journal_path(inv))
+    recs = j.records()
+    rows = journal_rows(recs, last)
+    pend = pending_apply(recs)
+    if json_out:
+        emit_json({"schema": "mfctl.ocs.journal/v1", "path": str(j.path), "records": rows,
+                   "pending": pend and pend.get("apply_id")})
+        return
+    t = Table("seq", "time", "apply", "op", "detail", title=str(j.path))
+    for r in rows:
+        t.add_row(str(r["seq"]), time.strftime("%H:%M:%S", time.localtime(r["ts"])) if r["ts"] else "", r["apply_id"] or "",
+                  r["op"], r["detail"])
+    con = out_console()
+    con.print(t)
+    if pend:
+        con.print(f"[yellow]apply {pend['apply_id']} ({pend.get('reason')}) did not finish: run mfctl ocs recover[/]", highlight=False)
+
+
+@app.command()
+@handle_errors
+def recover(inventory: Path = INV_OPT,
+            rollback: bool = typer.Option(False, "--rollback", help="Return to the state before the interrupted apply (default: complete it)."),
+            dry_run: bool = DRY_OPT, yes: bool = YES_OPT, json_out: bool = JSON_OPT):
+    """Finish (default) or roll back the last interrupted OCS change found in the journal."""
+    from mfctl.ocs.driver import pending_apply, recover as do_recover
+
+    mode = "rollback" if rollback else "complete"
+    with _driver(inventory, mutating=not dry_run, purpose="ocs recover") as (inv, drv, pm, j):
+        recs = j.records()
+        p = pending_apply(recs)
+        if p is None:
+            if json_out:
+                emit_json({"schema": "mfctl.ocs.recover/v1", "pending": None, "action": "none"})
+            else:
+                out_console().print("nothing to recover: every journalled change finished")
+            return
+        plan = do_recover(drv, recs, mode=mode, dry_run=True)
+        if not json_out:
+            out_console().print(f"apply {p['apply_id']} ({p.get('reason')}) did not finish; {mode} it:", highlight=False)
+        _, d = drv.plan({i: o for i, o in (p["desired"] if mode == "complete" else p["before"])})
+        _render_diff(pm, d, json_out)
+        if dry_run:
+            if json_out:
+                emit_json({"schema": "mfctl.ocs.recover/v1", **plan})
+            raise typer.Exit(6 if not d.empty else 0)
+        if not d.empty:
+            _confirm(f"{mode} apply {p['apply_id']}?", yes)
+        out = do_recover(drv, recs, mode=mode)
+    if json_out:
+        emit_json({"schema": "mfctl.ocs.recover/v1", **out})
+    else:
+        out_console().print(f"recovered ({mode}); the OCS now matches the journal", highlight=False)

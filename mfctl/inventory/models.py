@@ -83,6 +83,8 @@ class NIC(_Strict):
     speed_gbps: float = Field(100.0, gt=0, description="Port rate, Gbit/s")
     breakout: str = Field("1x100G", description="e.g. 1x100G, 2x200G, 4x100G")
     numa_node: int = Field(0, ge=0)
+    rx_sensitivity_dbm: float = Field(-10.0, le=0, description="Receiver sensitivity per lane, dBm (100G-CWDM4 "
+                                      "datasheet class); OCS ports below this plus ocs.power_margin_db are flagged")
     role: Literal["ocs", "eps"]
     lanes: list[Lane] = Field(min_length=1)
 
@@ -160,6 +162,8 @@ class OCS(_Strict):
     known_hosts: str | None = Field(None, description="known_hosts for the SSH transport")
     insertion_loss_db: float = Field(1.0, ge=0, description="Per pass, dB (datasheet class)")
     switching_time_ms: float = Field(25.0, gt=0, description="Mirror/beam settle time (DESIGN §2)")
+    power_margin_db: float = Field(3.0, ge=0, description="Margin above the optics' sensitivity before a port is flagged")
+    max_pairs_per_command: int = Field(64, ge=1, description="Cross-connects per ENT/DLT-PATCH the device accepts")
 
     def password(self, base: Path | None = None) -> str:
         """The TL1 password from ``password_file`` or ``password_env`` (never the inventory)."""

@@ -66,7 +66,8 @@ class ApplyResult:
     apply_id: str = ""
 
     def to_dict(self) -> dict:
-        return {"apply_id": self.apply_id, "diff": self.diff.to_dict(), "verified": self.verified, "t_switch_ms": round(self.t_switch_ms, 3),
+        return {"apply_id": self.apply_id, "diff": self.diff.to_dict(), "verified": self.verified,
+                "readback": _pairs(self.readback), "t_switch_ms": round(self.t_switch_ms, 3),
                 "t_verify_ms": round(self.t_verify_ms, 3), "commands": self.commands}
 
 
@@ -384,4 +385,5 @@ def driver_from_inventory(inv, *, journal: Journal | None = None, connect_timeou
     """An (unconnected) driver for the inventory's OCS, with its SSH known_hosts settings."""
     return OCSDriver(inv.ocs, base_dir=inv.base_dir, known_hosts=inv.ocs.known_hosts or inv.ssh.known_hosts,
                      host_key_policy=inv.ssh.host_key_policy, connect_timeout=connect_timeout,
-                     command_timeout=command_timeout, journal=journal)
+                     command_timeout=command_timeout, journal=journal,
+                     max_pairs_per_command=inv.ocs.max_pairs_per_command)

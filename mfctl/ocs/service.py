@@ -1,0 +1,164 @@
+"""Operator-level OCS operations on top of the driver: name ports by lane, build desired
+states for connect/disconnect/apply, and judge per-port optical power.
+
+Endpoints: an OCS port number (``17``), or a lane named ``HOST/NIC.LANE`` (``gpu01/nic0.0``;
+``gpu01/nic0`` means lane 0). Two lanes make a duplex circuit (two cross-connects); two
+port numbers make one cross-connect ``input → output``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from mfctl.errors import ConfigError, UsageError
+from mfctl.fabric.mapping import LaneRef, region_lanes
+
+_LANE_RE = re.compile(r"^(?P<host>[^/]+)/(?P<nic>[^./]+)(?:\.(?P<lane>\d+))?$")
+
+
+@dataclass
+class PortMap:
+    """Which lane each OCS port belongs to (from the inventory)."""
+
+    by_tx: dict[int, LaneRef]
+    by_rx: dict[int, LaneRef]
+    by_key: dict[str, LaneRef]
+    rx_sensitivity: dict[int, float]
+
+    @classmethod
+    def from_inventory(cls, inv) -> "PortMap":
+        lanes = region_lanes(inv, [h.name for h in inv.hosts])
+        flat = [l for ls in lanes.values() for l in ls]
+        sens = {}
+        for h in inv.hosts:
+            for nic, lane in h.ocs_lanes():
+                sens[lane.ocs_rx] = nic.rx_sensitivity_dbm
+        return cls({l.ocs_tx: l for l in flat}, {l.ocs_rx: l for l in flat}, {l.key: l for l in flat}, sens)
+
+    def lane(self, ref: str) -> LaneRef:
+        m = _LANE_RE.match(ref)
+        if not m:
+            raise UsageError(f"{ref!r} is neither an OCS port number nor a lane HOST/NIC[.LANE]")
+        key = f"{m['host']}/{m['nic']}.{m['lane'] or 0}"
+        if key not in self.by_key:
+            raise UsageError(f"no optical lane {key!r} in the inventory")
+        return self.by_key[key]
+
+    def name(self, port: int) -> str:
+        l = self.by_tx.get(port) or self.by_rx.get(port)
+        if l is None:
+            return "(not in inventory)"
+        return f"{l.key} {'tx' if port == l.ocs_tx else 'rx'}"
+
+
+def parse_endpoint(pm: PortMap, text: str) -> int | LaneRef:
+    return int(text) if text.isdigit() else pm.lane(text)
+
+
+def cross_connects_for(pm: PortMap, a: str, b: str) -> dict[int, int]:
+    """The cross-connects that ``connect a b`` makes."""
+    ea, eb = parse_endpoint(pm, a), parse_endpoint(pm, b)
+    if isinstance(ea, int) and isinstance(eb, int):
+        return {ea: eb}
+    if isinstance(ea, LaneRef) and isinstance(eb, LaneRef):
+        if ea.key == eb.key:
+            raise UsageError("a circuit needs two different lanes")
+        return {ea.ocs_tx: eb.ocs_rx, eb.ocs_tx: ea.ocs_rx}
+    raise UsageError("give two port numbers (one cross-connect) or two lanes (a duplex circuit), not one of each")
+
+
+def with_connection(current: dict[int, int], new: dict[int, int], *, replace: bool = False) -> dict[int, int]:
+    """``current`` plus ``new``; a port already used elsewhere is an error unless ``replace``."""
+    desired = dict(current)
+    used_out = {o: i for i, o in current.items()}
+    for i, o in new.items():
+        clash = []
+        if i in current and current[i] != o:
+            clash.append(f"input {i} is connected to {current[i]}")
+        if o in used_out and used_out[o] != i:
+            clash.append(f"output {o} is fed by {used_out[o]}")
+        if clash and not replace:
+            raise UsageError("; ".join(clash) + " (disconnect first, or use --replace)")
+        if o in used_out and used_out[o] != i:
+            desired.pop(used_out[o], None)
+        desired[i] = o
+    return desired
+
+
+def without(pm: PortMap, current: dict[int, int], endpoints: list[str]) -> dict[int, int]:
+    """``current`` minus every cross-connect touching the given ports or lanes (a lane's
+    circuit goes as a whole: both of its cross-connects)."""
+    ports: set[int] = set()
+    for text in endpoints:
+        e = parse_endpoint(pm, text)
+        if isinstance(e, int):
+            ports.add(e)
+        else:
+            ports |= {e.ocs_tx, e.ocs_rx}
+            # the other half of its circuit: the peer lane's TX feeding our RX, and our TX's peer RX
+            peer_rx = current.get(e.ocs_tx)
+            peer = pm.by_rx.get(peer_rx) if peer_rx else None
+            if peer is not None:
+                ports |= {peer.ocs_tx, peer.ocs_rx}
+    out = {i: o for i, o in current.items() if i not in ports and o not in ports}
+    if out == current:
+        raise UsageError(f"nothing is connected on {', '.join(endpoints)}")
+    return out
+
+
+def load_topology_file(pm: PortMap, path: str | Path) -> dict[int, int]:
+    """A desired OCS state: YAML/JSON with ``cross_connects: [[in, out], ...]`` and/or
+    ``circuits: [[LANE_A, LANE_B], ...]``. Raises ConfigError with file and line."""
+    from mfctl.inventory.loader import load_yaml_with_lines
+
+    data, lines = load_yaml_with_lines(path)
+    if not isinstance(data, dict) or not set(data) <= {"cross_connects", "circuits", "description"} or not (
+            "cross_connects" in data or "circuits" in data):
+        raise ConfigError("expected a mapping with 'cross_connects' and/or 'circuits' (and optional 'description')",
+                          path=str(path), line=1)
+    desired: dict[int, int] = {}
+    for k, pair in enumerate(data.get("cross_connects") or []):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)):
+            raise ConfigError("each cross-connect is [input, output] port numbers", path=str(path),
+                              line=lines.get(("cross_connects", k)))
+        desired[pair[0]] = pair[1]
+    for k, pair in enumerate(data.get("circuits") or []):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            raise ConfigError("each circuit is [LANE_A, LANE_B]", path=str(path), line=lines.get(("circuits", k)))
+        try:
+            desired.update(cross_connects_for(pm, pair[0], pair[1]))
+        except UsageError as e:
+            raise ConfigError(str(e), path=str(path), line=lines.get(("circuits", k))) from None
+    return desired
+
+
+def power_report(pm: PortMap, readings: dict[int, float | None], xc: dict[int, int], margin_db: float,
+                 inputs: int) -> list[dict]:
+    """One row per port that belongs to a lane or carries a cross-connect: dBm, the lane,
+    and a status. Outputs (ports > ``inputs``) that carry a cross-connect: ``ok``, ``low``
+    (below the lane's sensitivity + margin) or ``dark`` (no light). Lane transmitters:
+    ``ok`` or ``dark``. Anything else: ``idle``."""
+    connected = set(xc) | set(xc.values())
+    rows = []
+    for p in sorted(set(pm.by_tx) | set(pm.by_rx) | connected):
+        dbm = readings.get(p)
+        status = "idle"
+        if p > inputs and p in connected:
+            thr = pm.rx_sensitivity.get(p, -10.0) + margin_db
+            status = "dark" if dbm is None else ("low" if dbm < thr else "ok")
+        elif p in pm.by_tx:
+            status = "dark" if dbm is None else "ok"
+        rows.append({"port": p, "lane": pm.name(p), "dbm": dbm, "status": status, "connected": p in connected})
+    return rows
+
+
+def journal_rows(records: list[dict], last: int) -> list[dict]:
+    rows = []
+    for r in records[-last:]:
+        detail = {k: v for k, v in r.items() if k not in ("ts", "seq", "op", "apply_id", "ocs")}
+        rows.append({"seq": r.get("seq"), "ts": r.get("ts"), "op": r.get("op"), "apply_id": r.get("apply_id"),
+                     "detail": json.dumps(detail, separators=(",", ":"))[:200]})
+    return rows
