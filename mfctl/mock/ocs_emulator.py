@@ -376,6 +376,7 @@ class PtyServer:
     def __init__(self, emu: OCSEmulator, baudrate: int | None = None):
         self.emu = emu
         self.baudrate = baudrate  # when set, writes take 10 bit times per byte (8N1 framing)
+        self.line_ms_total = 0.0  # modelled serial line time spent sending, for benchmarks
         self.master, self.slave = pty.openpty()
         tty.setraw(self.slave)
         self.slave_path = os.ttyname(self.slave)
@@ -395,7 +396,9 @@ class PtyServer:
 
         def write(b: bytes) -> None:
             if self.baudrate:
-                time.sleep(len(b) * 10 / self.baudrate)
+                t = len(b) * 10 / self.baudrate
+                time.sleep(t)
+                self.line_ms_total += t * 1000
             os.write(self.master, b)
 
         while not self._stop.is_set():

@@ -244,9 +244,9 @@ class OCSDriver:
                 "atag_gaps": [list(g) for g in self.client.atag_gaps]}
 
     # --- changes ----------------------------------------------------------------------
-    def _journal(self, op: str, **fields) -> None:
+    def _journal(self, op: str, *, sync: bool = True, **fields) -> None:
         for j in self.journals:
-            j.append(op, **fields)
+            j.append(op, sync=sync, **fields)
 
     def plan(self, desired: dict[int, int]) -> tuple[dict[int, int], CrossConnectDiff]:
         """Read the OCS and return ``(current, diff to desired)`` without changing anything."""
@@ -299,7 +299,7 @@ class OCSDriver:
             self._journal("ocs.outcome", apply_id=apply_id, ocs=self.ocs.name, ok=False, error=str(e))
             raise
         ok = readback == desired
-        self._journal("ocs.verify", apply_id=apply_id, ocs=self.ocs.name, readback=_pairs(readback), matches=ok)
+        self._journal("ocs.verify", apply_id=apply_id, ocs=self.ocs.name, readback=_pairs(readback), matches=ok, sync=False)
         self._journal("ocs.outcome", apply_id=apply_id, ocs=self.ocs.name, ok=ok, t_switch_ms=round(t_switch, 3))
         res = ApplyResult(diff=d, readback=readback, verified=ok, t_switch_ms=t_switch, t_verify_ms=t_verify,
                           commands=commands, apply_id=apply_id)
@@ -340,7 +340,7 @@ class OCSDriver:
                 return
             commands.append(f"{verb}::{aid}")
             self._journal("ocs.command", apply_id=apply_id, ocs=self.ocs.name, verb=verb, aid=aid, state="COMPLD",
-                          ms=round((time.monotonic() - t) * 1000, 3))
+                          ms=round((time.monotonic() - t) * 1000, 3), sync=False)
 
     def disconnect_all(self, *, confirm: bool = False, reason: str = "") -> ApplyResult:
         """Remove every cross-connect. Refuses unless ``confirm`` (it darkens every circuit)."""

@@ -20,19 +20,44 @@ class Journal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._seq = sum(1 for _ in open(self.path)) if self.path.exists() else 0
+        self._fd: int | None = None
 
-    def append(self, op: str, **fields) -> dict:
+    def append(self, op: str, *, sync: bool = True, **fields) -> dict:
+        """Append one record. With ``sync`` (the default) it is on disk (fdatasync) when this
+        returns; with ``sync=False`` it is written (it survives the process being killed) and
+        made durable by the next synced append — for records that recovery does not need
+        (a command's completion, the read-back), never for intents or commands about to be sent."""
         with self._lock:
             self._seq += 1
             rec = {"ts": round(time.time(), 6), "seq": self._seq, "op": op, **fields}
             line = json.dumps(rec, separators=(",", ":"), default=str) + "\n"
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line.encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            if self._fd is None:
+                new = not self.path.exists()
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                if new:  # make the new directory entry durable too
+                    dfd = os.open(self.path.parent, os.O_RDONLY)
+                    try:
+                        os.fsync(dfd)
+                    finally:
+                        os.close(dfd)
+            os.write(self._fd, line.encode())
+            if sync:
+                os.fdatasync(self._fd)
             return rec
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def __del__(self):
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def records(self) -> list[dict]:
         if not self.path.exists():

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""OCS reconfiguration: mfctl's software overhead vs. the OCS's physical switching time.
+
+For 1, 4, 16 and 64 duplex circuit pairs, the driver re-wires that many circuits (every
+one changes: 2n cross-connects deleted, 2n added) on the Polatis-class emulator running
+in its own process, over raw TL1/TCP (as the paper's controller drives its Polatis) and
+over the serial path (a pty at 115200 baud). Each apply is the full production path:
+read state, diff, encode, batched DLT-PATCH + ENT-PATCH, read back, compare, and seven
+fsync'd journal records.
+
+  physical  = the emulator's modelled switching time (paper App. C: 41.1 ms + 0.18 ms per
+              cross-connect per ENT-PATCH, 5 ms per DLT-PATCH), reported by the emulator;
+              on the serial path also the modelled line time of the replies (10 bits/byte)
+  overhead  = (apply wall time − physical) / physical
+
+Prints a table, then one JSON line: {"benchmark": "ocs_reconfig", "overhead_ratio": {...}}.
+Target (DESIGN §11): overhead ≤ 5% at 16 pairs.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SIZES = [1, 4, 16, 64]
+REPEATS = int(os.environ.get("REPEATS", "10"))
+N = 384
+
+
+def emulator_process(conn):
+    from mfctl.mock.ocs_emulator import OCSEmulator, PtyServer, TCPServer
+
+    emu = OCSEmulator(N, N, sid="BENCH", password="bench", tx_power_dbm={p: 1.0 for p in range(1, N + 1)})  # lit lanes: no LOS
+    tcp = TCPServer(emu)
+    pty = PtyServer(emu, baudrate=115200)
+    conn.send({"tcp": tcp.port, "pty": pty.slave_path})
+    while True:
+        msg = conn.recv()
+        if msg == "physical":
+            conn.send(emu.physical_ms_total + pty.line_ms_total)
+        elif msg == "stop":
+            return
+
+
+def topologies(n: int) -> tuple[dict[int, int], dict[int, int]]:
+    """Lanes 1..2n (lane k: TX = input k, RX = output N+k). A pairs (1,2),(3,4)…; B pairs (2,3),…,(2n,1)."""
+    def xc(pairs):
+        out = {}
+        for a, b in pairs:
+            out[a] = N + b
+            out[b] = N + a
+        return out
+
+    lanes = list(range(1, 2 * n + 1))
+    a = [(lanes[k], lanes[k + 1]) for k in range(0, 2 * n, 2)]
+    b = [(lanes[k], lanes[(k + 1) % (2 * n)]) for k in range(1, 2 * n, 2)] if n > 1 else [(1, 2)]
+    if n == 1:  # one pair: swap which lane transmits into which receiver by moving to lanes 3,4
+        b = [(1, 3)]
+    return xc(a), xc(b)
+
+
+def run(transport: dict, ctl, journal_dir: Path) -> dict[int, dict]:
+    from mfctl.inventory.models import OCS
+    from mfctl.ocs.driver import OCSDriver
+    from mfctl.ocs.journal import Journal
+
+    os.environ["BENCH_PW"] = "bench"
+    ocs = OCS(name="bench", size={"inputs": N, "outputs": N}, transports=[transport], password_env="BENCH_PW")
+    out = {}
+    with OCSDriver(ocs, journal=Journal(journal_dir / f"{transport['kind']}.jsonl"), command_timeout=30,
+                   max_pairs_per_command=256) as d:
+        d.apply({})
+        for n in SIZES:
+            A, B = topologies(n)
+            d.apply(A)
+            ratios, totals, phys = [], [], []
+            for r in range(REPEATS):
+                target = B if r % 2 == 0 else A
+                ctl.send("physical")
+                p0 = ctl.recv()
+                t0 = time.perf_counter()
+                d.apply(target)
+                total = (time.perf_counter() - t0) * 1000
+                ctl.send("physical")
+                p = ctl.recv() - p0
+                totals.append(total)
+                phys.append(p)
+                ratios.append((total - p) / p)
+            out[n] = {"total_ms": statistics.median(totals), "physical_ms": statistics.median(phys),
+                      "overhead_ms": statistics.median([t - p for t, p in zip(totals, phys)]),
+                      "ratio": statistics.median(ratios)}
+            d.apply({})
+    return out
+
+
+def main() -> None:
+    parent, child = mp.Pipe()
+    proc = mp.Process(target=emulator_process, args=(child,), daemon=True)
+    proc.start()
+    ports = parent.recv()
+    with tempfile.TemporaryDirectory() as tmp:
+        tcp = run({"kind": "tcp", "address": "127.0.0.1", "port": ports["tcp"]}, parent, Path(tmp))
+        ser = run({"kind": "serial", "device": ports["pty"], "baudrate": 115200}, parent, Path(tmp))
+    parent.send("stop")
+    proc.join(5)
+    paper = {1: 41.44, 4: 42.44, 16: 46.75, 64: None}
+    print(f"{'pairs':>5} | {'physical ms':>11} | {'TCP total':>9} | {'overhead':>8} | {'serial phys+line':>16} | "
+          f"{'serial total':>12} | {'overhead':>8} | paper OCS ms")
+    print("-" * 104)
+    for n in SIZES:
+        t, s = tcp[n], ser[n]
+        print(f"{n:>5} | {t['physical_ms']:>11.2f} | {t['total_ms']:>9.2f} | {100 * t['ratio']:>7.2f}% | "
+              f"{s['physical_ms']:>16.2f} | {s['total_ms']:>12.2f} | {100 * s['ratio']:>7.2f}% | {paper[n] or '—'}")
+    print(f"(ms, median of {REPEATS} re-wirings each; every circuit changes; overhead = (total - physical) / physical, "
+          "i.e. read + diff + encode + I/O handling + read-back + journal fsync)")
+    print(json.dumps({"benchmark": "ocs_reconfig", "transport": "tcp",
+                      "overhead_ratio": {str(n): round(tcp[n]["ratio"], 4) for n in SIZES},
+                      "serial_overhead_ratio": {str(n): round(ser[n]["ratio"], 4) for n in SIZES},
+                      "physical_ms": {str(n): round(tcp[n]["physical_ms"], 2) for n in SIZES}}))
+
+
+if __name__ == "__main__":
+    main()
