@@ -218,3 +218,33 @@ def test_slow_command_acknowledged_with_ip(ocs_model):
     emu.base_ms = 300
     with OCSDriver(ocs, command_timeout=0.2) as d:  # the IP ack extends the wait
         assert d.apply({1: 50}).verified
+
+
+def test_pyserial_url_transport_socket(emu, monkeypatch):
+    """serial_for_url also takes socket:// (a terminal server): same client, same results."""
+    srv = TCPServer(emu)
+    ocs = OCS(name="o", size={"inputs": 48, "outputs": 48},
+              transports=[{"kind": "serial", "device": f"socket://127.0.0.1:{srv.port}"}], password_env="OCS_PW")
+    with OCSDriver(ocs, command_timeout=5) as d:
+        assert d.endpoint == f"serial:socket://127.0.0.1:{srv.port}"
+        assert d.apply({1: 49}).verified
+    srv.close()
+
+
+def test_logged_out_session_logs_in_again(ocs_model):
+    ocs, emu = ocs_model
+    with OCSDriver(ocs, command_timeout=5) as d:
+        for s in emu.sessions:
+            s.user = None  # the device's idle timeout logged us out
+        assert d.cross_connects() == {}
+        d.keepalive()
+
+
+def test_delete_all_uses_dlt_patch_all(ocs_model, tmp_path):
+    ocs, emu = ocs_model
+    j = Journal(tmp_path / "j.jsonl")
+    with OCSDriver(ocs, command_timeout=5, journal=j) as d:
+        d.apply({1: 50, 2: 51})
+        r = d.disconnect_all(confirm=True)
+        assert r.commands == ["DLT-PATCH::ALL"] and emu.patches == {}
+    assert [x["aid"] for x in j.records() if x["op"] == "ocs.command"][-1] == "ALL"

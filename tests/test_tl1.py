@@ -103,3 +103,21 @@ def test_client_dead_link_is_a_connection_error():
     c = TL1Client(FakeStream(["dead"]), command_timeout=1)
     with pytest.raises(TL1ConnectionError):
         c.command("RTRV-HDR")
+
+
+def test_partial_completion_is_its_own_typed_error():
+    from mfctl.ocs.client import TL1Partial
+
+    s = FakeStream([reply("PRTL", lines=["2,50:SROF"], comment="1 of 2 done")])
+    with pytest.raises(TL1Partial) as e:
+        TL1Client(s, command_timeout=2).command("ENT-PATCH", aid="1&2,49&50")
+    assert e.value.reply.lines == ["2,50:SROF"]
+
+
+def test_atag_gaps_are_detected():
+    a1 = tl1.format_autonomous("S", "26-11-29 10:00:00", "* ", 4, "REPT EVT OCS", ["x"])
+    a2 = tl1.format_autonomous("S", "26-11-29 10:00:00", "* ", 7, "REPT EVT OCS", ["y"])
+    s = FakeStream([a1 + a2 + reply()])
+    c = TL1Client(s, command_timeout=2)
+    c.command("RTRV-HDR")
+    assert c.atag_gaps == [(5, 7)] and [a.atag for a in c.autonomous] == [4, 7]

@@ -79,7 +79,7 @@ def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool,
                 emit_json(result | {"changed": False})
             raise typer.Exit(6 if (dry_run and not d.empty) else 0)
         _confirm(f"apply {len(d.delete)} deletion(s) and {len(d.add)} addition(s) on {inv.ocs.name}?", yes)
-        res = drv.apply(desired, reason=what)
+        res = drv.disconnect_all(confirm=True, reason=what) if what == "disconnect all" else drv.apply(desired, reason=what)
         if json_out:
             emit_json(result | {"changed": True, "result": res.to_dict()})
         else:

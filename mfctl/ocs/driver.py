@@ -343,10 +343,30 @@ class OCSDriver:
                           ms=round((time.monotonic() - t) * 1000, 3), sync=False)
 
     def disconnect_all(self, *, confirm: bool = False, reason: str = "") -> ApplyResult:
-        """Remove every cross-connect. Refuses unless ``confirm`` (it darkens every circuit)."""
+        """Remove every cross-connect with ``DLT-PATCH::ALL``, journalled and read back.
+        Refuses unless ``confirm`` (it darkens every circuit on the switch)."""
         if not confirm:
             raise OperationFailed("refusing to delete ALL cross-connects without explicit confirmation")
-        return self.apply({}, reason=reason or "disconnect all")
+        current, d = self.plan({})
+        apply_id = uuid.uuid4().hex[:12]
+        self._journal("ocs.intent", apply_id=apply_id, ocs=self.ocs.name, reason=reason or "disconnect all",
+                      before=_pairs(current), desired=[], diff=d.to_dict())
+        t0 = time.monotonic()
+        self._journal("ocs.command", apply_id=apply_id, ocs=self.ocs.name, verb="DLT-PATCH", aid="ALL", state="sent")
+        try:
+            self.client.command("DLT-PATCH", aid="ALL")
+        except (TL1Deny, TL1ConnectionError, TL1Timeout) as e:
+            self._journal("ocs.outcome", apply_id=apply_id, ocs=self.ocs.name, ok=False, error=str(e))
+            raise
+        t_switch = (time.monotonic() - t0) * 1000
+        readback = self.cross_connects()
+        ok = readback == {}
+        self._journal("ocs.verify", apply_id=apply_id, ocs=self.ocs.name, readback=_pairs(readback), matches=ok, sync=False)
+        self._journal("ocs.outcome", apply_id=apply_id, ocs=self.ocs.name, ok=ok, t_switch_ms=round(t_switch, 3))
+        if not ok:
+            raise OperationFailed(f"OCS {self.ocs.name}: cross-connects remain after DLT-PATCH::ALL: {_pairs(readback)}")
+        return ApplyResult(diff=d, readback=readback, verified=True, t_switch_ms=t_switch, t_verify_ms=0.0,
+                           commands=["DLT-PATCH::ALL"], apply_id=apply_id)
 
 
 def pending_apply(records: list[dict]) -> dict | None:
