@@ -22,6 +22,7 @@ starts from the greedy result. :func:`plan` returns the best under the objective
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 EXACT_MAX_CANDIDATES = 50_000
+OBJECTIVE_GREEDY_MAX_SERVERS = 10  # beyond this its O(n^3 α) evaluations cost more than they gain
 
 
 @dataclass
@@ -74,36 +76,86 @@ def objective(B: np.ndarray, C: np.ndarray, rates: LinkRates) -> np.ndarray:
     return 2.0 * t.sum(axis=-1)
 
 
+def _server_times(B: np.ndarray, C: np.ndarray, rates: LinkRates) -> np.ndarray:
+    """Per candidate, the sum over all-to-alls and servers of each server's own completion
+    time — a smooth companion of the objective that still rewards relieving non-bottlenecks.
+    ``B`` ``[L, n, n]`` (both directions included by the caller), ``C`` ``[K, n, n]`` → ``[K]``."""
+    n = B.shape[-1]
+    off = ~np.eye(n, dtype=bool)
+    Bx = B[None]
+    Cx = C[:, None].astype(float)
+    circ = Cx > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tc = np.where(circ, Bx / np.where(circ, Cx, 1.0), 0.0) / rates.circuit_Bps
+    eps = np.broadcast_to(np.asarray(rates.eps_Bps, float), (n,))
+    te = np.where(~circ & off, Bx, 0.0).sum(axis=-1) / eps
+    return np.maximum(tc.max(axis=-1), te).sum(axis=(-1, -2))
+
+
+def objective_greedy(B: np.ndarray, ports: np.ndarray, rates: LinkRates) -> np.ndarray:
+    """Add one circuit at a time, each time the one that lowers the objective most (ties
+    broken by the per-server completion times). Same O(n·α) steps as the paper's greedy,
+    but judged by the objective instead of demand ÷ circuits."""
+    B = np.asarray(B, dtype=float)
+    if B.ndim == 2:
+        B = B[None]
+    Bb = np.concatenate([B, np.swapaxes(B, -1, -2)])
+    n = B.shape[-1]
+    ports = np.asarray(ports, dtype=int)
+    C = np.zeros((n, n), dtype=int)
+    iu, ju = np.triu_indices(n, 1)
+    while True:
+        free = ports - C.sum(axis=1)
+        ok = (free[iu] > 0) & (free[ju] > 0)
+        if not ok.any():
+            return C
+        ci, cj = iu[ok], ju[ok]
+        cands = np.repeat(C[None], len(ci), axis=0)
+        cands[np.arange(len(ci)), ci, cj] += 1
+        cands[np.arange(len(ci)), cj, ci] += 1
+        obj = objective(B, cands, rates)
+        sec = _server_times(Bb, cands, rates)
+        k = int(np.lexsort((sec, np.round(obj, 12)))[0])
+        C = cands[k]
+
+
 def greedy(S: np.ndarray, ports: np.ndarray) -> np.ndarray:
     """The paper's Algorithm 1 on symmetric demand ``S``: repeatedly give one more circuit
-    to the pair with the largest ``S_ij / C_ij`` (∞ while ``C_ij = 0``) whose endpoints both
-    have a free port; exhausted endpoints are skipped. Ties break by lower index.
+    to the pair with the largest ``S_ij / C_ij`` (∞ while ``C_ij = 0``, so every demanded
+    pair first gets one circuit, largest demand first) whose endpoints both have a free
+    port. Where the paper's pseudo-code stops at the first bottleneck pair without free
+    ports, this skips such pairs and continues, as the MixNet simulator does. Ties break
+    by lower index. O(P log P) with a heap over the P demanded pairs.
     """
     n = S.shape[0]
     C = np.zeros((n, n), dtype=int)
     avail = np.array(ports, dtype=int).copy()
-    iu = [(i, j) for i in range(n) for j in range(i + 1, n) if S[i, j] > 0]
-    while True:
-        best, key = None, None
-        for i, j in iu:
-            if avail[i] <= 0 or avail[j] <= 0:
-                continue
-            k = (1, S[i, j]) if C[i, j] == 0 else (0, S[i, j] / C[i, j])
-            if key is None or k > key:
-                best, key = (i, j), k
-        if best is None:
-            return C
-        i, j = best
+    iu, ju = np.triu_indices(n, 1)
+    d = S[iu, ju]
+    keep = d > 0
+    iu, ju, d = iu[keep], ju[keep], d[keep]
+    # heap of (-(class), -(value), i, j): class 1 = no circuit yet (T = inf), 0 = has circuits
+    heap = [(-1, -float(v), int(i), int(j)) for v, i, j in zip(d, iu, ju)]
+    heapq.heapify(heap)
+    while heap:
+        cls, negv, i, j = heapq.heappop(heap)
+        if avail[i] <= 0 or avail[j] <= 0:
+            continue  # an exhausted endpoint never frees up again
         C[i, j] += 1
         C[j, i] += 1
         avail[i] -= 1
         avail[j] -= 1
+        heapq.heappush(heap, (0, -float(S[i, j]) / C[i, j], i, j))
+    return C
 
 
 def enumerate_topologies(ports: np.ndarray, limit: int = EXACT_MAX_CANDIDATES) -> np.ndarray | None:
     """Every multigraph with ``deg(i) <= ports[i]`` as ``[K, n, n]``; None if more than ``limit``."""
     n = len(ports)
     pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    log_bound = sum(np.log(min(ports[i], ports[j]) + 1.0) for i, j in pairs)
+    if log_bound > np.log(40.0 * limit):  # certainly too many: do not even start
+        return None
     out: list[np.ndarray] = []
     deg = np.zeros(n, dtype=int)
     cur = np.zeros((n, n), dtype=int)
@@ -134,37 +186,66 @@ def enumerate_topologies(ports: np.ndarray, limit: int = EXACT_MAX_CANDIDATES) -
     return np.stack(out)
 
 
-def local_search(B: np.ndarray, C0: np.ndarray, ports: np.ndarray, rates: LinkRates, max_rounds: int = 50) -> np.ndarray:
-    """Improve ``C0`` by best-improvement moves: add a circuit on free ports, move one end of
-    a circuit to a server with a free port, or remove one or two circuits and add one
-    between servers whose ports are then free (this covers swapping circuit ends)."""
-    C = C0.copy()
+def _bottlenecks(B: np.ndarray, C: np.ndarray, rates: LinkRates, top: int = 3) -> list[tuple[int, int]]:
+    """Server pairs that set the completion time: the slowest circuit pairs, and for the
+    servers whose EPS egress/ingress is slowest, their largest EPS partners."""
     n = C.shape[0]
+    Bt = B + np.swapaxes(B, -1, -2)  # both directions of every all-to-all
+    circ = C > 0
+    off = ~np.eye(n, dtype=bool)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tc = np.where(circ, Bt / np.where(circ, C, 1), 0.0).sum(axis=0) / rates.circuit_Bps
+    eps_b = np.where(~circ & off, Bt, 0.0).sum(axis=0)
+    eps_t = eps_b.sum(axis=1) / np.broadcast_to(np.asarray(rates.eps_Bps, float), (n,))
+    out: list[tuple[int, int]] = []
+    for flat in np.argsort(tc, axis=None)[::-1][: 2 * top]:
+        i, j = divmod(int(flat), n)
+        if i < j and tc[i, j] > 0:
+            out.append((i, j))
+    for i in np.argsort(eps_t)[::-1][:top]:
+        for j in np.argsort(eps_b[i])[::-1][:top]:
+            if eps_b[i, j] > 0:
+                out.append((min(int(i), int(j)), max(int(i), int(j))))
+    return list(dict.fromkeys(out))
+
+
+def local_search(B: np.ndarray, C0: np.ndarray, ports: np.ndarray, rates: LinkRates, max_rounds: int | None = None,
+                 stop_below: float | None = None) -> np.ndarray:
+    """Improve ``C0`` by best-improvement moves aimed at the bottleneck pairs: give a
+    bottleneck pair one more circuit, on free ports or on ports taken from one circuit
+    at each end (whose two freed far ends are then joined). Stops at a local optimum,
+    after ``max_rounds``, or once the objective is at most ``stop_below``."""
+    C = np.array(C0, dtype=int).copy()
+    n = C.shape[0]
+    ports = np.asarray(ports, dtype=int)
     best = float(objective(B, C, rates)[0])
-    for _ in range(max_rounds):
+    rounds = max_rounds if max_rounds is not None else 4 * n * int(ports.max(initial=1))
+    for _ in range(rounds):
+        if stop_below is not None and best <= stop_below:
+            break
+        free = ports - C.sum(axis=1)
         cands = []
-        free = np.asarray(ports) - C.sum(axis=1)
-        for i, j in itertools.combinations(range(n), 2):
+        for i, j in _bottlenecks(B, C, rates):
             if free[i] > 0 and free[j] > 0:
                 D = C.copy(); D[i, j] += 1; D[j, i] += 1; cands.append(D)
-        edges = [(i, j) for i, j in itertools.combinations(range(n), 2) if C[i, j] > 0]
-        for i, j in edges:
-            for a, b in ((i, j), (j, i)):
-                for k in range(n):
-                    if k in (a, b) or free[k] <= 0:
-                        continue
-                    D = C.copy(); D[a, b] -= 1; D[b, a] -= 1; D[a, k] += 1; D[k, a] += 1; cands.append(D)
-        # remove one or two circuits, then add one circuit between servers with free ports
-        removals = [[e] for e in edges] + [[e, f] for e, f in itertools.combinations(edges, 2)]
-        for rem in removals:
-            D0 = C.copy()
-            for i, j in rem:
-                D0[i, j] -= 1
-                D0[j, i] -= 1
-            free0 = np.asarray(ports) - D0.sum(axis=1)
-            for p, q in itertools.combinations(range(n), 2):
-                if free0[p] > 0 and free0[q] > 0 and (p, q) not in rem:
-                    D = D0.copy(); D[p, q] += 1; D[q, p] += 1; cands.append(D)
+                continue
+            ks = [k for k in range(n) if k not in (i, j) and C[i, k] > 0] if free[i] <= 0 else [None]
+            ls = [l for l in range(n) if l not in (i, j) and C[j, l] > 0] if free[j] <= 0 else [None]
+            for k in ks:
+                for l in ls:
+                    D = C.copy()
+                    D[i, j] += 1; D[j, i] += 1
+                    if k is not None:
+                        D[i, k] -= 1; D[k, i] -= 1
+                    if l is not None:
+                        D[j, l] -= 1; D[l, j] -= 1
+                    if k is not None and l is not None and k != l:
+                        D[k, l] += 1; D[l, k] += 1
+                    cands.append(D)
+            # also: move one circuit from the busiest other pair of i to (i, j)
+        for i, j in itertools.combinations(range(n), 2):  # fill any ports left free
+            if free[i] > 0 and free[j] > 0:
+                D = C.copy(); D[i, j] += 1; D[j, i] += 1; cands.append(D)
         if not cands:
             break
         vals = objective(B, np.stack(cands), rates)
@@ -172,6 +253,78 @@ def local_search(B: np.ndarray, C0: np.ndarray, ports: np.ndarray, rates: LinkRa
         if vals[k] >= best * (1 - 1e-9):
             break
         best, C = float(vals[k]), cands[k]
+    return C
+
+
+def ilp(B: np.ndarray, ports: np.ndarray, rates: LinkRates, time_limit_s: float = 60.0) -> np.ndarray | None:
+    """The exact optimum of the objective as a MILP (scipy.optimize.milp / HiGHS).
+
+    Binary ``x[p, k]`` = pair p gets k circuits (k = 0 … min(ports)); continuous ``T[l]`` =
+    completion time of all-to-all l (each layer's dispatch and combine). Minimise
+    ``2 Σ T[l]`` subject to one k per pair, ports per server, ``T[l] ≥`` every circuit
+    pair's time ``B/(k r)`` and every server's EPS egress/ingress time. Returns None when
+    the solver does not prove optimality within the time limit.
+    """
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import lil_matrix
+
+    B = np.asarray(B, dtype=float)
+    if B.ndim == 2:
+        B = B[None]
+    Bs = np.concatenate([B, np.swapaxes(B, -1, -2)])  # dispatch and combine
+    L, n, _ = Bs.shape
+    ports = np.asarray(ports, dtype=int)
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    ks = [list(range(0, int(min(ports[i], ports[j])) + 1)) for i, j in pairs]
+    xi: dict[tuple[int, int], int] = {}
+    for p, kk in enumerate(ks):
+        for k in kk:
+            xi[(p, k)] = len(xi)
+    nx = len(xi)
+    nv = nx + L
+    eps = np.broadcast_to(np.asarray(rates.eps_Bps, float), (n,))
+    rows, lo, hi = [], [], []
+    A = lil_matrix((len(pairs) + n + L * (2 * len(pairs) + 2 * n), nv))
+    r = 0
+    for p, kk in enumerate(ks):  # exactly one k per pair
+        for k in kk:
+            A[r, xi[(p, k)]] = 1
+        lo.append(1); hi.append(1); r += 1
+    for i in range(n):  # ports per server
+        for p, (a, b) in enumerate(pairs):
+            if i in (a, b):
+                for k in ks[p][1:]:
+                    A[r, xi[(p, k)]] = k
+        lo.append(0); hi.append(ports[i]); r += 1
+    for l in range(L):
+        for p, (i, j) in enumerate(pairs):
+            for a, b in ((i, j), (j, i)):  # T[l] - sum_k t_k x[p,k] >= 0
+                A[r, nx + l] = 1
+                for k in ks[p][1:]:
+                    A[r, xi[(p, k)]] = -Bs[l, a, b] / (k * rates.circuit_Bps)
+                lo.append(0); hi.append(np.inf); r += 1
+        for i in range(n):
+            for direction in (0, 1):  # egress, ingress over the EPS
+                A[r, nx + l] = 1
+                for p, (a, b) in enumerate(pairs):
+                    if i in (a, b):
+                        other = b if a == i else a
+                        byt = Bs[l, i, other] if direction == 0 else Bs[l, other, i]
+                        A[r, xi[(p, 0)]] -= byt / eps[i]
+                lo.append(0); hi.append(np.inf); r += 1
+    c = np.zeros(nv)
+    c[nx:] = 2.0
+    integrality = np.concatenate([np.ones(nx), np.zeros(L)])
+    bounds = Bounds(np.zeros(nv), np.concatenate([np.ones(nx), np.full(L, np.inf)]))
+    res = milp(c, constraints=LinearConstraint(A.tocsr()[:r], lo, hi), integrality=integrality, bounds=bounds,
+               options={"time_limit": time_limit_s})
+    if res.status != 0 or res.x is None:
+        return None
+    C = np.zeros((n, n), dtype=int)
+    for (p, k), v in xi.items():
+        if res.x[v] > 0.5 and k > 0:
+            i, j = pairs[p]
+            C[i, j] = C[j, i] = k
     return C
 
 
@@ -229,7 +382,12 @@ def plan(B: np.ndarray, ports, rates: LinkRates | None = None, *, method: str = 
         elif method == "exact":
             method = "local"
     if method == "local" or (method == "best" and used != "exact"):
-        Cl = local_search(B, Cg, ports, rates)
+        start = Cg
+        if n <= OBJECTIVE_GREEDY_MAX_SERVERS:
+            Co = objective_greedy(B, ports, rates)
+            if float(objective(B, Co, rates)[0]) < g_obj:
+                start = Co
+        Cl = local_search(B, start, ports, rates)
         lo = float(objective(B, Cl, rates)[0])
         if lo < best_obj * (1 - 1e-12):
             best_C, best_obj = Cl, lo
