@@ -54,7 +54,9 @@ def test_operator_session(mock, tmp_path):
     p = json.loads(ocs(env, inv, "power", "--json", check=1).stdout)
     assert [r["port"] for r in p["ports"] if r["status"] == "dark"] == [700]
     a = json.loads(ocs(env, inv, "alarms", "--json", check=1).stdout)
-    assert a["standing"][0].startswith("700:MJ,LOS")
+    st = a["standing"][0]
+    assert (st["aid"], st["severity"], st["condition"], st["service"]) == ("700", "MJ", "LOS", "SA")
+    assert st["description"] == "Loss of signal"
     ocs(env, inv, "disconnect", "300", "--yes", check=0)
     # disconnect a lane removes its whole circuit
     ocs(env, inv, "disconnect", "gpu02/nic1", "--yes", check=0)
@@ -66,9 +68,19 @@ def test_operator_session(mock, tmp_path):
     assert len(json.loads(r.stdout)["result"]["readback"]) == 5
     ocs(env, inv, "apply", str(f), "--dry-run", check=0)  # idempotent: nothing to change
     bad = tmp_path / "bad.yaml"
-    bad.write_text("circuits:\n  - [gpu01/nic0, gpu09/nic0]\n")
-    r = ocs(env, inv, "apply", str(bad), "--yes", check=3)
-    assert "bad.yaml:2" in r.stderr and "gpu09" in r.stderr
+    for text, line, msg in [
+        ("circuits:\n  - [gpu01/nic0, gpu09/nic0]\n", 2, "gpu09"),
+        ("cross_connects:\n  - [1, 385]\n  - [1, 386]\n", 3, "port 1 is already used"),
+        ("cross_connects:\n  - [1, 388]\ncircuits:\n  - [gpu01/nic0, gpu02/nic0]\n", 4, "already used by cross-connect 1->388"),
+        ("cross_connects:\n  - [1, 999]\n", 2, "not an output port"),
+        ("cross_connects:\n", 1, "must be a list"),
+    ]:
+        bad.write_text(text)
+        r = ocs(env, inv, "apply", str(bad), "--yes", check=3)
+        assert f"bad.yaml:{line}" in r.stderr and msg in r.stderr, (text, r.stderr)
+    # out-of-range ports on the command line are usage errors
+    r = ocs(env, inv, "connect", "0", "390", "--yes", check=2)
+    assert "not an input port" in r.stderr
     # the journal has every change; nothing pending
     j = json.loads(ocs(env, inv, "journal", "--json", "--last", "200", check=0).stdout)
     ops = [r["op"] for r in j["records"]]

@@ -248,3 +248,25 @@ def test_delete_all_uses_dlt_patch_all(ocs_model, tmp_path):
         r = d.disconnect_all(confirm=True)
         assert r.commands == ["DLT-PATCH::ALL"] and emu.patches == {}
     assert [x["aid"] for x in j.records() if x["op"] == "ocs.command"][-1] == "ALL"
+
+
+def test_serial_line_is_exclusive_and_the_next_transport_is_used(emu, monkeypatch):
+    pty_srv, tcp_srv = PtyServer(emu), TCPServer(emu)
+    ocs = OCS(name="o", size={"inputs": 48, "outputs": 48}, password_env="OCS_PW",
+              transports=[{"kind": "serial", "device": pty_srv.slave_path}, {"kind": "tcp", "address": "127.0.0.1", "port": tcp_srv.port}])
+    with OCSDriver(ocs, command_timeout=5) as first, OCSDriver(ocs, command_timeout=5, connect_timeout=2) as second:
+        assert first.endpoint.startswith("serial:") and second.endpoint.startswith("tcp:")
+        assert first.cross_connects() == second.cross_connects() == {}
+    pty_srv.close()
+    tcp_srv.close()
+
+
+def test_password_never_appears_in_errors(emu, monkeypatch):
+    srv = TCPServer(emu)
+    emu.faults.timeout_next = True  # ACT-USER gets no reply
+    ocs = OCS(name="o", size={"inputs": 48, "outputs": 48}, password_env="OCS_PW",
+              transports=[{"kind": "tcp", "address": "127.0.0.1", "port": srv.port}])
+    with pytest.raises(UnreachableError) as e:
+        OCSDriver(ocs, command_timeout=5, connect_timeout=0.5).connect()
+    assert "s3cret" not in str(e.value) and "******" in str(e.value)
+    srv.close()

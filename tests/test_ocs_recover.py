@@ -78,3 +78,13 @@ def test_dry_run_recovery_changes_nothing(emu, tmp_path):
     with OCSDriver(_ocs(port)) as d:
         out = recover(d, Journal(journal).records(), dry_run=True)
     assert out["action"] == "dry-run" and e.patches == state and out["diff"]["add"]
+
+
+def test_an_older_unfinished_change_is_superseded_not_resurrected(emu, tmp_path):
+    e, port = emu
+    journal = tmp_path / "j.jsonl"
+    _crash(port, journal, 2, dict(os.environ))  # change 1 killed
+    with OCSDriver(_ocs(port), journal=Journal(journal)) as d:
+        d.apply({5: 60}, reason="a later change that finished")
+        assert recover(d, Journal(journal).records())["action"] == "none"
+    assert e.patches == {5: 60}

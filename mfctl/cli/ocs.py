@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console, print_error
 
 app = typer.Typer(help="Drive the optical circuit switch (TL1): inspect, change with a dry-run diff, journal, recover.",
                   no_args_is_help=True)
@@ -48,6 +48,7 @@ def _confirm(question: str, yes: bool) -> None:
     if not sys.stdin.isatty():
         raise UsageError("this changes the OCS: confirm with --yes when not at a terminal")
     if not typer.confirm(question, default=False, err=True):
+        print_error("not confirmed: nothing was changed", "aborted")
         raise typer.Exit(1)
 
 
@@ -67,6 +68,9 @@ def _render_diff(pm, d, json_out: bool, extra: dict | None = None) -> None:
 
 def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool, purpose: str, what: str) -> None:
     """Shared plan → confirm → apply → read back flow of every mutating command."""
+    from mfctl.ocs.driver import pending_apply
+    from mfctl.signals import DeferSignals
+
     with _driver(inventory, mutating=not dry_run, purpose=purpose) as (inv, drv, pm, journal):
         current = drv.cross_connects()
         desired = build(pm, current)
@@ -76,10 +80,15 @@ def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool,
                   "dry_run": dry_run, "diff": d.to_dict()}
         if dry_run or d.empty:
             if json_out:
-                emit_json(result | {"changed": False})
+                emit_json(result | {"changed": False, "would_change": not d.empty})
             raise typer.Exit(6 if (dry_run and not d.empty) else 0)
         _confirm(f"apply {len(d.delete)} deletion(s) and {len(d.add)} addition(s) on {inv.ocs.name}?", yes)
-        res = drv.disconnect_all(confirm=True, reason=what) if what == "disconnect all" else drv.apply(desired, reason=what)
+        pend = pending_apply(journal.records())
+        if pend:
+            print_error(f"an earlier change ({pend['apply_id']}: {pend.get('reason')}) did not finish; this one supersedes it",
+                        "warning")
+        with DeferSignals():  # Ctrl-C waits until the change is applied and read back
+            res = drv.disconnect_all(confirm=True, reason=what) if what == "disconnect all" else drv.apply(desired, reason=what)
         if json_out:
             emit_json(result | {"changed": True, "result": res.to_dict()})
         else:
@@ -109,7 +118,8 @@ def show(inventory: Path = INV_OPT, json_out: bool = JSON_OPT):
         t.add_row(str(r["in"]), str(r["out"]), r["from"], r["to"])
     con = out_console()
     con.print(t)
-    con.print(f"{len(rows)} cross-connects, {len(circuits)} duplex circuits", highlight=False)
+    con.print(f"{len(rows)} cross-connect{'s' * (len(rows) != 1)}, {len(circuits)} duplex circuit{'s' * (len(circuits) != 1)}",
+              highlight=False)
 
 
 @app.command()
@@ -134,8 +144,10 @@ def disconnect(endpoints: list[str] = typer.Argument(None, help="Lanes or ports 
     from mfctl.errors import UsageError
     from mfctl.ocs.service import without
 
-    if all_ == bool(endpoints):
-        raise UsageError("name lanes/ports to disconnect, or --all (not both)")
+    if all_ and endpoints:
+        raise UsageError("give lanes/ports to disconnect, or --all — not both")
+    if not all_ and not endpoints:
+        raise UsageError("what to disconnect? give lanes (HOST/NIC[.LANE]) or ports, or --all")
     build = (lambda pm, cur: {}) if all_ else (lambda pm, cur: without(pm, cur, endpoints))
     _change(inventory, build, dry_run=dry_run, yes=yes, json_out=json_out, purpose="ocs disconnect",
             what="disconnect all" if all_ else f"disconnect {' '.join(endpoints)}")
@@ -165,6 +177,8 @@ def power(inventory: Path = INV_OPT, json_out: bool = JSON_OPT):
         ports = sorted(set(pm.by_tx) | set(pm.by_rx) | set(xc) | set(xc.values()))
         rows = power_report(pm, drv.power(ports) if ports else {}, xc, inv.ocs.power_margin_db, inv.ocs.size.inputs)
     bad = [r for r in rows if r["status"] in ("low", "dark")]
+    if bad and not json_out:
+        print_error(f"{len(bad)} port(s) flagged: " + ", ".join(f"{r['port']} {r['status']}" for r in bad[:8]), "warning")
     if json_out:
         emit_json({"schema": "mfctl.ocs.power/v1", "ocs": inv.ocs.name, "margin_db": inv.ocs.power_margin_db,
                    "ports": rows, "flagged": len(bad)})
@@ -181,19 +195,23 @@ def power(inventory: Path = INV_OPT, json_out: bool = JSON_OPT):
 
 @app.command()
 @handle_errors
-def alarms(inventory: Path = INV_OPT, wait: float = typer.Option(0.0, help="Also listen this many seconds for autonomous messages."),
+def alarms(inventory: Path = INV_OPT, wait: float = typer.Option(0.0, min=0.0, max=3600.0, help="Also listen this many seconds for autonomous messages."),
            json_out: bool = JSON_OPT):
     """Standing alarms (RTRV-ALM-ALL) and autonomous REPT ALM/EVT messages. Exit 1 if any alarm stands."""
+    from mfctl.ocs.service import parse_alarm
+
     with _driver(inventory, mutating=False) as (inv, drv, pm, _):
         al = drv.alarms(wait_s=wait)
+    al["standing"] = [parse_alarm(ln) | {"lane": pm.name(int(ln.split(":", 1)[0])) if ln.split(":", 1)[0].isdigit() else None}
+                      for ln in al["standing"]]
     if json_out:
         emit_json({"schema": "mfctl.ocs.alarms/v1", "ocs": inv.ocs.name, **al})
     else:
         con = out_console()
         con.print(f"{len(al['standing'])} standing alarm(s) on {inv.ocs.name}", highlight=False)
-        for ln in al["standing"]:
-            port = ln.split(":", 1)[0]
-            con.print(f"  {ln}   [{pm.name(int(port)) if port.isdigit() else ''}]", highlight=False, markup=False)
+        for a in al["standing"]:
+            con.print(f"  port {a['aid']} ({a['lane']}): {a['severity']} {a['condition']} {a['service']} since {a['date']} "
+                      f"{a['time']} — {a['description']}", highlight=False, markup=False)
         for a in al["autonomous"]:
             con.print(f"  ATAG {a['atag']} {a['almcde']} {a['verb']}: {'; '.join(a['lines'])}", highlight=False, markup=False)
         if al["atag_gaps"]:
@@ -204,7 +222,7 @@ def alarms(inventory: Path = INV_OPT, wait: float = typer.Option(0.0, help="Also
 
 @app.command()
 @handle_errors
-def journal(inventory: Path = INV_OPT, last: int = typer.Option(30, help="Show the last N records."), json_out: bool = JSON_OPT):
+def journal(inventory: Path = INV_OPT, last: int = typer.Option(30, min=1, help="Show the last N records."), json_out: bool = JSON_OPT):
     """The OCS's change journal (intent, commands, read-back, outcome, recoveries)."""
     from rich.table import Table
 
@@ -222,11 +240,14 @@ def journal(inventory: Path = INV_OPT, last: int = typer.Option(30, help="Show t
         emit_json({"schema": "mfctl.ocs.journal/v1", "path": str(j.path), "records": rows,
                    "pending": pend and pend.get("apply_id")})
         return
-    t = Table("seq", "time", "apply", "op", "detail", title=str(j.path))
-    for r in rows:
-        t.add_row(str(r["seq"]), time.strftime("%H:%M:%S", time.localtime(r["ts"])) if r["ts"] else "", r["apply_id"] or "",
-                  r["op"], r["detail"])
     con = out_console()
+    if not rows:
+        con.print(f"journal {j.path} is empty", highlight=False)
+        return
+    t = Table("seq", "time", "apply", "op", "what", caption=str(j.path))
+    for r in rows:
+        t.add_row(str(r["seq"]), time.strftime("%m-%d %H:%M:%S", time.localtime(r["ts"])) if r["ts"] else "",
+                  (r["apply_id"] or "")[:8], r["op"].removeprefix("ocs."), r["summary"])
     con.print(t)
     if pend:
         con.print(f"[yellow]apply {pend['apply_id']} ({pend.get('reason')}) did not finish: run mfctl ocs recover[/]", highlight=False)
@@ -241,6 +262,12 @@ def recover(inventory: Path = INV_OPT,
     from mfctl.ocs.driver import pending_apply, recover as do_recover
 
     mode = "rollback" if rollback else "complete"
+    if dry_run:  # a change in progress holds the lock: it is not "unfinished", it is running
+        from mfctl.inventory import load_inventory
+        from mfctl.lock import TestbedLock
+
+        with TestbedLock(load_inventory(inventory).name, "ocs recover --dry-run"):
+            pass
     with _driver(inventory, mutating=not dry_run, purpose="ocs recover") as (inv, drv, pm, j):
         recs = j.records()
         p = pending_apply(recs)

@@ -68,13 +68,14 @@ class TL1Client:
         return str(next(self._ctags) % 999999 or 1)
 
     def command(self, verb: str, *, aid: str = "", tid: str = "", params: str | None = None,
-                timeout: float | None = None) -> tl1.Reply:
-        """Send one command and return its COMPLD reply (multi-block replies merged)."""
+                timeout: float | None = None, secret: bool = False) -> tl1.Reply:
+        """Send one command and return its COMPLD reply (multi-block replies merged).
+        With ``secret`` the payload (a password) never appears in errors or logs."""
         timeout = self.command_timeout if timeout is None else timeout
         with self._lock:
             ctag = self.next_ctag()
             msg = tl1.encode(verb, ctag, tid=tid, aid=aid, params=params)
-            text = msg.decode()
+            text = msg.decode() if not secret else tl1.encode(verb, ctag, tid=tid, aid=aid, params="******").decode()
             log.debug("tl1 > %s", text)
             try:
                 self.stream.write(msg)

@@ -128,7 +128,7 @@ class OCSDriver:
             self.endpoint = stream.name
             try:
                 self._login()
-            except TL1ConnectionError as e:
+            except (TL1ConnectionError, TL1Timeout) as e:
                 errors.append(str(e))
                 self.client.close()
                 continue
@@ -141,8 +141,9 @@ class OCSDriver:
         raise UnreachableError(f"OCS {self.ocs.name}: no transport reachable: " + " | ".join(errors))
 
     def _login(self) -> None:
+        """ACT-USER within the connect timeout; the password never reaches a log or error."""
         pw = self.ocs.password(self.base_dir)
-        self.client.command("ACT-USER", aid=self.ocs.user, params=pw)
+        self.client.command("ACT-USER", aid=self.ocs.user, params=pw, secret=True, timeout=self.connect_timeout)
 
     def reconnect(self) -> None:
         if self.client:
@@ -370,13 +371,19 @@ class OCSDriver:
 
 
 def pending_apply(records: list[dict]) -> dict | None:
-    """The last journalled apply that never reached a good outcome and was not recovered."""
-    done = {r.get("apply_id") for r in records
-            if (r.get("op") == "ocs.outcome" and r.get("ok")) or r.get("op") == "ocs.recovered"}
-    for r in reversed(records):
-        if r.get("op") == "ocs.intent" and r.get("apply_id") not in done:
-            return r
-    return None
+    """The last journalled change, if it never reached a good outcome and was not recovered.
+
+    Only the last intent can be pending: a later change read the device's real state as
+    its ``before``, so an older unfinished change is superseded, never resurrected."""
+    last = next((r for r in reversed(records) if r.get("op") == "ocs.intent"), None)
+    if last is None:
+        return None
+    aid = last.get("apply_id")
+    done = any(r.get("apply_id") == aid and ((r.get("op") == "ocs.outcome" and r.get("ok")) or r.get("op") == "ocs.recovered")
+               for r in records)
+    if done:
+        return None
+    return last
 
 
 def recover(driver: "OCSDriver", records: list[dict], *, mode: str = "complete", dry_run: bool = False) -> dict:

@@ -8,7 +8,6 @@ port numbers make one cross-connect ``input → output``.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,17 @@ class PortMap:
     by_rx: dict[int, LaneRef]
     by_key: dict[str, LaneRef]
     rx_sensitivity: dict[int, float]
+    inputs: int = 0
+    outputs: int = 0
+
+    def check_port(self, p: int, role: str | None = None) -> int:
+        """Raise UsageError unless ``p`` is a port of this switch (of ``role``: input/output)."""
+        n, m = self.inputs, self.outputs
+        ok = {"input": 1 <= p <= n, "output": n < p <= n + m, None: 1 <= p <= n + m}[role]
+        if not ok:
+            rng = {"input": f"1..{n}", "output": f"{n + 1}..{n + m}", None: f"1..{n + m}"}[role]
+            raise UsageError(f"port {p} is not {'an ' + role if role else 'a'} port of this {n}x{m} switch ({rng})")
+        return p
 
     @classmethod
     def from_inventory(cls, inv) -> "PortMap":
@@ -36,7 +46,8 @@ class PortMap:
         for h in inv.hosts:
             for nic, lane in h.ocs_lanes():
                 sens[lane.ocs_rx] = nic.rx_sensitivity_dbm
-        return cls({l.ocs_tx: l for l in flat}, {l.ocs_rx: l for l in flat}, {l.key: l for l in flat}, sens)
+        return cls({l.ocs_tx: l for l in flat}, {l.ocs_rx: l for l in flat}, {l.key: l for l in flat}, sens,
+                   inv.ocs.size.inputs, inv.ocs.size.outputs)
 
     def lane(self, ref: str) -> LaneRef:
         m = _LANE_RE.match(ref)
@@ -54,15 +65,17 @@ class PortMap:
         return f"{l.key} {'tx' if port == l.ocs_tx else 'rx'}"
 
 
-def parse_endpoint(pm: PortMap, text: str) -> int | LaneRef:
-    return int(text) if text.isdigit() else pm.lane(text)
+def parse_endpoint(pm: PortMap, text: str, role: str | None = None) -> int | LaneRef:
+    if text.lstrip("-").isdigit():
+        return pm.check_port(int(text), role)
+    return pm.lane(text)
 
 
 def cross_connects_for(pm: PortMap, a: str, b: str) -> dict[int, int]:
     """The cross-connects that ``connect a b`` makes."""
+    if a.lstrip("-").isdigit() and b.lstrip("-").isdigit():
+        return {parse_endpoint(pm, a, "input"): parse_endpoint(pm, b, "output")}
     ea, eb = parse_endpoint(pm, a), parse_endpoint(pm, b)
-    if isinstance(ea, int) and isinstance(eb, int):
-        return {ea: eb}
     if isinstance(ea, LaneRef) and isinstance(eb, LaneRef):
         if ea.key == eb.key:
             raise UsageError("a circuit needs two different lanes")
@@ -103,36 +116,64 @@ def without(pm: PortMap, current: dict[int, int], endpoints: list[str]) -> dict[
             peer = pm.by_rx.get(peer_rx) if peer_rx else None
             if peer is not None:
                 ports |= {peer.ocs_tx, peer.ocs_rx}
-    out = {i: o for i, o in current.items() if i not in ports and o not in ports}
-    if out == current:
-        raise UsageError(f"nothing is connected on {', '.join(endpoints)}")
-    return out
+    return {i: o for i, o in current.items() if i not in ports and o not in ports}
 
 
 def load_topology_file(pm: PortMap, path: str | Path) -> dict[int, int]:
     """A desired OCS state: YAML/JSON with ``cross_connects: [[in, out], ...]`` and/or
-    ``circuits: [[LANE_A, LANE_B], ...]``. Raises ConfigError with file and line."""
+    ``circuits: [[LANE_A, LANE_B], ...]``. Every port may be used once. An empty state
+    must be written explicitly (``cross_connects: []``). Raises ConfigError with file and line."""
     from mfctl.inventory.loader import load_yaml_with_lines
 
+    src = str(path)
     data, lines = load_yaml_with_lines(path)
     if not isinstance(data, dict) or not set(data) <= {"cross_connects", "circuits", "description"} or not (
             "cross_connects" in data or "circuits" in data):
         raise ConfigError("expected a mapping with 'cross_connects' and/or 'circuits' (and optional 'description')",
-                          path=str(path), line=1)
+                          path=src, line=1)
+    for key in ("cross_connects", "circuits"):
+        if key in data and not isinstance(data[key], list):
+            raise ConfigError(f"'{key}' must be a list (write '{key}: []' for none)", path=src, line=lines.get((key,)))
     desired: dict[int, int] = {}
+    owner: dict[int, str] = {}
+
+    def put(i: int, o: int, what: str, line: int | None) -> None:
+        for p, role in ((i, "input"), (o, "output")):
+            try:
+                pm.check_port(p, role)
+            except UsageError as e:
+                raise ConfigError(f"{what}: {e}", path=src, line=line) from None
+            if p in owner:
+                raise ConfigError(f"{what}: port {p} is already used by {owner[p]}", path=src, line=line)
+        owner[i] = owner[o] = what
+        desired[i] = o
+
     for k, pair in enumerate(data.get("cross_connects") or []):
+        line = lines.get(("cross_connects", k))
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)):
-            raise ConfigError("each cross-connect is [input, output] port numbers", path=str(path),
-                              line=lines.get(("cross_connects", k)))
-        desired[pair[0]] = pair[1]
+            raise ConfigError("each cross-connect is [input, output] port numbers", path=src, line=line)
+        put(pair[0], pair[1], f"cross-connect {pair[0]}->{pair[1]}", line)
     for k, pair in enumerate(data.get("circuits") or []):
+        line = lines.get(("circuits", k))
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
-            raise ConfigError("each circuit is [LANE_A, LANE_B]", path=str(path), line=lines.get(("circuits", k)))
+            raise ConfigError("each circuit is [LANE_A, LANE_B]", path=src, line=line)
         try:
-            desired.update(cross_connects_for(pm, pair[0], pair[1]))
+            xcs = cross_connects_for(pm, pair[0], pair[1])
         except UsageError as e:
-            raise ConfigError(str(e), path=str(path), line=lines.get(("circuits", k))) from None
+            raise ConfigError(str(e), path=src, line=line) from None
+        for i, o in xcs.items():
+            put(i, o, f"circuit {pair[0]}<->{pair[1]}", line)
     return desired
+
+
+def parse_alarm(line: str) -> dict:
+    """A GR-833 alarm line ``aid:ntfcncde,condtype,srveff,ocrdat,ocrtm[,locn,dirn][:"descr"]`` as fields."""
+    aid, _, rest = line.partition(":")
+    body, _, descr = rest.partition(":")
+    f = body.split(",") + [""] * 7
+    return {"aid": aid, "severity": f[0], "condition": f[1], "service": f[2], "date": f[3], "time": f[4],
+            "location": f[5], "direction": f[6], "description": descr.strip().strip('"').replace('\\"', "").strip('"'),
+            "raw": line}
 
 
 def power_report(pm: PortMap, readings: dict[int, float | None], xc: dict[int, int], margin_db: float,
@@ -155,10 +196,27 @@ def power_report(pm: PortMap, readings: dict[int, float | None], xc: dict[int, i
     return rows
 
 
+def journal_summary(r: dict) -> str:
+    """A short human summary of one journal record."""
+    op = r.get("op")
+    if op == "ocs.intent":
+        d = r.get("diff") or {}
+        return f"{r.get('reason', '')}: -{len(d.get('delete', []))} +{len(d.get('add', []))}"
+    if op == "ocs.command":
+        aid = str(r.get("aid", ""))
+        return f"{r.get('verb')} {r.get('state')}{' ' + str(r.get('code')) if r.get('code') else ''} ({aid[:24]}{'…' if len(aid) > 24 else ''})"
+    if op == "ocs.verify":
+        return "read-back matches" if r.get("matches") else "read-back DIFFERS"
+    if op == "ocs.outcome":
+        return "ok" if r.get("ok") else f"FAILED: {str(r.get('error', ''))[:60]}"
+    if op == "ocs.retry":
+        d = r.get("diff") or {}
+        return f"retry {r.get('attempt')}: -{len(d.get('delete', []))} +{len(d.get('add', []))}"
+    if op == "ocs.recovered":
+        return f"recovered ({r.get('mode')})"
+    return ""
+
+
 def journal_rows(records: list[dict], last: int) -> list[dict]:
-    rows = []
-    for r in records[-last:]:
-        detail = {k: v for k, v in r.items() if k not in ("ts", "seq", "op", "apply_id", "ocs")}
-        rows.append({"seq": r.get("seq"), "ts": r.get("ts"), "op": r.get("op"), "apply_id": r.get("apply_id"),
-                     "detail": json.dumps(detail, separators=(",", ":"))[:200]})
-    return rows
+    return [{"seq": r.get("seq"), "ts": r.get("ts"), "op": r.get("op"), "apply_id": r.get("apply_id"),
+             "summary": journal_summary(r), "record": r} for r in records[-last:]]

@@ -39,6 +39,7 @@ from mfctl.ocs.journal import Journal, ocs_journal_path
 from mfctl.runtime.controller import Controller
 from mfctl.runtime.launcher import Launcher
 from mfctl.runtime.playbook import Playbook, load_playbook
+from mfctl.signals import DeferSignals as _DeferSignals
 from mfctl.transport.ssh import SSHPool, targets_from_inventory
 
 log = logging.getLogger(__name__)
@@ -65,30 +66,6 @@ class RegionState:
     predicted: np.ndarray | None = None  # EWMA of per-layer dispatch bytes [L, n, n]
     last_reconfig_iter: int = 0
     last_iter_s: float | None = None
-
-
-class _DeferSignals:
-    """Hold SIGINT/SIGTERM while hardware state changes; re-raise after (state stays consistent)."""
-
-    def __init__(self):
-        self.pending = None
-
-    def __enter__(self):
-        self.pending = None
-        if threading.current_thread() is not threading.main_thread():
-            self._old = None
-            return self
-        self._old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        for s in self._old:
-            signal.signal(s, lambda signum, frame: setattr(self, "pending", signum))
-        return self
-
-    def __exit__(self, *exc):
-        if self._old:
-            for s, h in self._old.items():
-                signal.signal(s, h)
-        if self.pending is not None and exc[0] is None:
-            raise KeyboardInterrupt
 
 
 def _sigterm_as_interrupt(signum, frame):

@@ -25,9 +25,14 @@ class SerialStream:
         try:
             self._ser = serial.serial_for_url(device, baudrate=baudrate, bytesize=bytesize, parity=parity,
                                               stopbits=stopbits, timeout=0, write_timeout=timeout,
-                                              do_not_open=False)
+                                              do_not_open=True)
+            if hasattr(self._ser, "exclusive"):
+                self._ser.exclusive = True  # a console line has one user at a time (flock)
+            self._ser.open()
         except (serial.SerialException, ValueError, OSError) as e:
-            raise UnreachableError(f"cannot open serial {device}: {e}") from e
+            busy = "lock" in str(e).lower() or "busy" in str(e).lower()
+            raise UnreachableError(f"cannot open serial {device}: "
+                                   + ("in use by another process" if busy else str(e))) from e
         self._serial_exc = serial.SerialException
 
     def write(self, data: bytes) -> None:
