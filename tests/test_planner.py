@@ -92,3 +92,26 @@ def test_mapping_is_stable_spreads_numa_and_makes_two_cross_connects_per_circuit
     assert len(pair01) == 2 and len({c.a.numa for c in pair01}) == 2
     routes = mapping.route_table(second, hosts)
     assert routes["gpu01->gpu03"] == {"via": "eps"} and len(routes["gpu01->gpu02"]["lanes"]) == 2
+
+
+def test_min_change_keeps_a_good_enough_current_topology():
+    B = sym({(0, 1): 100, (0, 2): 1, (1, 2): 1}, 3)
+    ports = np.array([2, 2, 2])
+    tri = np.array([[0, 1, 1], [1, 0, 1], [1, 1, 0]])
+    # the triangle is 2x worse than the optimum: with 5 % tolerance it must change ...
+    p = plan(B, ports, R, current=tri, tolerance=0.05)
+    assert p.circuits[0, 1] == 2 and p.extra["changed_circuits"] == 3
+    # ... with 150 % tolerance it is kept (no link flaps)
+    p = plan(B, ports, R, current=tri, tolerance=1.5)
+    assert p.method == "keep" and (p.circuits == tri).all() and p.extra["changed_circuits"] == 0
+
+
+def test_ilp_matches_exhaustive_search():
+    from mfctl.fabric.planner import ilp
+
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        B = rng.gamma(0.5, 1e8, size=(2, 4, 4))
+        ports = np.array([3, 3, 3, 3])
+        C = ilp(B, ports, LinkRates())
+        assert objective(B, C, LinkRates())[0] == pytest.approx(plan(B, ports, method="exact").objective_s, rel=1e-9)

@@ -9,6 +9,7 @@ from mfctl.cli import inventory as inventory_cli
 from mfctl.cli import mock as mock_cli
 from mfctl.cli import ocs as ocs_cli
 from mfctl.cli import run as run_cli
+from mfctl.cli import topo as topo_cli
 from mfctl.cli.common import JSON_OPT, emit_json
 
 app = typer.Typer(
@@ -23,6 +24,7 @@ app = typer.Typer(
 app.add_typer(inventory_cli.app, name="inventory")
 app.add_typer(mock_cli.app, name="mock")
 app.add_typer(ocs_cli.app, name="ocs")
+app.add_typer(topo_cli.app, name="topo")
 app.add_typer(run_cli.runs_app, name="runs")
 app.command("run")(run_cli.run)
 

@@ -344,16 +344,31 @@ class Plan:
     def to_dict(self) -> dict:
         return {"circuits": self.circuits.tolist(), "method": self.method, "objective_s": self.objective_s,
                 "greedy_objective_s": self.greedy_objective_s, "eps_only_objective_s": self.eps_only_objective_s,
-                "candidates": self.candidates, "elapsed_ms": round(self.elapsed_ms, 3)}
+                "candidates": self.candidates, "elapsed_ms": round(self.elapsed_ms, 3), **self.extra}
 
 
-def plan(B: np.ndarray, ports, rates: LinkRates | None = None, *, method: str = "best") -> Plan:
+def changed_circuits(A: np.ndarray, C: np.ndarray) -> int:
+    """How many circuits differ between two topologies (added + removed)."""
+    return int(np.abs(np.asarray(A) - np.asarray(C)).sum() // 2)
+
+
+METHODS = ("greedy", "exact", "local", "ilp", "best")
+
+
+def plan(B: np.ndarray, ports, rates: LinkRates | None = None, *, method: str = "best",
+         current: np.ndarray | None = None, tolerance: float = 0.0) -> Plan:
     """Plan circuits for per-layer dispatch bytes ``B`` (``[L, n, n]`` or ``[n, n]``).
 
-    ``method``: ``greedy`` (paper), ``exact`` (exhaustive; falls back to local search when
-    the region has more than EXACT_MAX_CANDIDATES topologies), ``local`` or ``best``
-    (greedy, then exact if small else local search; keeps the best).
+    ``method``: ``greedy`` (paper), ``exact`` (exhaustive; local search when the region has
+    too many topologies), ``local`` (local search from the better of the two greedies),
+    ``ilp`` (MILP optimum; local search if the solver gives up) or ``best`` (exact when
+    small, else local). Minimum-change mode: with ``current`` and ``tolerance`` τ, any
+    topology within (1 + τ) of the best objective is acceptable, and the one changing the
+    fewest circuits from ``current`` is returned (``current`` itself if it qualifies) —
+    every changed circuit costs seconds of link bring-up.
     """
+    if method not in METHODS:
+        raise ValueError(f"unknown planning method {method!r}; one of {METHODS}")
     t0 = time.perf_counter()
     rates = rates or LinkRates()
     B = np.asarray(B, dtype=float)
@@ -361,6 +376,8 @@ def plan(B: np.ndarray, ports, rates: LinkRates | None = None, *, method: str = 
         B = B[None]
     ports = np.asarray(ports, dtype=int)
     n = B.shape[-1]
+    if len(ports) != n:
+        raise ValueError(f"{len(ports)} port counts for a {n}-server matrix")
     S = B.sum(axis=0)
     S = S + S.T
     np.fill_diagonal(S, 0.0)
@@ -368,6 +385,7 @@ def plan(B: np.ndarray, ports, rates: LinkRates | None = None, *, method: str = 
     g_obj = float(objective(B, Cg, rates)[0])
     eps_obj = float(objective(B, np.zeros((n, n), dtype=int), rates)[0])
     best_C, best_obj, used, ncand = Cg, g_obj, "greedy", 1
+    allc = vals = None
     if method in ("exact", "best"):
         allc = enumerate_topologies(ports)
         if allc is not None:
@@ -379,9 +397,14 @@ def plan(B: np.ndarray, ports, rates: LinkRates | None = None, *, method: str = 
             if vals[k] < best_obj * (1 - 1e-12):
                 best_C, best_obj = allc[k], float(vals[k])
             used = "exact"
-        elif method == "exact":
-            method = "local"
-    if method == "local" or (method == "best" and used != "exact"):
+    if method == "ilp":
+        Ci = ilp(B, ports, rates)
+        if Ci is not None:
+            io = float(objective(B, Ci, rates)[0])
+            if io < best_obj * (1 - 1e-12):
+                best_C, best_obj = Ci, io
+            used = "ilp"
+    if method == "local" or (method in ("best", "exact", "ilp") and used not in ("exact", "ilp")):
         start = Cg
         if n <= OBJECTIVE_GREEDY_MAX_SERVERS:
             Co = objective_greedy(B, ports, rates)
@@ -392,7 +415,27 @@ def plan(B: np.ndarray, ports, rates: LinkRates | None = None, *, method: str = 
         if lo < best_obj * (1 - 1e-12):
             best_C, best_obj = Cl, lo
         used = "local"
-    elif method not in ("greedy", "exact", "best"):
-        raise ValueError(f"unknown planning method {method!r}")
-    return Plan(circuits=best_C.astype(int), method=used, objective_s=best_obj, greedy_objective_s=g_obj,
-                eps_only_objective_s=eps_obj, candidates=ncand, elapsed_ms=(time.perf_counter() - t0) * 1000)
+    extra: dict = {}
+    if current is not None:
+        cur = np.asarray(current, dtype=int)
+        limit = best_obj * (1 + tolerance)
+        cur_obj = float(objective(B, cur, rates)[0])
+        options = [(changed_circuits(best_C, cur), best_obj, best_C, used)]
+        if cur_obj <= limit:
+            options.append((0, cur_obj, cur, "keep"))
+        elif allc is not None:
+            ok = np.flatnonzero(vals <= limit)
+            ch = np.abs(allc[ok] - cur[None]).sum(axis=(1, 2)) // 2
+            k = int(ok[np.argmin(ch)])
+            options.append((int(ch.min()), float(vals[k]), allc[k], "min-change"))
+        else:
+            Cr = local_search(B, cur, ports, rates, stop_below=limit)
+            ro = float(objective(B, Cr, rates)[0])
+            if ro <= limit:
+                options.append((changed_circuits(Cr, cur), ro, Cr, "min-change"))
+        options.sort(key=lambda o: (o[0], o[1]))
+        changes, obj, C, how = options[0]
+        extra = {"best_objective_s": best_obj, "changed_circuits": changes, "current_objective_s": cur_obj}
+        best_C, best_obj, used = C, obj, how
+    return Plan(circuits=np.asarray(best_C, dtype=int), method=used, objective_s=best_obj, greedy_objective_s=g_obj,
+                eps_only_objective_s=eps_obj, candidates=ncand, elapsed_ms=(time.perf_counter() - t0) * 1000, extra=extra)

@@ -1,0 +1,154 @@
+"""``mfctl topo plan|eval`` — circuits for a traffic matrix, and topologies compared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console
+
+app = typer.Typer(help="Plan OCS circuits from a traffic matrix and compare topologies.", no_args_is_help=True)
+
+TRAFFIC_ARG = typer.Argument(..., help="Traffic matrix: CSV, JSON or NPY (server bytes, or EP-rank x expert tokens).")
+KIND_OPT = typer.Option("server-bytes", "--kind", help="server-bytes or tokens (JSON files may say it themselves).")
+INV_OPT = typer.Option(None, "--inventory", "-i", envvar="MFCTL_INVENTORY", help="Take ports, lanes and rates from this inventory.")
+REGION_OPT = typer.Option(None, "--region", help="Region of the inventory (default: the first).")
+PORTS_OPT = typer.Option(3, "--ports", min=1, help="OCS lanes per server, without an inventory.")
+LANE_OPT = typer.Option(100.0, "--lane-gbps", min=1.0, help="Rate of one optical lane, Gbit/s (without an inventory).")
+EPS_OPT = typer.Option(100.0, "--eps-gbps", min=1.0, help="EPS rate per server, Gbit/s (without an inventory).")
+TP_OPT = typer.Option(1, "--tp", min=1, help="Tensor parallelism (tokens input).")
+GPS_OPT = typer.Option(8, "--gpus-per-server", min=1, help="GPUs per server (tokens input).")
+HIDDEN_OPT = typer.Option(4096, "--hidden", min=1, help="Hidden size (tokens input).")
+BPE_OPT = typer.Option(2, "--bytes-per-element", min=1, help="Bytes per activation element (tokens input).")
+
+
+def _setup(traffic, kind, inventory, region, ports, lane_gbps, eps_gbps, tp, gps, hidden, bpe):
+    import numpy as np
+
+    from mfctl.errors import ConfigError
+    from mfctl.fabric.matrixio import TrafficSpec, load_traffic
+    from mfctl.fabric.planner import LinkRates
+    from mfctl.runtime.job import GOODPUT
+
+    B = load_traffic(traffic, TrafficSpec(kind=kind, tp=tp, gpus_per_server=gps, hidden=hidden, bytes_per_element=bpe))
+    n = B.shape[-1]
+    inv = hosts = lanes = None
+    if inventory:
+        from mfctl.fabric.mapping import region_lanes
+        from mfctl.inventory import load_inventory
+
+        inv = load_inventory(inventory)
+        reg = next((r for r in inv.regions if r.name == region), None) if region else inv.regions[0]
+        if reg is None:
+            raise ConfigError(f"no region {region!r} in the inventory", path=inv.source)
+        if len(reg.hosts) != n:
+            raise ConfigError(f"the traffic matrix has {n} servers, region {reg.name} has {len(reg.hosts)}")
+        hosts = list(reg.hosts)
+        lanes = region_lanes(inv, hosts)
+        ports_v = np.array([len(lanes[h]) for h in hosts])
+        h0 = inv.host(hosts[0])
+        rates = LinkRates(circuit_Bps=h0.ocs_lanes()[0][0].lane_rate_gbps * 1e9 / 8 * GOODPUT,
+                          eps_Bps=sum(x.speed_gbps for x in h0.eps_nics()) * 1e9 / 8 * GOODPUT)
+    else:
+        ports_v = np.full(n, ports)
+        rates = LinkRates(circuit_Bps=lane_gbps * 1e9 / 8 * GOODPUT, eps_Bps=eps_gbps * 1e9 / 8 * GOODPUT)
+    return B, ports_v, rates, hosts, lanes
+
+
+def _matrix_table(C, names, title):
+    from rich.table import Table
+
+    t = Table("", *names, title=title)
+    for i, row in enumerate(C):
+        t.add_row(names[i], *[("·" if i == j else (str(v) if v else "-")) for j, v in enumerate(row)])
+    return t
+
+
+@app.command("plan")
+@handle_errors
+def plan_cmd(traffic: Path = TRAFFIC_ARG, kind: str = KIND_OPT, inventory: Path = INV_OPT, region: str = REGION_OPT,
+             ports: int = PORTS_OPT, lane_gbps: float = LANE_OPT, eps_gbps: float = EPS_OPT, tp: int = TP_OPT,
+             gpus_per_server: int = GPS_OPT, hidden: int = HIDDEN_OPT, bytes_per_element: int = BPE_OPT,
+             method: str = typer.Option("best", help="greedy (paper), exact, local, ilp, best."),
+             current: Path = typer.Option(None, help="Current topology (circuit matrix file) for minimum-change planning."),
+             tolerance: float = typer.Option(0.0, min=0.0, help="Accept plans within this fraction of the best objective "
+                                                                   "if they change fewer circuits (with --current)."),
+             json_out: bool = JSON_OPT):
+    """Plan circuits for a traffic matrix: circuits, objective vs. the paper's greedy, lane and OCS-port mapping, routes."""
+    from mfctl.errors import UsageError
+    from mfctl.fabric import mapping
+    from mfctl.fabric.matrixio import load_topology
+    from mfctl.fabric.planner import METHODS, plan
+
+    if method not in METHODS:
+        raise UsageError(f"--method must be one of {', '.join(METHODS)}")
+    B, ports_v, rates, hosts, lanes = _setup(traffic, kind, inventory, region, ports, lane_gbps, eps_gbps, tp,
+                                             gpus_per_server, hidden, bytes_per_element)
+    n = B.shape[-1]
+    cur = load_topology(current, n) if current else None
+    p = plan(B, ports_v, rates, method=method, current=cur, tolerance=tolerance)
+    out = {"schema": "mfctl.topo.plan/v1", "servers": n, "layers": int(B.shape[0]), "ports": ports_v.tolist(), **p.to_dict()}
+    names = hosts or [f"s{i}" for i in range(n)]
+    if hosts:
+        circuits = mapping.map_circuits(p.circuits, hosts, lanes)
+        out["lanes"] = [c.to_dict() for c in circuits]
+        out["cross_connects"] = sorted([i, o] for i, o in mapping.cross_connect_map(circuits).items())
+        out["routes"] = mapping.route_table(circuits, hosts)
+    if json_out:
+        emit_json(out)
+        return
+    con = out_console()
+    con.print(_matrix_table(p.circuits, names, f"circuits ({p.method}, {p.elapsed_ms:.1f} ms)"))
+    con.print(f"estimated all-to-all time {p.objective_s * 1e3:.2f} ms — paper's greedy {p.greedy_objective_s * 1e3:.2f} ms "
+              f"({p.objective_s / p.greedy_objective_s:.3f}x), EPS only {p.eps_only_objective_s * 1e3:.2f} ms", highlight=False)
+    if p.extra:
+        con.print(f"minimum-change: {p.extra['changed_circuits']} circuit(s) change; best possible "
+                  f"{p.extra['best_objective_s'] * 1e3:.2f} ms, current {p.extra['current_objective_s'] * 1e3:.2f} ms", highlight=False)
+    for c in out.get("lanes", []):
+        con.print(f"  {c['a']} ↔ {c['b']}: cross-connects {c['cross_connects']}", highlight=False)
+
+
+@app.command("eval")
+@handle_errors
+def eval_cmd(traffic: Path = TRAFFIC_ARG, kind: str = KIND_OPT, inventory: Path = INV_OPT, region: str = REGION_OPT,
+             ports: int = PORTS_OPT, lane_gbps: float = LANE_OPT, eps_gbps: float = EPS_OPT, tp: int = TP_OPT,
+             gpus_per_server: int = GPS_OPT, hidden: int = HIDDEN_OPT, bytes_per_element: int = BPE_OPT,
+             topology: list[str] = typer.Option(None, "--topology", "-t",
+                                                help="greedy, best, eps-only, uniform, or a circuit-matrix file; repeat. "
+                                                     "Default: all named ones."),
+             json_out: bool = JSON_OPT):
+    """Compare topologies on a traffic matrix by estimated all-to-all completion time (EPS fallback)."""
+    import numpy as np
+
+    from mfctl.fabric.matrixio import load_topology
+    from mfctl.fabric.planner import greedy, objective, plan
+    from rich.table import Table
+
+    B, ports_v, rates, hosts, _ = _setup(traffic, kind, inventory, region, ports, lane_gbps, eps_gbps, tp,
+                                         gpus_per_server, hidden, bytes_per_element)
+    n = B.shape[-1]
+    S = B.sum(axis=0)
+    S = S + S.T
+    np.fill_diagonal(S, 0)
+    named = {"greedy": lambda: greedy(S, ports_v), "best": lambda: plan(B, ports_v, rates).circuits,
+             "eps-only": lambda: np.zeros((n, n), dtype=int),
+             "uniform": lambda: greedy(np.ones((n, n)) - np.eye(n), ports_v)}
+    rows = []
+    for t in topology or list(named):
+        C = named[t]() if t in named else load_topology(t, n)
+        if (C.sum(axis=1) > ports_v).any():
+            from mfctl.errors import ConfigError
+            raise ConfigError(f"topology {t} uses more circuits than a server has OCS ports ({ports_v.tolist()})")
+        rows.append({"topology": t, "objective_s": float(objective(B, C, rates)[0]), "circuits": C.tolist(),
+                     "circuit_count": int(C.sum() // 2)})
+    best = min(r["objective_s"] for r in rows)
+    for r in rows:
+        r["ratio_to_best"] = r["objective_s"] / best if best > 0 else 1.0
+    if json_out:
+        emit_json({"schema": "mfctl.topo.eval/v1", "servers": n, "layers": int(B.shape[0]), "topologies": rows})
+        return
+    t = Table("topology", "circuits", "est. all-to-all ms", "vs best")
+    for r in sorted(rows, key=lambda r: r["objective_s"]):
+        t.add_row(r["topology"], str(r["circuit_count"]), f"{r['objective_s'] * 1e3:.2f}", f"{r['ratio_to_best']:.3f}x")
+    out_console().print(t)
