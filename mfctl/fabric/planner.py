@@ -215,6 +215,9 @@ def local_search(B: np.ndarray, C0: np.ndarray, ports: np.ndarray, rates: LinkRa
     bottleneck pair one more circuit, on free ports or on ports taken from one circuit
     at each end (whose two freed far ends are then joined). Stops at a local optimum,
     after ``max_rounds``, or once the objective is at most ``stop_below``."""
+    B = np.asarray(B, dtype=float)
+    if B.ndim == 2:
+        B = B[None]
     C = np.array(C0, dtype=int).copy()
     n = C.shape[0]
     ports = np.asarray(ports, dtype=int)
