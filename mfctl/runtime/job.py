@@ -389,8 +389,11 @@ class Job:
             return
         t0 = time.perf_counter()
         B = reg.predicted
-        p = plan_circuits(B, reg.ports, self.rates, method=self.pb.topology.planner)
         C_cur = mapping.circuit_matrix(reg.circuits, reg.hosts)
+        # minimum-change planning: keep the current circuits unless something is better by
+        # more than min_improvement, and then change as few circuits as possible
+        p = plan_circuits(B, reg.ports, self.rates, method=self.pb.topology.planner, current=C_cur,
+                          tolerance=pol.min_improvement)
         if np.array_equal(p.circuits, C_cur):
             return
         new = mapping.map_circuits(p.circuits, reg.hosts, reg.lanes, reg.circuits)
@@ -409,7 +412,7 @@ class Job:
         self.journal.append("policy.decision", region=reg.name, iteration=iteration, gain_s=gain, cost_s=cost,
                             objective_now_s=o_cur, objective_plan_s=o_new, method=p.method,
                             circuits=p.circuits.tolist())
-        if gain - cost <= pol.min_gain_s or o_new > o_cur * (1 - pol.min_improvement):
+        if gain - cost <= pol.min_gain_s:
             return
         self._reconfigure(reg, iteration, new, p, gain, cost, o_cur, o_new, t_plan)
 
