@@ -115,3 +115,27 @@ def test_ilp_matches_exhaustive_search():
         ports = np.array([3, 3, 3, 3])
         C = ilp(B, ports, LinkRates())
         assert objective(B, C, LinkRates())[0] == pytest.approx(plan(B, ports, method="exact").objective_s, rel=1e-9)
+
+
+def test_predictors_and_cross_layer_model_on_real_data():
+    from mfctl.fabric.predict import CrossLayerModel, EWMAPredictor, LastPredictor, rel_error
+    from mfctl.fabric.traffic import load_routing
+
+    last, ewma = LastPredictor(), EWMAPredictor(0.5)
+    for x in (np.full((2, 2), 4.0), np.full((2, 2), 2.0)):
+        last.observe(x)
+        ewma.observe(x)
+    assert last.predict()[0, 0] == 2.0 and ewma.predict()[0, 0] == 3.0
+    assert rel_error(np.array([1.0, 3.0]), np.array([2.0, 2.0])) == pytest.approx(0.5)
+    m = CrossLayerModel.load("mixtral")
+    assert set(m.P) == {(0, 7), (7, 15)} and np.allclose(m.P[(0, 7)].sum(axis=1), 1)
+    # layer 7's expert load predicted from layer 0's: better than "same as the previous layer"
+    # (persistence) on every Mixtral domain, and on average for OLMoE (numbers in docs/planning.md)
+    for trace, every in (("mixtral", True), ("olmoe", False)):
+        tr, model = load_routing(trace), CrossLayerModel.load(trace)
+        ours, persist = [], []
+        for d in range(len(tr.domains)):
+            l0, l7 = tr.probs[d, 0] * 1e6, tr.probs[d, 1] * 1e6
+            ours.append(rel_error(model.predict_tokens(l0, 0, 7), l7))
+            persist.append(rel_error(l0, l7))
+        assert (all(o < p for o, p in zip(ours, persist)) if every else np.mean(ours) < np.mean(persist)), (trace, ours, persist)

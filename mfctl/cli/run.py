@@ -76,6 +76,9 @@ def render_summary(s: dict) -> None:
             t.add_row("per topology epoch", ", ".join(f"epoch {e}: {v:.3f} s" for e, v in by.items()))
     if s.get("ep_share_on_circuits") is not None:
         t.add_row("EP bytes on circuits", f"{100 * s['ep_share_on_circuits']:.1f}% of {s['ep_inter_server_bytes'] / 1e12:.2f} TB inter-server")
+    if s.get("prediction_rel_error"):
+        t.add_row("traffic prediction", ", ".join(f"{k} {100 * v:.1f}%" for k, v in s["prediction_rel_error"].items())
+                  + " rel. error")
     t.add_row("health", f"{s['health']['ok']}/{s['health']['hosts']} hosts ok (sweep {s['health']['sweep_s']:.2f} s)")
     t.add_row("time", f"{s['simulated_train_s']:.1f} s testbed time in {s['wall_train_s']:.1f} s wall (x{s['time_scale']:g})")
     ocs = s.get("ocs")

@@ -26,6 +26,8 @@ CREATE TABLE IF NOT EXISTS reconfigurations (
   t_verify_ms REAL, t_linkup_ms REAL, t_resume_ms REAL, t_runtime_ms REAL,
   predicted_gain_s REAL, predicted_cost_s REAL, objective_before_s REAL, objective_after_s REAL,
   lanes_failed INTEGER, wall_unix REAL);
+CREATE TABLE IF NOT EXISTS predictions (
+  iteration INTEGER, region TEXT, predictor TEXT, rel_error REAL, wall_unix REAL);
 CREATE TABLE IF NOT EXISTS health (
   host TEXT, status TEXT, findings_json TEXT, wall_unix REAL);
 CREATE TABLE IF NOT EXISTS events (
@@ -66,6 +68,9 @@ class MetricsStore:
         vals = [r.get(c) if c != "circuits_json" else json.dumps(r.get("circuits")) for c in cols]
         self._x(f"INSERT OR REPLACE INTO reconfigurations ({','.join(cols)}, wall_unix) VALUES ({','.join('?' * (len(cols) + 1))})",
                 (*vals, time.time()))
+
+    def prediction(self, iteration: int, region: str, predictor: str, rel_error: float) -> None:
+        self._x("INSERT INTO predictions VALUES (?,?,?,?,?)", (iteration, region, predictor, rel_error, time.time()))
 
     def health(self, host: str, status: str, findings: list) -> None:
         self._x("INSERT INTO health VALUES (?,?,?,?)", (host, status, json.dumps(findings), time.time()))

@@ -29,6 +29,7 @@ from mfctl import mockctl, settings
 from mfctl.errors import ConfigError, MfctlError, OperationFailed, UnreachableError
 from mfctl.fabric import mapping
 from mfctl.fabric.planner import LinkRates, objective, plan as plan_circuits
+from mfctl.fabric.predict import CrossLayerModel, EWMAPredictor, LastPredictor, rel_error
 from mfctl.fabric.traffic import expert_to_rank, load_routing, rank_matrix, rank_to_server, server_matrix
 from mfctl.hosts import health, iproute
 from mfctl.inventory import load_inventory
@@ -63,7 +64,8 @@ class RegionState:
     ports: np.ndarray
     lanes: dict[str, list[mapping.LaneRef]]
     circuits: list[mapping.Circuit] = field(default_factory=list)
-    predicted: np.ndarray | None = None  # EWMA of per-layer dispatch bytes [L, n, n]
+    predicted: np.ndarray | None = None  # the policy's prediction of per-layer dispatch bytes [L, n, n]
+    predictors: dict = field(default_factory=dict)
     last_reconfig_iter: int = 0
     last_iter_s: float | None = None
 
@@ -88,6 +90,7 @@ class Job:
         self.iter_rows: dict[int, dict] = {}
         self.done_hosts: set[str] = set()
         self.failed: str | None = None
+        self.pred_errors: dict[str, list[float]] = {}
         self.mock_state: Path | None = None
         self.mock_started = False
 
@@ -183,6 +186,10 @@ class Job:
         self.rates = LinkRates(circuit_Bps=nic.lane_rate_gbps * 1e9 / 8 * GOODPUT,
                                eps_Bps=sum(n.speed_gbps for n in eps_nics) * 1e9 / 8 * GOODPUT)
         self.er = expert_to_rank(trace.num_experts, ep)
+        try:
+            self.crosslayer = CrossLayerModel.load(pb.model.routing, pb.training.domains)
+        except ValueError:
+            self.crosslayer = None
         self.rs = rank_to_server(ep, tp, gps)
         self.gps = gps
         self.regions = {}
@@ -367,8 +374,8 @@ class Job:
         elif t == "traffic":
             reg = next(r for r in self.regions.values() if host == r.hosts[0])
             B = np.asarray(msg["matrices"], dtype=float)
-            a = self.pb.policy.ewma_alpha
-            reg.predicted = B if reg.predicted is None else a * B + (1 - a) * reg.predicted
+            self._log_predictions(reg, msg["iteration"], B, msg.get("tokens") or {})
+            reg.predicted = reg.predictors[self.pb.policy.predictor].predict()
             if allow_reconfig and self.pb.policy.enabled:
                 self._maybe_reconfigure(reg, msg["iteration"])
         elif t == "bye":
@@ -379,6 +386,29 @@ class Job:
             if host not in self.done_hosts:
                 self.failed = f"runtime on {host} disconnected before finishing (see {self.run_dir / 'logs' / (host + '.log')})"
                 raise OperationFailed(self.failed)
+
+    def _log_predictions(self, reg: RegionState, iteration: int, B: np.ndarray, tokens: dict) -> None:
+        """Score every predictor's guess for this iteration, then let them see it. The
+        cross-layer model predicts trace layer b from layer a of the same iteration."""
+        if not reg.predictors:
+            reg.predictors = {"last": LastPredictor(), "ewma": EWMAPredictor(self.pb.policy.ewma_alpha)}
+        for name, pr in reg.predictors.items():
+            guess = pr.predict()
+            if guess is not None and guess.shape == B.shape:
+                err = rel_error(guess, B)
+                self.store.prediction(iteration, reg.name, name, err)
+                self.pred_errors.setdefault(name, []).append(err)
+            pr.observe(B)
+        if self.crosslayer is not None and tokens:
+            for (a, b) in self.crosslayer.P:
+                if str(a) in tokens and str(b) in tokens:
+                    ta, tb = np.asarray(tokens[str(a)]), np.asarray(tokens[str(b)])
+                    n = len(reg.hosts)
+                    fold = lambda t: server_matrix(rank_matrix(t, self.er, self.pb.parallelism.ep), self.rs, n, 1.0)  # noqa: E731
+                    err = rel_error(fold(self.crosslayer.predict_tokens(ta, a, b)), fold(tb))
+                    name = f"crosslayer-{a}-{b}"
+                    self.store.prediction(iteration, reg.name, name, err)
+                    self.pred_errors.setdefault(name, []).append(err)
 
     def _maybe_reconfigure(self, reg: RegionState, iteration: int) -> None:
         pol = self.pb.policy
@@ -539,6 +569,7 @@ class Job:
             "ep_inter_server_bytes": inter, "ep_bytes_on_circuits": ocs,
             "ep_share_on_circuits": _r(ocs / inter) if inter else None,
             "reconfigurations": self.reconfigs,
+            "prediction_rel_error": {k: _r(np.mean(v)) for k, v in sorted(self.pred_errors.items())},
             "health": {"hosts": len(getattr(self, "health", [])),
                        "ok": sum(h["status"] == "ok" for h in getattr(self, "health", [])),
                        "sweep_s": _r(getattr(self, "health_s", 0.0))},

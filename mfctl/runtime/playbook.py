@@ -61,6 +61,7 @@ class Topology(_S):
 
 class Policy(_S):
     enabled: bool = True
+    predictor: Literal["ewma", "last"] = Field("ewma", description="what the next iteration's traffic is predicted by")
     ewma_alpha: float = Field(0.5, gt=0, le=1, description="weight of the newest traffic matrix")
     window_iterations: int = Field(20, ge=1, description="horizon over which a gain must repay the cost")
     min_interval_iterations: int = Field(3, ge=1)
