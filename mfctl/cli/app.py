@@ -9,6 +9,7 @@ from mfctl.cli import inventory as inventory_cli
 from mfctl.cli import mock as mock_cli
 from mfctl.cli import ocs as ocs_cli
 from mfctl.cli import run as run_cli
+from mfctl.cli import simulate as simulate_cli
 from mfctl.cli import topo as topo_cli
 from mfctl.cli.common import JSON_OPT, emit_json
 
@@ -27,6 +28,7 @@ app.add_typer(ocs_cli.app, name="ocs")
 app.add_typer(topo_cli.app, name="topo")
 app.add_typer(run_cli.runs_app, name="runs")
 app.command("run")(run_cli.run)
+app.command("simulate")(simulate_cli.simulate)
 
 
 @app.command()

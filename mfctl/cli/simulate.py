@@ -1,0 +1,65 @@
+"""``mfctl simulate`` — what-if: iteration time, cost and performance per dollar by fabric."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console
+
+
+@handle_errors
+def simulate(model: str = typer.Option("mixtral-8x7b", help="mixtral-8x7b, mixtral-8x22b, qwen-moe, deepseek-256."),
+             gpus: int = typer.Option(1024, min=8, help="Cluster size (GPUs, 8 per server)."),
+             link_gbps: int = typer.Option(400, help="NIC speed: 100, 200, 400 or 800 Gbit/s."),
+             alpha: int = typer.Option(6, min=1, max=7, help="mFabric: OCS NICs per server (of 8)."),
+             reconfig_latency_ms: float = typer.Option(25.0, min=0.0, help="mFabric: blocking reconfiguration per iteration."),
+             micro_batches: int = typer.Option(16, min=1, help="Micro-batches per iteration."),
+             fabric: list[str] = typer.Option(None, "--fabric", "-f", help="Fabrics to compare (repeat); default all."),
+             sweep_latency: bool = typer.Option(False, "--sweep-latency", help="Also sweep the reconfiguration latency 1 µs .. 10 s."),
+             plot: Path = typer.Option(None, "--plot", help="Write a PNG with the comparison (and the sweep)."),
+             json_out: bool = JSON_OPT):
+    """What-if: a model on a cluster, compared across fabrics (see docs/planning.md for the model)."""
+    from rich.table import Table
+
+    from mfctl.errors import UsageError
+    from mfctl.fabric import whatif
+
+    if model not in whatif.PRESETS:
+        raise UsageError(f"--model must be one of {', '.join(whatif.PRESETS)}")
+    if link_gbps not in whatif.PRICES:
+        raise UsageError(f"--link-gbps must be one of {', '.join(map(str, whatif.PRICES))}")
+    fabrics = fabric or list(whatif.FABRICS)
+    bad = [f for f in fabrics if f not in whatif.FABRICS]
+    if bad:
+        raise UsageError(f"unknown fabric {bad[0]!r}; one of {', '.join(whatif.FABRICS)}")
+    if "fat-tree" not in fabrics:
+        fabrics = ["fat-tree", *fabrics]  # the reference for performance per dollar
+    sc = whatif.Scenario(whatif.PRESETS[model], gpus=gpus, link_gbps=link_gbps, alpha=alpha,
+                         reconfig_latency_s=reconfig_latency_ms / 1000, micro_batches=micro_batches)
+    try:
+        res = whatif.simulate(sc, fabrics)
+        sweep = whatif.latency_sweep(sc, [1e-6, 1e-3, 0.025, 0.1, 0.3, 1.0, 3.0, 10.0]) if sweep_latency else None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    title = f"{sc.preset.name}, {gpus} GPUs, {link_gbps}G, mFabric alpha={alpha}"
+    if plot:
+        whatif.plot(res, sweep, str(plot), title)
+    if json_out:
+        emit_json({"schema": "mfctl.simulate/v1", "model": model, "gpus": gpus, "link_gbps": link_gbps, "alpha": alpha,
+                   "reconfig_latency_s": sc.reconfig_latency_s, "fabrics": [r.to_dict() for r in res],
+                   "latency_sweep": sweep, "plot": str(plot) if plot else None})
+        return
+    t = Table("fabric", "iter. s", "tokens/s", "a2a share", "network $M", "perf/$ vs fat-tree", title=title)
+    t.columns[0].no_wrap = True
+    for r in res:
+        t.add_row(r.fabric, f"{r.iteration_s:.2f}", f"{r.details['tokens_per_s']:,.0f}", f"{100 * r.a2a_share:.0f}%",
+                  f"{r.cost_usd / 1e6:.2f}", f"{r.relative_perf_per_dollar:.2f}x")
+    con = out_console()
+    con.print(t)
+    if sweep:
+        con.print("mFabric vs fat-tree by reconfiguration latency: " + ", ".join(
+            f"{x['latency_s']:g} s → {x['relative_to_fat_tree']:.3f}x" for x in sweep), highlight=False)
+    if plot:
+        con.print(f"plot: {plot}", highlight=False)
