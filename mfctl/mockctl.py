@@ -41,7 +41,7 @@ def status(state_dir: Path | None = None) -> dict | None:
 
 
 def start(inventory: str | Path, state_dir: Path | None = None, *, time_scale: float = 1.0,
-          timeout: float = 30.0) -> dict:
+          timeout: float = 30.0, factory: bool = False) -> dict:
     """Start the mock for ``inventory``; return its status. Raises OperationFailed."""
     sd = Path(state_dir or default_state_dir()).resolve()
     if status(sd):
@@ -52,7 +52,7 @@ def start(inventory: str | Path, state_dir: Path | None = None, *, time_scale: f
     sd.mkdir(parents=True, exist_ok=True)
     log = open(sd / "mock.stderr", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "mfctl.mock", "serve", "--inventory", str(Path(inventory).resolve()),
-                             "--state-dir", str(sd), "--time-scale", str(time_scale)],
+                             "--state-dir", str(sd), "--time-scale", str(time_scale)] + (["--factory"] if factory else []),
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

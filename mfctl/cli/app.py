@@ -8,6 +8,7 @@ from mfctl import __version__
 from mfctl.cli import inventory as inventory_cli
 from mfctl.cli import mock as mock_cli
 from mfctl.cli import ocs as ocs_cli
+from mfctl.cli import provision as provision_cli
 from mfctl.cli import run as run_cli
 from mfctl.cli import simulate as simulate_cli
 from mfctl.cli import topo as topo_cli
@@ -26,6 +27,8 @@ app.add_typer(inventory_cli.app, name="inventory")
 app.add_typer(mock_cli.app, name="mock")
 app.add_typer(ocs_cli.app, name="ocs")
 app.add_typer(topo_cli.app, name="topo")
+app.add_typer(provision_cli.app, name="provision")
+app.add_typer(provision_cli.firmware_app, name="firmware")
 app.add_typer(run_cli.runs_app, name="runs")
 app.command("run")(run_cli.run)
 app.command("simulate")(simulate_cli.simulate)

@@ -20,11 +20,12 @@ STATE_OPT = typer.Option(None, "--state-dir", help="Where the mock keeps keys, k
 def up(inventory: Path = typer.Argument(Path("inventory/mfabric-prototype.yaml"), help="Testbed to mock."),
        state_dir: Path = STATE_OPT,
        time_scale: float = typer.Option(1.0, envvar="MFCTL_MOCK_TIME_SCALE", help="Simulated seconds per wall second (link-up, runtime)."),
+       factory: bool = typer.Option(False, "--factory", help="Hosts start unprovisioned (for mfctl provision)."),
        json_out: bool = JSON_OPT):
     """Start the mock testbed in the background and write an inventory pointing at it."""
     from mfctl import mockctl
 
-    st = mockctl.start(inventory, state_dir, time_scale=time_scale)
+    st = mockctl.start(inventory, state_dir, time_scale=time_scale, factory=factory)
     if json_out:
         emit_json({"schema": "mfctl.mock.status/v1", "running": True, **st})
         return

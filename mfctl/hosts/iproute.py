@@ -42,3 +42,27 @@ def parse_links(text: str) -> dict[str, Link]:
         flags = o.get("flags") or []
         out[o["ifname"]] = Link(o["ifname"], str(o.get("operstate", "UNKNOWN")), o.get("mtu"), "LOWER_UP" in flags)
     return out
+
+
+def addr_argv() -> list[str]:
+    return ["ip", "-j", "addr", "show"]
+
+
+@dataclass
+class Iface:
+    ifname: str
+    mtu: int | None
+    up: bool
+    addresses: list[str]  # "198.18.1.1/24"
+
+
+def parse_addrs(text: str) -> dict[str, Iface]:
+    """Parse ``ip -j addr show``."""
+    links = parse_links(text)
+    doc = json.loads(text)
+    out = {}
+    for o in doc:
+        addrs = [f"{a['local']}/{a['prefixlen']}" for a in o.get("addr_info") or [] if "local" in a and "prefixlen" in a]
+        l = links[o["ifname"]]
+        out[o["ifname"]] = Iface(o["ifname"], l.mtu, l.up, addrs)
+    return out

@@ -14,9 +14,10 @@ def main(argv=None) -> int:
     s.add_argument("--inventory", required=True)
     s.add_argument("--state-dir", required=True)
     s.add_argument("--time-scale", type=float, default=1.0)
+    s.add_argument("--factory", action="store_true", help="hosts start unprovisioned")
     a = ap.parse_args(argv)
     try:
-        return serve(a.inventory, a.state_dir, a.time_scale)
+        return serve(a.inventory, a.state_dir, a.time_scale, a.factory)
     except MfctlError as e:
         print(f"mock: {e}", file=sys.stderr)
         return int(e.exit_code)

@@ -53,6 +53,7 @@ class MockHost:
     testbed: "object" = None  # MockTestbed (for the OCS state and time scale)
     gpu_temps: list[int] = field(default_factory=list)
     procs: list[subprocess.Popen] = field(default_factory=list)
+    config: "object" = None  # mfctl.mock.nics.HostConfig
 
     # --- link state ----------------------------------------------------------------------
     def _linkup_delay(self, port: int, changed: float) -> float:
@@ -99,6 +100,10 @@ class MockHost:
             return 0
         if prog == "mfctl-simrt":
             return self._simrt(argv[1:], channel)
+        if self.config is not None:
+            rc = self.config.handle(argv, lambda t: channel.sendall(t.encode()), lambda t: channel.sendall_stderr(t.encode()))
+            if rc is not None:
+                return rc
         channel.sendall_stderr(f"bash: line 1: {prog}: command not found\n".encode())
         return 127
 
@@ -112,13 +117,24 @@ class MockHost:
         "memory.used": ("memory.used [MiB]", lambda s, i: "4 MiB"),
         "memory.total": ("memory.total [MiB]", lambda s, i: "81920 MiB"),
         "ecc.errors.uncorrected.volatile.total": ("ecc.errors.uncorrected.volatile.total", lambda s, i: "0"),
-        "persistence_mode": ("persistence_mode", lambda s, i: "Enabled"),
-        "mig.mode.current": ("mig.mode.current", lambda s, i: "Disabled"),
+        "persistence_mode": ("persistence_mode", lambda s, i: "Enabled" if s.config is None or s.config.gpu_persistence else "Disabled"),
+        "mig.mode.current": ("mig.mode.current", lambda s, i: "Enabled" if s.config is not None and s.config.gpu_mig else "Disabled"),
         "clocks.sm": ("clocks.current.sm [MHz]", lambda s, i: "1410 MHz"),
         "pstate": ("pstate", lambda s, i: "P0"),
     }
 
     def _nvidia_smi(self, args: list[str], channel) -> int:
+        for flag, attr in (("-pm", "gpu_persistence"), ("-mig", "gpu_mig")):
+            if flag in args and self.config is not None:
+                v = args[args.index(flag) + 1] if args.index(flag) + 1 < len(args) else ""
+                if v not in ("0", "1"):
+                    channel.sendall_stderr(f"Invalid value for {flag}: {v!r}\n".encode())
+                    return 2
+                setattr(self.config, attr, v == "1")
+                what = "persistence mode" if flag == "-pm" else "MIG mode"
+                channel.sendall("".join(f"{'Enabled' if v == '1' else 'Disabled'} {what} for GPU 00000000:{7 + i:02X}:00.0.\n"
+                                        for i in range(self.gpus)).encode() + b"All done.\n")
+                return 0
         q = next((a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")), None)
         fmt = next((a.split("=", 1)[1] for a in args if a.startswith("--format=")), "")
         if q is None or not fmt.startswith("csv"):
@@ -147,6 +163,13 @@ class MockHost:
     def _ip(self, args: list[str], channel) -> int:
         json_out = "-j" in args or "-json" in args
         rest = [a for a in args if not a.startswith("-")]
+        if self.config is not None and len(rest) >= 2 and rest[1] in ("set", "replace", "del"):
+            rc = self.config.ip_set(rest, lambda t: channel.sendall(t.encode()), lambda t: channel.sendall_stderr(t.encode()))
+            if rc >= 0:
+                return rc
+        addr = bool(rest) and rest[0] in ("addr", "a", "address")
+        if addr:
+            rest = ["link"] + rest[1:]
         if not rest or rest[0] not in ("link", "l"):
             channel.sendall_stderr(b'Object "%s" is unknown, try "ip help".\n' % (rest[0].encode() if rest else b""))
             return 1
@@ -156,11 +179,16 @@ class MockHost:
                 "link_type": "loopback", "address": "00:00:00:00:00:00", "broadcast": "00:00:00:00:00:00"}]
         for k, lane in enumerate(self.lanes):
             up = self.lane_up(lane)
-            out.append({"ifindex": k + 2, "ifname": lane.netdev,
-                        "flags": ["BROADCAST", "MULTICAST", "UP"] + (["LOWER_UP"] if up else ["NO-CARRIER"]),
-                        "mtu": lane.mtu, "qdisc": "mq", "operstate": "UP" if up else "DOWN", "linkmode": "DEFAULT",
-                        "group": "default", "txqlen": 1000, "link_type": "ether", "address": lane.mac,
-                        "broadcast": "ff:ff:ff:ff:ff:ff"})
+            nds = self.config.netdevs.get(lane.netdev) if self.config is not None else None
+            o = {"ifindex": k + 2, "ifname": lane.netdev,
+                 "flags": ["BROADCAST", "MULTICAST", "UP"] + (["LOWER_UP"] if up else ["NO-CARRIER"]),
+                 "mtu": nds.mtu if nds else lane.mtu, "qdisc": "mq", "operstate": "UP" if up else "DOWN",
+                 "linkmode": "DEFAULT", "group": "default", "txqlen": 1000, "link_type": "ether", "address": lane.mac,
+                 "broadcast": "ff:ff:ff:ff:ff:ff"}
+            if addr:
+                o["addr_info"] = [{"family": "inet", "local": a.split("/")[0], "prefixlen": int(a.split("/")[1]),
+                                   "scope": "global", "label": lane.netdev} for a in (nds.addresses if nds else [])]
+            out.append(o)
         if dev:
             out = [o for o in out if o["ifname"] == dev]
             if not out:

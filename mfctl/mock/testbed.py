@@ -24,6 +24,7 @@ import yaml
 
 from mfctl.inventory import load_inventory
 from mfctl.mock.hosts import MockHost, MockLane
+from mfctl.mock.nics import HostConfig, NICState
 from mfctl.mock.ocs_emulator import OCSEmulator, PtyServer, TCPServer, ssh_shell_handler
 from mfctl.mock.sshd import MockSSHServer
 
@@ -33,7 +34,8 @@ LANE_TX_DBM = 1.0  # a 100G-CWDM4/LR4-class lane's launch power, dBm (module dat
 
 
 class MockTestbed:
-    def __init__(self, inventory_path: str | Path, state_dir: str | Path, *, time_scale: float = 1.0):
+    def __init__(self, inventory_path: str | Path, state_dir: str | Path, *, time_scale: float = 1.0, factory: bool = False):
+        self.factory = factory  # hosts start unprovisioned (MTU 1500, old firmware, no RoCE QoS, ...)
         self.source = load_inventory(inventory_path)
         self.state = Path(state_dir).resolve()
         self.state.mkdir(parents=True, exist_ok=True)
@@ -73,6 +75,11 @@ class MockTestbed:
                         self.lane_by_rx[lane.ocs_rx] = ml
             mh = MockHost(h.name, h.gpus.count, h.gpus.model, lanes, testbed=self,
                           gpu_temps=[33 + (hi + g) % 5 for g in range(h.gpus.count)])
+            mh.config = HostConfig(mh, self.factory)
+            for ni, nic in enumerate(h.nics):
+                pci = nic.pci or f"0000:{0x0c + 6 * ni:02x}:00.0"
+                mh.config.add_nic(NICState(nic.name, pci, "MCX623106AN-CDA_Ax", "MT_0000000359", nic.speed_gbps,
+                                           [l.netdev for l in nic.lanes]), self.factory)
             hk = paramiko.ECDSAKey.generate(bits=256)
             srv = MockSSHServer(h.name, hk, users={h.ssh.user}, authorized_keys=[client_key], on_exec=mh.handle)
             self.hosts[h.name], self.servers[h.name] = mh, srv
@@ -104,7 +111,7 @@ class MockTestbed:
                             + yaml.safe_dump(doc, sort_keys=False))
         status = {
             "pid": os.getpid(), "started": time.time(), "source": inv.source, "inventory": str(inv_path),
-            "time_scale": self.time_scale,
+            "time_scale": self.time_scale, "factory": self.factory,
             "hosts": {n: {"address": "127.0.0.1", "port": s.port} for n, s in self.servers.items()},
             "ocs": {"serial": self.pty.slave_path, "tcp": self.tcp.port, "ssh": self.ocs_ssh.port},
         }
@@ -127,13 +134,13 @@ class MockTestbed:
             pass
 
 
-def serve(inventory_path: str, state_dir: str, time_scale: float) -> int:
+def serve(inventory_path: str, state_dir: str, time_scale: float, factory: bool = False) -> int:
     """Run the mock in the foreground until SIGTERM/SIGINT."""
     state = Path(state_dir)
     state.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(filename=str(state / "mock.log"), level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    tb = MockTestbed(inventory_path, state, time_scale=time_scale)
+    tb = MockTestbed(inventory_path, state, time_scale=time_scale, factory=factory)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     signal.signal(signal.SIGINT, lambda *a: stop.set())

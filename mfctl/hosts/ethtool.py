@@ -1,0 +1,156 @@
+"""ethtool: link settings (``ethtool IF``) and transceiver DOM (``ethtool -m IF``).
+
+Link settings: ``Settings for IF:`` then indented ``Key: value`` lines (continuation lines
+of link-mode lists are indented further); ``Speed: 40000Mb/s`` or ``Speed: Unknown!``,
+``Link detected: no (Cable issue, Unsupported cable)``.
+
+Module info (SFF-8636 QSFP28 and CMIS QSFP-DD/OSFP layouts): ``Key : value`` lines; per
+channel values carry ``(Channel N)`` or ``(Chan N)``; powers are ``1.0778 mW / 0.33 dBm``
+(``-inf dBm`` = no light: missing data, never a number); thresholds are
+``... low warning threshold : 0.0631 mW / -12.00 dBm``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from mfctl.errors import ParseError
+
+_KV = re.compile(r"^\s*([^:]+?)\s*:\s*(.*?)\s*$")
+_CHAN = re.compile(r"\((?:Channel|Chan)\s+(\d+)\)")
+_DBM = re.compile(r"(-?(?:\d+(?:\.\d+)?|inf))\s*dBm")
+_NUM = re.compile(r"^(-?\d+(?:\.\d+)?)")
+
+
+def link_argv(netdev: str) -> list[str]:
+    return ["ethtool", netdev]
+
+
+def module_argv(netdev: str) -> list[str]:
+    return ["ethtool", "-m", netdev]
+
+
+@dataclass
+class LinkSettings:
+    netdev: str
+    speed_mbps: int | None  # None: "Unknown!"
+    duplex: str | None
+    link_detected: bool
+    link_down_reason: str | None = None
+    lanes: int | None = None
+
+
+def parse_link(text: str) -> LinkSettings:
+    """Parse ``ethtool IF``. Raises ParseError naming the line."""
+    lines = text.splitlines()
+    first = next((i for i, ln in enumerate(lines) if ln.strip()), None)
+    if first is None:
+        raise ParseError("ethtool", 1, "'Settings for IF:'", "")
+    m = re.match(r"^\s*Settings for (\S+):\s*$", lines[first])
+    if not m:
+        raise ParseError("ethtool", first + 1, "'Settings for IF:'", lines[first])
+    kv: dict[str, str] = {}
+    for ln in lines[first + 1:]:
+        mm = _KV.match(ln)
+        if mm and not ln.startswith(" " * 20):
+            kv[mm.group(1)] = mm.group(2)
+    if "Link detected" not in kv:
+        raise ParseError("ethtool", len(lines), "a 'Link detected:' line", lines[-1] if lines else "")
+    sp = kv.get("Speed", "")
+    ms = re.match(r"^(\d+)Mb/s$", sp)
+    ld = kv["Link detected"]
+    reason = re.search(r"\((.*)\)", ld)
+    lanes = kv.get("Lanes")
+    return LinkSettings(netdev=m.group(1), speed_mbps=int(ms.group(1)) if ms else None,
+                        duplex=None if kv.get("Duplex", "").startswith("Unknown") else kv.get("Duplex"),
+                        link_detected=ld.lower().startswith("yes"), link_down_reason=reason.group(1) if reason else None,
+                        lanes=int(lanes) if lanes and lanes.isdigit() else None)
+
+
+@dataclass
+class ModuleInfo:
+    """DOM readings and the module's own thresholds. Powers in dBm, bias in mA, °C, V."""
+
+    layout: str  # "SFF-8636" or "CMIS"
+    identifier: str
+    vendor: str | None
+    part_number: str | None
+    temperature_c: float | None
+    voltage_v: float | None
+    tx_power_dbm: dict[int, float | None] = field(default_factory=dict)
+    rx_power_dbm: dict[int, float | None] = field(default_factory=dict)
+    bias_ma: dict[int, float | None] = field(default_factory=dict)
+    thresholds: dict[str, float] = field(default_factory=dict)  # e.g. "rx_power_low_warning_dbm"
+    flags_on: list[str] = field(default_factory=list)  # alarm/warning flags reported On
+
+    def rx_low_warning_dbm(self) -> float | None:
+        return self.thresholds.get("rx_power_low_warning_dbm")
+
+
+def _dbm(v: str) -> float | None:
+    m = _DBM.search(v)
+    if not m or m.group(1) == "inf" or m.group(1) == "-inf":
+        return None
+    x = float(m.group(1))
+    return None if x <= -40.0 else x  # -40 dBm is the SFF-8636 "0.0001 mW" floor: no light
+
+
+def _num(v: str) -> float | None:
+    m = _NUM.match(v)
+    return float(m.group(1)) if m else None
+
+
+_THRESH = re.compile(r"^(Laser output power|Laser rx power|Laser bias current|Module temperature|Module voltage) "
+                     r"(high|low) (alarm|warning) threshold$")
+_THRESH_KEY = {"Laser output power": ("tx_power", "dbm"), "Laser rx power": ("rx_power", "dbm"),
+               "Laser bias current": ("bias", "ma"), "Module temperature": ("temperature", "c"),
+               "Module voltage": ("voltage", "v")}
+
+
+def parse_module(text: str) -> ModuleInfo:
+    """Parse ``ethtool -m IF`` (SFF-8636 or CMIS). Raises ParseError naming the line."""
+    lines = [ln for ln in text.splitlines()]
+    kvs: list[tuple[int, str, str]] = []
+    for no, ln in enumerate(lines, 1):
+        if not ln.strip():
+            continue
+        m = _KV.match(ln)
+        if not m:
+            raise ParseError("ethtool -m", no, "'Key : value'", ln)
+        kvs.append((no, m.group(1), m.group(2)))
+    if not kvs or kvs[0][1] != "Identifier":
+        raise ParseError("ethtool -m", kvs[0][0] if kvs else 1, "an 'Identifier' line first",
+                         f"{kvs[0][1]} : {kvs[0][2]}" if kvs else "")
+    ident = kvs[0][2]
+    layout = "CMIS" if re.search(r"0x1[89]|QSFP-DD|OSFP|CMIS", ident) else "SFF-8636"
+    kv = {k: v for _, k, v in kvs}
+    info = ModuleInfo(layout=layout, identifier=ident, vendor=kv.get("Vendor name"), part_number=kv.get("Vendor PN"),
+                      temperature_c=_num(kv.get("Module temperature", "")),
+                      voltage_v=_num(kv.get("Module voltage", "")))
+    for no, k, v in kvs:
+        ch = _CHAN.search(k)
+        base = _CHAN.sub("", k).strip()
+        if ch:
+            n = int(ch.group(1))
+            if base.startswith("Transmit avg optical power"):
+                info.tx_power_dbm[n] = _dbm(v)
+            elif base.startswith("Rcvr signal avg optical power"):
+                info.rx_power_dbm[n] = _dbm(v)
+            elif base == "Laser tx bias current":
+                x = _num(v)
+                info.bias_ma[n] = x
+            elif v == "On" and ("alarm" in base or "warning" in base):
+                info.flags_on.append(f"{base} (channel {n})")
+            continue
+        t = _THRESH.match(k)
+        if t:
+            name, unit = _THRESH_KEY[t.group(1)]
+            x = _dbm(v) if unit == "dbm" else _num(v)
+            if x is None and unit != "dbm":
+                raise ParseError("ethtool -m", no, "a number for the threshold", f"{k} : {v}")
+            if x is not None:
+                info.thresholds[f"{name}_{t.group(2)}_{t.group(3)}_{unit}"] = x
+        elif v == "On" and ("alarm" in k or "warning" in k):
+            info.flags_on.append(k)
+    return info

@@ -1,0 +1,233 @@
+"""NVIDIA/Mellanox tools: ``mlxconfig -e q``, ``mlxfwmanager --query``, ``mlnx_qos -i``,
+``devlink -j port show``. Command builders take validated names; parsers take text.
+
+``mlxconfig``: a ``Configurations:`` header names the columns (``Default Current Next
+Boot`` with ``-e``; ``Next Boot`` alone; ``Next Boot New`` in ``set`` output); rows are
+``NAME value value...`` with values like ``True(1)``, ``ETH(2)``, ``Array[0..15]``. A
+parameter whose ``Current`` differs from ``Next Boot`` is *pending* until the firmware
+reset (``mlxfwreset``) or a reboot.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from mfctl.errors import ParseError
+
+
+def mlxconfig_query_argv(pci: str) -> list[str]:
+    return ["mlxconfig", "-d", pci, "-e", "q"]
+
+
+def mlxconfig_set_argv(pci: str, settings: dict[str, str]) -> list[str]:
+    return ["mlxconfig", "-y", "-d", pci, "set", *[f"{k}={v}" for k, v in sorted(settings.items())]]
+
+
+def mlxfwreset_argv(pci: str) -> list[str]:
+    return ["mlxfwreset", "-y", "-d", pci, "reset"]
+
+
+def mlxfwmanager_query_argv() -> list[str]:
+    return ["mlxfwmanager", "--query"]
+
+
+def mlxfwmanager_burn_argv(pci: str, image: str) -> list[str]:
+    return ["mlxfwmanager", "-u", "-y", "-d", pci, "-i", image]
+
+
+def mlnx_qos_argv(netdev: str, trust: str | None = None, pfc: list[int] | None = None) -> list[str]:
+    argv = ["mlnx_qos", "-i", netdev]
+    if trust:
+        argv += ["--trust", trust]
+    if pfc is not None:
+        argv += ["--pfc", ",".join(str(x) for x in pfc)]
+    return argv
+
+
+def devlink_ports_argv() -> list[str]:
+    return ["devlink", "-j", "port", "show"]
+
+
+_VAL = re.compile(r"^(?P<label>.*?)\((?P<code>-?\d+)\)$")
+
+
+def value_code(v: str | None) -> str | None:
+    """``True(1)`` → ``"1"``, ``ETH(2)`` → ``"2"``, ``9000`` → ``"9000"``: the number mlxconfig sets."""
+    if v is None:
+        return None
+    m = _VAL.match(v)
+    return m.group("code") if m else v
+
+
+@dataclass
+class MlxconfigDevice:
+    device_type: str | None
+    name: str | None
+    device: str | None
+    columns: list[str]
+    params: dict[str, dict[str, str]] = field(default_factory=dict)  # NAME -> {column: value}
+
+    def pending(self) -> dict[str, tuple[str, str]]:
+        """Parameters whose next-boot value differs from the current one: {name: (current, next)}."""
+        out = {}
+        for k, cols in self.params.items():
+            cur, nxt = cols.get("current"), cols.get("next_boot")
+            if cur is not None and nxt is not None and value_code(cur) != value_code(nxt):
+                out[k] = (cur, nxt)
+        return out
+
+
+def parse_mlxconfig(text: str) -> list[MlxconfigDevice]:
+    """Parse ``mlxconfig [-e] q`` or ``set`` output (one block per ``Device #N:``)."""
+    devs: list[MlxconfigDevice] = []
+    cur: MlxconfigDevice | None = None
+    in_cfg = False
+    for no, raw in enumerate(text.splitlines(), 1):
+        ln = raw.rstrip()
+        s = ln.strip()
+        if not s or set(s) == {"-"}:
+            continue
+        if re.match(r"^Device #\d+:$", s):
+            cur = MlxconfigDevice(None, None, None, [])
+            devs.append(cur)
+            in_cfg = False
+            continue
+        if s.startswith("Configurations:"):
+            if cur is None:
+                raise ParseError("mlxconfig", no, "'Device #N:' before 'Configurations:'", s)
+            cols = re.split(r"\s{2,}", s[len("Configurations:"):].strip())
+            cur.columns = [c.lower().replace(" ", "_") for c in cols if c]
+            if not cur.columns:
+                raise ParseError("mlxconfig", no, "column names after 'Configurations:'", s)
+            in_cfg = True
+            continue
+        if s.startswith(("Apply new Configuration", "Applying", "-I-", "-E-", "-W-")):
+            in_cfg = False
+            if s.startswith("-E-"):
+                raise ParseError("mlxconfig", no, "no error", s)
+            continue
+        if in_cfg and raw.startswith((" ", "\t", "*")):
+            parts = s.lstrip("*").split()
+            if len(parts) < 2:
+                raise ParseError("mlxconfig", no, "'NAME value...'", s)
+            name, vals = parts[0], parts[1:]
+            cur.params[name] = dict(zip(cur.columns[-len(vals):] if len(vals) <= len(cur.columns) else cur.columns, vals))
+            continue
+        m = re.match(r"^(Device type|Name|Description|Device):\s*(.*)$", s)
+        if m and cur is not None:
+            key = {"Device type": "device_type", "Name": "name", "Device": "device"}.get(m.group(1))
+            if key:
+                setattr(cur, key, m.group(2).strip())
+            continue
+        if in_cfg:
+            raise ParseError("mlxconfig", no, "an indented 'NAME value' row", s)
+    if not devs:
+        raise ParseError("mlxconfig", 1, "'Device #1:'", text.strip().splitlines()[0] if text.strip() else "")
+    return devs
+
+
+@dataclass
+class FirmwareDevice:
+    device_type: str | None
+    part_number: str | None
+    psid: str | None
+    pci: str | None
+    fw_current: str | None  # the burnt image ("FW" row)
+    fw_available: str | None
+    status: str | None
+    fw_running: str | None = None  # "FW (Running)" row: differs from fw_current until a reset
+
+    @property
+    def running(self) -> str | None:
+        return self.fw_running or self.fw_current
+
+
+def parse_mlxfwmanager(text: str) -> list[FirmwareDevice]:
+    """Parse ``mlxfwmanager --query``. A ``FW (Running)`` row (burnt image not yet active)
+    is kept apart from the ``FW`` row."""
+    devs: list[FirmwareDevice] = []
+    cur: dict | None = None
+    for no, raw in enumerate(text.splitlines(), 1):
+        s = raw.strip()
+        if not s or set(s) == {"-"} or s.startswith("Querying"):
+            continue
+        if re.match(r"^Device #\d+:$", s):
+            cur = {}
+            devs.append(cur)
+            continue
+        if cur is None:
+            raise ParseError("mlxfwmanager", no, "'Device #N:'", s)
+        m = re.match(r"^FW \(Running\)\s+(\S+)", s)
+        if m:
+            cur["fw_running"] = m.group(1)
+            continue
+        m = re.match(r"^FW\s+(\S+)\s+(\S+)", s)
+        if m:
+            cur["fw_current"], cur["fw_available"] = m.group(1), None if m.group(2) == "N/A" else m.group(2)
+            continue
+        m = re.match(r"^([A-Za-z ]+?):\s*(.*)$", s)
+        if m:
+            cur[m.group(1).strip()] = m.group(2).strip()
+    if not devs:
+        raise ParseError("mlxfwmanager", 1, "'Device #1:'", text.strip()[:80])
+    out = []
+    for d in devs:
+        if "fw_current" not in d:
+            raise ParseError("mlxfwmanager", None, "a 'FW <current> <available>' row in every device", str(d)[:80])
+        out.append(FirmwareDevice(d.get("Device Type"), d.get("Part Number"), d.get("PSID"),
+                                  d.get("PCI Device Name"), d["fw_current"], d.get("fw_available"), d.get("Status"),
+                                  d.get("fw_running")))
+    return out
+
+
+@dataclass
+class QosState:
+    trust: str | None
+    pfc_enabled: list[int]  # per priority 0..7
+
+
+def parse_mlnx_qos(text: str) -> QosState:
+    """Parse ``mlnx_qos -i IF``: ``Priority trust state: dscp`` and the PFC ``enabled`` row."""
+    trust = None
+    pfc = None
+    for no, raw in enumerate(text.splitlines(), 1):
+        s = raw.strip()
+        m = re.match(r"^Priority trust (?:state|mode):\s*(\S+)", s)
+        if m:
+            trust = m.group(1)
+        m = re.match(r"^enabled\s+((?:[01]\s*){8})$", s)
+        if m:
+            pfc = [int(x) for x in m.group(1).split()]
+    if pfc is None:
+        raise ParseError("mlnx_qos", None, "a PFC 'enabled 0 0 0 1 0 0 0 0' row", text.strip()[:80])
+    return QosState(trust, pfc)
+
+
+@dataclass
+class DevlinkPort:
+    name: str  # pci/0000:0c:00.0/1
+    netdev: str | None
+    flavour: str | None
+    splittable: bool
+    lanes: int | None
+    split_group: int | None
+
+
+def parse_devlink_ports(text: str) -> dict[str, DevlinkPort]:
+    """Parse ``devlink -j port show`` into ports keyed by netdev (or port name)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ParseError("devlink -j", e.lineno, "JSON", text.splitlines()[e.lineno - 1][:80] if text.strip() else "") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("port"), dict):
+        raise ParseError("devlink -j", 1, '{"port": {...}}', text[:80])
+    out = {}
+    for name, p in doc["port"].items():
+        if not isinstance(p, dict):
+            raise ParseError("devlink -j", 1, f"an object for port {name}", str(p)[:80])
+        dp = DevlinkPort(name, p.get("netdev"), p.get("flavour"), bool(p.get("splittable")), p.get("lanes"),
+                         p.get("split_group"))
+        out[dp.netdev or name] = dp
+    return out

@@ -1,0 +1,304 @@
+"""Mock NIC, transceiver, firmware and GPU-settings state of a host, answered in the real
+tools' formats: devlink -j, ethtool (link and -m SFF-8636), ip -j addr / ip link set /
+ip addr replace, mlxconfig -e q / set, mlxfwreset, mlxfwmanager --query / -u, mlnx_qos,
+sha256sum, nvidia-smi -pm / -mig.
+
+Semantics modelled: mlxconfig values are pending until mlxfwreset; firmware burnt with
+mlxfwmanager becomes active after mlxfwreset; a lane's received power follows the OCS
+cross-connects (transmit power of the far lane minus the OCS insertion loss, split over
+the module's four CWDM4 channels); ConnectX ports are not splittable with devlink (the
+mlx5 driver does not support it), so a breakout change needs firmware (MODULE_SPLIT).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from dataclasses import dataclass, field
+
+FACTORY_FW = "22.31.1014"
+MODULE_CHANNELS = 4
+
+
+def mock_image_sha256(image: str) -> str:
+    """The mock firmware store's checksum of an image path (virtual images)."""
+    return hashlib.sha256(f"mfctl mock firmware image {image.rsplit('/', 1)[-1]}".encode()).hexdigest()
+
+
+@dataclass
+class NICState:
+    name: str
+    pci: str
+    part_number: str
+    psid: str
+    speed_gbps: float
+    netdevs: list[str]
+    fw: str = FACTORY_FW
+    fw_pending: str | None = None
+    mlx_current: dict[str, str] = field(default_factory=lambda: {"LINK_TYPE_P1": "ETH(2)", "SRIOV_EN": "False(0)",
+                                                                  "NUM_OF_VFS": "0", "ROCE_CC_PRIO_MASK_P1": "255"})
+    mlx_next: dict[str, str] = field(default_factory=dict)
+    trust: str = "pcp"
+    pfc: list[int] = field(default_factory=lambda: [0] * 8)
+
+    def __post_init__(self):
+        if not self.mlx_next:
+            self.mlx_next = dict(self.mlx_current)
+
+
+@dataclass
+class NetdevState:
+    mtu: int = 1500
+    addresses: list[str] = field(default_factory=list)
+
+
+class HostConfig:
+    """All provisioning state of one mock host."""
+
+    def __init__(self, host, factory: bool):
+        self.host = host  # MockHost
+        self.nics: dict[str, NICState] = {}
+        self.netdevs: dict[str, NetdevState] = {}
+        self.gpu_persistence = not factory
+        self.gpu_mig = False
+
+    def add_nic(self, nic: NICState, factory: bool, mtu: int = 9000) -> None:
+        self.nics[nic.pci] = nic
+        for nd in nic.netdevs:
+            self.netdevs[nd] = NetdevState(mtu=1500 if factory else mtu)
+
+    def nic_by_pci(self, pci: str) -> NICState | None:
+        return self.nics.get(pci) or next((n for n in self.nics.values() if n.pci.endswith(pci)), None)
+
+    # --- command dispatch -------------------------------------------------------------
+    def handle(self, argv: list[str], out, err) -> int | None:
+        prog = argv[0]
+        fn = {"devlink": self._devlink, "ethtool": self._ethtool, "mlxconfig": self._mlxconfig,
+              "mlxfwreset": self._mlxfwreset, "mlxfwmanager": self._mlxfwmanager, "mlnx_qos": self._mlnx_qos,
+              "sha256sum": self._sha256sum}.get(prog)
+        return None if fn is None else fn(argv[1:], out, err)
+
+    def _devlink(self, args, out, err):
+        if args[:3] != ["-j", "port", "show"]:
+            err("devlink: only '-j port show' is modelled; port split is not supported by mlx5\n")
+            return 95  # EOPNOTSUPP like the kernel
+        ports = {}
+        for nic in self.nics.values():
+            for k, nd in enumerate(nic.netdevs):
+                ports[f"pci/{nic.pci}/{k + 1}"] = {"type": "eth", "netdev": nd, "flavour": "physical", "port": k,
+                                                   "splittable": False, "lanes": 4}
+        out(json.dumps({"port": ports}) + "\n")
+        return 0
+
+    def _lane_for(self, netdev):
+        return next((l for l in self.host.lanes if l.netdev == netdev), None)
+
+    def _ethtool(self, args, out, err):
+        if not args:
+            err("ethtool: bad command line argument(s)\n")
+            return 1
+        module = args[0] == "-m"
+        nd = args[1] if module and len(args) > 1 else args[0]
+        lane = self._lane_for(nd)
+        nic = next((n for n in self.nics.values() if nd in n.netdevs), None)
+        if lane is None or nic is None:
+            err(f"netlink error: no device matches name ({nd})\n")
+            return 1
+        if module:
+            out(self._module_text(lane))
+            return 0
+        up = self.host.lane_up(lane)
+        speed = int(nic.speed_gbps * 1000 / len(nic.netdevs))
+        out(f"Settings for {nd}:\n\tSupported ports: [ FIBRE ]\n\tSupported link modes:   100000baseSR4/Full\n"
+            f"\t                        100000baseLR4_ER4/Full\n\tSupports auto-negotiation: Yes\n"
+            f"\tSpeed: {str(speed) + 'Mb/s' if up else 'Unknown!'}\n\tDuplex: {'Full' if up else 'Unknown! (255)'}\n"
+            f"\tLanes: 4\n\tAuto-negotiation: off\n\tPort: FIBRE\n\tPHYAD: 0\n\tTransceiver: internal\n"
+            f"\tLink detected: {'yes' if up else 'no'}\n")
+        return 0
+
+    def _module_text(self, lane) -> str:
+        tb = self.host.testbed
+        rx_total = None
+        if lane.ocs_rx is not None:
+            p = tb.ocs.port_power(lane.ocs_rx)
+            rx_total = p if p > -50 else None
+        rnd = random.Random(lane.netdev)
+        lines = ["Identifier                                : 0x11 (QSFP28)",
+                 "Connector                                 : 0x07 (LC)",
+                 "Transceiver type                          : 100G Ethernet: 100G CWDM4 MSA with FEC",
+                 "Vendor name                               : FINISAR CORP.",
+                 "Vendor PN                                 : FTLC1152RGPL",
+                 "Revision Compliance                       : SFF-8636 Rev 2.5/2.6/2.7",
+                 f"Module temperature                        : {33 + rnd.random() * 3:.2f} degrees C / 93.00 degrees F",
+                 "Module voltage                            : 3.2505 V"]
+        offs = [rnd.uniform(-0.4, 0.4) for _ in range(MODULE_CHANNELS)]
+        offs = [o - sum(offs) / MODULE_CHANNELS for o in offs]
+        for c in range(1, MODULE_CHANNELS + 1):
+            lines.append(f"Laser tx bias current (Channel {c})         : {38 + rnd.random() * 4:.3f} mA")
+        for c in range(1, MODULE_CHANNELS + 1):
+            lines.append(f"Transmit avg optical power (Channel {c})    : {_mw(-5.0 + offs[c - 1])}")
+        for c in range(1, MODULE_CHANNELS + 1):
+            dbm = -40.0 if rx_total is None else rx_total - 10 * math.log10(MODULE_CHANNELS) + offs[c - 1]
+            lines.append(f"Rcvr signal avg optical power(Channel {c})  : {_mw(dbm)}")
+        lines += ["Laser output power low warning threshold  : 0.3981 mW / -4.00 dBm",
+                  "Laser output power low alarm threshold    : 0.1585 mW / -8.00 dBm",
+                  "Laser rx power high alarm threshold       : 2.2387 mW / 3.50 dBm",
+                  "Laser rx power low alarm threshold        : 0.0251 mW / -16.00 dBm",
+                  "Laser rx power high warning threshold     : 1.7783 mW / 2.50 dBm",
+                  "Laser rx power low warning threshold      : 0.0631 mW / -12.00 dBm"]
+        return "\n".join(lines) + "\n"
+
+    def ip_set(self, args, out, err) -> int:
+        """ip link set dev IF mtu N | ip addr replace A/P dev IF | ip addr flush dev IF"""
+        if args[:2] == ["link", "set"] and "mtu" in args and "dev" in args:
+            nd = args[args.index("dev") + 1]
+            if nd not in self.netdevs:
+                err(f'Cannot find device "{nd}"\n')
+                return 1
+            mtu = args[args.index("mtu") + 1]
+            if not mtu.isdigit() or not 68 <= int(mtu) <= 9978:
+                err(f'Error: argument "{mtu}" is wrong: Invalid "mtu" value\n')
+                return 1
+            self.netdevs[nd].mtu = int(mtu)
+            return 0
+        if args[:2] == ["addr", "replace"] and len(args) >= 5 and args[3] == "dev":
+            nd, addr = args[4], args[2]
+            if nd not in self.netdevs:
+                err(f'Cannot find device "{nd}"\n')
+                return 1
+            if addr not in self.netdevs[nd].addresses:
+                self.netdevs[nd].addresses.append(addr)
+            return 0
+        if args[:2] == ["addr", "del"] and len(args) >= 5 and args[3] == "dev":
+            nd, addr = args[4], args[2]
+            if nd in self.netdevs and addr in self.netdevs[nd].addresses:
+                self.netdevs[nd].addresses.remove(addr)
+                return 0
+            err("RTNETLINK answers: Cannot assign requested address\n")
+            return 2
+        return -1
+
+    def _mlxconfig(self, args, out, err):
+        if "-d" not in args:
+            err("-E- Device not specified\n")
+            return 1
+        nic = self.nic_by_pci(args[args.index("-d") + 1])
+        if nic is None:
+            err(f"-E- Failed to open the device: {args[args.index('-d') + 1]}\n")
+            return 1
+        hdr = (f"\nDevice #1:\n----------\n\nDevice type:        ConnectX6DX         \nName:               {nic.part_number}\n"
+               f"Description:        ConnectX-6 Dx EN adapter card; 100GbE; Dual-port QSFP56\nDevice:             {nic.pci}\n\n")
+        if "q" in args:
+            rows = "".join(f"{'*' if nic.mlx_current[k] != nic.mlx_next[k] else ' '}       {k:<44}{nic.mlx_current[k]:<20}"
+                           f"{nic.mlx_current[k]:<20}{nic.mlx_next[k]}\n" for k in sorted(nic.mlx_current))
+            out(hdr + f"Configurations:{'':<41}Default             Current             Next Boot\n" + rows)
+            return 0
+        if "set" in args:
+            changes = [a.split("=", 1) for a in args[args.index("set") + 1:]]
+            for k, v in changes:
+                if k not in nic.mlx_current:
+                    err(f"-E- The Device doesn't support {k} parameter\n")
+                    return 3
+            rows = ""
+            for k, v in changes:
+                old = nic.mlx_next[k]
+                label = old.split("(")[0] if "(" in old else None
+                new = f"{label}({v})" if label and not v.startswith(label) else v
+                if label and v in ("ETH", "IB", "VPI"):
+                    new = {"IB": "IB(1)", "ETH": "ETH(2)", "VPI": "VPI(3)"}[v]
+                elif label == "True" or label == "False":
+                    new = "True(1)" if v in ("1", "True") else "False(0)"
+                elif label in ("IB", "ETH", "VPI"):
+                    new = {"1": "IB(1)", "2": "ETH(2)", "3": "VPI(3)"}.get(v, new)
+                rows += f"        {k:<44}{old:<21}{new}\n"
+                nic.mlx_next[k] = new
+            out(hdr + f"Configurations:{'':<42}Next Boot       New\n" + rows +
+                "\n Apply new Configuration? (y/n) [n] : y\nApplying... Done!\n-I- Please reboot machine to load new configurations.\n")
+            return 0
+        err("-E- unknown mlxconfig command\n")
+        return 1
+
+    def _mlxfwreset(self, args, out, err):
+        nic = self.nic_by_pci(args[args.index("-d") + 1]) if "-d" in args else None
+        if nic is None:
+            err("-E- Device not found\n")
+            return 1
+        nic.mlx_current = dict(nic.mlx_next)
+        if nic.fw_pending:
+            nic.fw, nic.fw_pending = nic.fw_pending, None
+        out("The reset level for device, " + nic.pci + " is:\n\n3: Driver restart and PCI reset\n"
+            "-I- Sending Reset Command To Fw             -Done\n-I- Restarting MST                          -Done\n")
+        return 0
+
+    def _mlxfwmanager(self, args, out, err):
+        if "--query" in args:
+            txt = "Querying Mellanox devices firmware ...\n"
+            for k, nic in enumerate(self.nics.values(), 1):
+                txt += (f"\nDevice #{k}:\n----------\n\n  Device Type:      ConnectX6DX\n  Part Number:      {nic.part_number}\n"
+                        f"  Description:      ConnectX-6 Dx EN adapter card; 100GbE\n  PSID:             {nic.psid}\n"
+                        f"  PCI Device Name:  {nic.pci}\n  Base MAC:         b8cef6{k:06x}\n  Versions:         Current        Available     \n"
+                        + (f"     FW             {nic.fw_pending:<15}N/A           \n     FW (Running)   {nic.fw:<15}N/A\n\n"
+                           if nic.fw_pending else f"     FW             {nic.fw:<15}N/A           \n\n")
+                        + f"  Status:           {'Up to date, reset needed' if nic.fw_pending else 'No matching image found'}\n")
+            out(txt)
+            return 0
+        if "-u" in args and "-i" in args and "-d" in args:
+            nic = self.nic_by_pci(args[args.index("-d") + 1])
+            image = args[args.index("-i") + 1]
+            if nic is None:
+                err("-E- Device not found\n")
+                return 1
+            ver = image.rsplit("-", 1)[-1].removesuffix(".bin").replace("_", ".")
+            if nic.psid not in image:
+                err(f"-E- No matching image found for PSID {nic.psid} in {image}\n")
+                return 1
+            nic.fw_pending = ver
+            out(f"Device #1:\n  PSID: {nic.psid}\n  Versions: Current {nic.fw} Available {ver}\n\n"
+                "Perform FW update? [y/N]: y\nDevice #1: Updating FW ...     Done\n\n"
+                "Restart needed for updates to take effect.\n")
+            return 0
+        err("-E- unsupported mlxfwmanager arguments\n")
+        return 1
+
+    def _mlnx_qos(self, args, out, err):
+        nd = args[args.index("-i") + 1] if "-i" in args else None
+        nic = next((n for n in self.nics.values() if nd in n.netdevs), None)
+        if nic is None:
+            err(f"Netlink error: device {nd} not found\n")
+            return 1
+        if "--trust" in args:
+            t = args[args.index("--trust") + 1]
+            if t not in ("pcp", "dscp"):
+                err(f"Invalid trust state: {t}\n")
+                return 1
+            nic.trust = t
+        if "--pfc" in args:
+            vals = args[args.index("--pfc") + 1].split(",")
+            if len(vals) != 8 or any(v not in ("0", "1") for v in vals):
+                err("--pfc takes 8 comma-separated 0/1 values\n")
+                return 1
+            nic.pfc = [int(v) for v in vals]
+        out(f"DCBX mode: OS controlled\nPriority trust state: {nic.trust}\nReceive buffer size (bytes): 130944,130944,0,0,0,0,0,0,\n"
+            "Cable len: 7\nPFC configuration:\n\tpriority    0   1   2   3   4   5   6   7\n"
+            f"\tenabled     {'   '.join(map(str, nic.pfc))}   \n\tbuffer      0   0   0   1   0   0   0   0   \n"
+            "tc: 0 ratelimit: unlimited, tsa: vendor\n\t priority:  1\n")
+        return 0
+
+    def _sha256sum(self, args, out, err):
+        if not args:
+            err("sha256sum: missing operand\n")
+            return 1
+        image = args[-1]
+        if not image.startswith("/opt/firmware/"):
+            err(f"sha256sum: {image}: No such file or directory\n")
+            return 1
+        out(f"{mock_image_sha256(image)}  {image}\n")
+        return 0
+
+
+def _mw(dbm: float) -> str:
+    if dbm <= -40:
+        return "0.0001 mW / -40.00 dBm"
+    return f"{10 ** (dbm / 10):.4f} mW / {dbm:.2f} dBm"

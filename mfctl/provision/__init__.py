@@ -1,0 +1,1 @@
+"""Provisioning: desired vs. actual host state → plan → apply → verify (DESIGN §3)."""

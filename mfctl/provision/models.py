@@ -1,0 +1,109 @@
+"""Provisioning recipes (``playbooks/provision.yaml``) and firmware manifests
+(``firmware/manifest.yaml``), validated with file:line errors (exit 3).
+
+Every value that reaches a remote command is constrained here (numbers, enumerations,
+``[A-Z0-9_]`` parameter names, CIDR addresses), and commands are argv lists quoted with
+``shlex.quote`` on top of that.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from mfctl.inventory.loader import load_checked
+
+
+class _S(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RoCE(_S):
+    trust: Literal["dscp", "pcp"] = "dscp"
+    pfc_priority: int | None = Field(3, ge=0, le=7, description="the lossless RoCE priority (PFC on it only)")
+
+
+class GPU(_S):
+    persistence: bool = True
+    mig: bool = False
+
+
+class Optics(_S):
+    rx_margin_db: float = Field(3.0, ge=0, description="required margin above the module's Rx low-warning threshold")
+    ocs_agreement_db: float = Field(2.0, gt=0, description="module Rx total vs. OCS output-port reading")
+
+
+class ProvisionSpec(_S):
+    name: str
+    inventory: str
+    firmware_manifest: str | None = None
+    mtu: int = Field(9000, ge=1280, le=9978)
+    address_pattern: str | None = Field(None, description="per lane CIDR, e.g. 198.18.{nic}.{host}/24 "
+                                        "({host}: 1-based host index, {nic}: NIC index, {lane}: lane index)")
+    roce: RoCE = RoCE()
+    gpu: GPU = GPU()
+    mlxconfig: dict[str, int] = Field(default_factory=dict, description="firmware settings (numeric values)")
+    optics: Optics = Optics()
+
+    source: str | None = Field(None, exclude=True)
+
+    @field_validator("mlxconfig")
+    @classmethod
+    def _names(cls, v: dict[str, int]) -> dict[str, int]:
+        import re
+
+        for k in v:
+            if not re.fullmatch(r"[A-Z][A-Z0-9_]{1,63}", k):
+                raise ValueError(f"{k!r} is not an mlxconfig parameter name")
+        return v
+
+    @field_validator("address_pattern")
+    @classmethod
+    def _pattern(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            ipaddress.ip_interface(v.format(host=1, nic=0, lane=0))
+        except (ValueError, KeyError, IndexError) as e:
+            raise ValueError(f"{v!r} does not give an address/prefix: {e}") from None
+        return v
+
+    def path(self, p: str) -> Path:
+        q = Path(p).expanduser()
+        return q if q.is_absolute() or not self.source else Path(self.source).parent / q
+
+    def address_for(self, host_index: int, nic_index: int, lane_index: int) -> str | None:
+        if not self.address_pattern:
+            return None
+        return str(ipaddress.ip_interface(self.address_pattern.format(host=host_index, nic=nic_index, lane=lane_index)))
+
+
+class FirmwareImage(_S):
+    part_number: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="matched as a prefix of the NIC's part number")
+    psid: str | None = Field(None, pattern=r"^[A-Z0-9_]+$")
+    version: str = Field(pattern=r"^\d+\.\d+\.\d+$")
+    image: str = Field(pattern=r"^/[A-Za-z0-9_./-]+$", description="absolute path of the image on the hosts")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class FirmwareManifest(_S):
+    images: list[FirmwareImage] = Field(min_length=1)
+
+    def for_nic(self, part_number: str, psid: str | None) -> FirmwareImage | None:
+        for im in self.images:
+            if (im.psid and psid and im.psid == psid) or part_number.startswith(im.part_number):
+                return im
+        return None
+
+
+def load_spec(path: str | Path) -> ProvisionSpec:
+    spec = load_checked(path, ProvisionSpec)
+    spec.source = str(Path(path).resolve())
+    return spec
+
+
+def load_manifest(path: str | Path) -> FirmwareManifest:
+    return load_checked(path, FirmwareManifest)

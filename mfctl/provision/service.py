@@ -1,0 +1,284 @@
+"""Read actual state over SSH, compare with the desired state, plan, apply, verify.
+
+Plan order per host (safe order): firmware → firmware settings → firmware reset → links
+(breakout, MTU) → addresses → RoCE QoS → GPU settings. Each action records the target,
+before → after, the commands, and what it needs (``reset``). Apply runs hosts in parallel,
+each host's actions in order, stopping that host at its first failed action; then every
+host is re-read and re-planned: anything left is a verification failure.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from mfctl.errors import MfctlError, ParseError
+from mfctl.hosts import ethtool, iproute, mellanox, nvidia_smi
+from mfctl.provision.models import FirmwareManifest, ProvisionSpec
+
+PHASES = ["firmware", "firmware-settings", "firmware-reset", "links", "addresses", "qos", "gpu"]
+
+
+@dataclass
+class Action:
+    phase: str
+    target: str  # e.g. "nic0 (0000:0c:00.0)" or "ens1f0np0"
+    what: str
+    before: str
+    after: str
+    argvs: list[list[str]]
+    needs: list[str] = field(default_factory=list)
+    manual: str | None = None  # why it cannot be automated (apply fails here)
+    expect: dict | None = None  # e.g. {"stdout_startswith": sha256}
+
+    def to_dict(self) -> dict:
+        return {"phase": self.phase, "target": self.target, "what": self.what, "before": self.before,
+                "after": self.after, "commands": [" ".join(a) for a in self.argvs], "needs": self.needs,
+                "manual": self.manual}
+
+
+@dataclass
+class HostPlan:
+    host: str
+    actions: list[Action] = field(default_factory=list)
+    error: str | None = None  # could not read the host
+
+    def to_dict(self) -> dict:
+        return {"host": self.host, "error": self.error, "actions": [a.to_dict() for a in self.actions]}
+
+
+@dataclass
+class HostActual:
+    fw: dict[str, mellanox.FirmwareDevice]  # by PCI
+    mlx: dict[str, mellanox.MlxconfigDevice]
+    ports: dict[str, mellanox.DevlinkPort]
+    ifaces: dict[str, iproute.Iface]
+    qos: dict[str, mellanox.QosState]  # by NIC name
+    gpus: list[dict]
+
+
+def _run(pool, host, argv) -> str:
+    r = pool.run(host, argv)
+    if not r.ok:
+        raise MfctlError(f"{host}: {' '.join(argv)}: " + (r.error or f"exit {r.rc}: {r.stderr.strip()[:200]}"))
+    return r.stdout
+
+
+def read_actual(pool, inv_host) -> HostActual:
+    """Read one host with the real tools (raises MfctlError/ParseError naming the tool)."""
+    h = inv_host.name
+    fw = {d.pci: d for d in mellanox.parse_mlxfwmanager(_run(pool, h, mellanox.mlxfwmanager_query_argv()))}
+    mlx, qos = {}, {}
+    for nic in inv_host.nics:
+        mlx[nic.pci] = mellanox.parse_mlxconfig(_run(pool, h, mellanox.mlxconfig_query_argv(nic.pci)))[0]
+        qos[nic.name] = mellanox.parse_mlnx_qos(_run(pool, h, mellanox.mlnx_qos_argv(nic.lanes[0].netdev)))
+    ports = mellanox.parse_devlink_ports(_run(pool, h, mellanox.devlink_ports_argv()))
+    ifaces = iproute.parse_addrs(_run(pool, h, iproute.addr_argv()))
+    gpus = nvidia_smi.parse_query_csv(_run(pool, h, nvidia_smi.query_argv(["index", "persistence_mode", "mig.mode.current"])))
+    return HostActual(fw, mlx, ports, ifaces, qos, gpus)
+
+
+def plan_host(inv, hi: int, inv_host, spec: ProvisionSpec, manifest: FirmwareManifest | None, act: HostActual) -> list[Action]:
+    acts: list[Action] = []
+    reset: set[str] = set()
+    for nic in inv_host.nics:
+        tgt = f"{nic.name} ({nic.pci})"
+        fwd = act.fw.get(nic.pci)
+        if fwd is None:
+            acts.append(Action("firmware", tgt, "NIC present", "missing", "present", [], manual="mlxfwmanager does not list this NIC"))
+            continue
+        im = manifest.for_nic(fwd.part_number or "", fwd.psid) if manifest else None
+        if im and fwd.fw_current != im.version:
+            acts.append(Action("firmware", tgt, "firmware", fwd.fw_current or "?", im.version,
+                               [["sha256sum", im.image], mellanox.mlxfwmanager_burn_argv(nic.pci, im.image)],
+                               needs=["reset"], expect={"sha256": im.sha256}))
+            reset.add(nic.pci)
+        elif im and fwd.running != im.version:  # burnt, not yet active
+            reset.add(nic.pci)
+        dev = act.mlx.get(nic.pci)
+        want = {k: str(v) for k, v in spec.mlxconfig.items()}
+        if dev is not None and want:
+            missing = [k for k in want if k not in dev.params]
+            if missing:
+                acts.append(Action("firmware-settings", tgt, "mlxconfig", "unsupported", ",".join(missing), [],
+                                   manual=f"the firmware does not know {', '.join(missing)}"))
+            change = {k: v for k, v in want.items() if k in dev.params and mellanox.value_code(dev.params[k].get("next_boot")) != v}
+            if change:
+                before = ", ".join(f"{k}={dev.params[k].get('next_boot')}" for k in change)
+                acts.append(Action("firmware-settings", tgt, "mlxconfig", before, ", ".join(f"{k}={v}" for k, v in change.items()),
+                                   [mellanox.mlxconfig_set_argv(nic.pci, change)], needs=["reset"]))
+                reset.add(nic.pci)
+            if any(mellanox.value_code(dev.params[k].get("current")) != v for k, v in want.items() if k in dev.params):
+                reset.add(nic.pci)
+    for nic in inv_host.nics:
+        if nic.pci in reset:
+            acts.append(Action("firmware-reset", f"{nic.name} ({nic.pci})", "firmware reset", "pending", "active",
+                               [mellanox.mlxfwreset_argv(nic.pci)]))
+    for ni, nic in enumerate(inv_host.nics):
+        ports = [p for p in act.ports.values() if p.name.startswith(f"pci/{nic.pci}/")]
+        if len(ports) != len(nic.lanes):
+            acts.append(Action("links", f"{nic.name} ({nic.pci})", "breakout", f"{len(ports)} port(s)",
+                               f"{nic.breakout} ({len(nic.lanes)} lane netdevs)", [],
+                               manual="the mlx5 driver cannot split ports with devlink: set MODULE_SPLIT with mlxconfig "
+                                      "and reset, or use a splitter cable"))
+        for li, lane in enumerate(nic.lanes):
+            ifc = act.ifaces.get(lane.netdev)
+            if ifc is None:
+                acts.append(Action("links", lane.netdev, "netdev", "missing", "present", [],
+                                   manual="the lane's network device does not exist"))
+                continue
+            if ifc.mtu != spec.mtu:
+                acts.append(Action("links", lane.netdev, "MTU", str(ifc.mtu), str(spec.mtu),
+                                   [["ip", "link", "set", "dev", lane.netdev, "mtu", str(spec.mtu)]]))
+            addr = spec.address_for(hi + 1, ni, lane.index)
+            if addr and addr not in ifc.addresses:
+                acts.append(Action("addresses", lane.netdev, "address", ",".join(ifc.addresses) or "none", addr,
+                                   [["ip", "addr", "replace", addr, "dev", lane.netdev]]))
+    for nic in inv_host.nics:
+        q = act.qos.get(nic.name)
+        pfc = [1 if p == spec.roce.pfc_priority else 0 for p in range(8)]
+        if q is not None and (q.trust != spec.roce.trust or q.pfc_enabled != pfc):
+            acts.append(Action("qos", nic.lanes[0].netdev, "RoCE QoS", f"trust {q.trust}, {_pfc(q.pfc_enabled)}",
+                               f"trust {spec.roce.trust}, {_pfc(pfc)}",
+                               [mellanox.mlnx_qos_argv(nic.lanes[0].netdev, spec.roce.trust, pfc)]))
+    pm = [g.get("persistence_mode") for g in act.gpus]
+    if spec.gpu.persistence and any(v != "Enabled" for v in pm):
+        acts.append(Action("gpu", "all GPUs", "persistence mode", ",".join(sorted(set(map(str, pm)))), "Enabled",
+                           [["nvidia-smi", "-pm", "1"]]))
+    mig = [g.get("mig.mode.current") for g in act.gpus]
+    want_mig = "Enabled" if spec.gpu.mig else "Disabled"
+    if any(v != want_mig and v is not None for v in mig):
+        acts.append(Action("gpu", "all GPUs", "MIG mode", ",".join(sorted(set(map(str, mig)))), want_mig,
+                           [["nvidia-smi", "-mig", "1" if spec.gpu.mig else "0"]], needs=["GPU reset"]))
+    acts.sort(key=lambda a: PHASES.index(a.phase))
+    return acts
+
+
+def _pfc(v: list[int]) -> str:
+    on = [str(p) for p, x in enumerate(v) if x]
+    return f"PFC on prio {','.join(on)}" if on else "PFC off"
+
+
+def plan(pool, inv, spec: ProvisionSpec, manifest: FirmwareManifest | None, hosts: list[str] | None = None) -> list[HostPlan]:
+    """Read every host in parallel and plan it. A host that cannot be read gets ``error``."""
+    names = hosts or [h.name for h in inv.hosts]
+    index = {h.name: i for i, h in enumerate(inv.hosts)}
+
+    def one(name: str) -> HostPlan:
+        try:
+            act = read_actual(pool, inv.host(name))
+        except (MfctlError, ParseError) as e:
+            return HostPlan(name, error=str(e))
+        return HostPlan(name, plan_host(inv, index[name], inv.host(name), spec, manifest, act))
+
+    with ThreadPoolExecutor(max_workers=min(pool.fanout, max(1, len(names)))) as ex:
+        return list(ex.map(one, names))
+
+
+@dataclass
+class HostResult:
+    host: str
+    applied: list[dict] = field(default_factory=list)
+    failed: dict | None = None
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"host": self.host, "ok": self.failed is None, "applied": self.applied, "failed": self.failed,
+                "elapsed_s": round(self.elapsed_s, 3)}
+
+
+def apply(pool, plans: list[HostPlan], journal=None) -> list[HostResult]:
+    """Run each host's actions in order (hosts in parallel); a host stops at its first failure."""
+
+    def one(hp: HostPlan) -> HostResult:
+        t0 = time.monotonic()
+        res = HostResult(hp.host)
+        if hp.error:
+            res.failed = {"step": "read", "error": hp.error}
+            return res
+        for a in hp.actions:
+            if journal:
+                journal.append("provision.action", host=hp.host, **a.to_dict(), state="start")
+            err = a.manual
+            if err is None:
+                for argv in a.argvs:
+                    r = pool.run(hp.host, argv)
+                    if not r.ok:
+                        err = f"{' '.join(argv)}: " + (r.error or f"exit {r.rc}: {(r.stderr or r.stdout).strip()[:300]}")
+                        break
+                    if a.expect and argv[0] == "sha256sum" and not r.stdout.startswith(a.expect["sha256"]):
+                        err = f"image checksum mismatch: {r.stdout.split()[0] if r.stdout else '?'} != manifest {a.expect['sha256']}"
+                        break
+            if journal:
+                journal.append("provision.action", host=hp.host, phase=a.phase, target=a.target, what=a.what,
+                               state="failed" if err else "done", error=err)
+            if err:
+                res.failed = {"step": f"{a.phase}: {a.what} on {a.target}", "error": err}
+                break
+            res.applied.append(a.to_dict())
+        res.elapsed_s = time.monotonic() - t0
+        return res
+
+    with ThreadPoolExecutor(max_workers=min(pool.fanout, max(1, len(plans)))) as ex:
+        return list(ex.map(one, plans))
+
+
+def check_optics(pool, inv, spec: ProvisionSpec, ocs_power: dict[int, float | None], xc: dict[int, int]) -> list[dict]:
+    """Each optical lane end to end: link up, per-channel Rx power above the module's own
+    low-warning threshold + margin, and the module's total Rx power agreeing with the OCS
+    reading at the output port wired to this lane (a swapped fibre shows up here)."""
+    import math
+
+    rows = []
+    rx_ports = set(xc.values())
+
+    def lane_rows(h) -> list[dict]:
+        out = []
+        links = {}
+        r = pool.run(h.name, iproute.link_argv())
+        if r.ok:
+            links = iproute.parse_links(r.stdout)
+        for nic, lane in h.ocs_lanes():
+            row = {"host": h.name, "lane": f"{nic.name}.{lane.index}", "netdev": lane.netdev, "ocs_rx": lane.ocs_rx,
+                   "findings": []}
+            if lane.ocs_rx not in rx_ports:
+                row["status"] = "no circuit"
+                out.append(row)
+                continue
+            link = links.get(lane.netdev)
+            if link is None or not link.up:
+                row["findings"].append("link down")
+            m = pool.run(h.name, ethtool.module_argv(lane.netdev))
+            if not m.ok:
+                row["findings"].append(f"ethtool -m failed: {m.error or m.stderr.strip()[:100]}")
+            else:
+                try:
+                    mod = ethtool.parse_module(m.stdout)
+                except ParseError as e:
+                    row["findings"].append(str(e))
+                    mod = None
+                if mod is not None:
+                    row["rx_dbm"] = mod.rx_power_dbm
+                    low = mod.rx_low_warning_dbm()
+                    if low is not None:
+                        bad = [c for c, v in mod.rx_power_dbm.items() if v is None or v < low + spec.optics.rx_margin_db]
+                        if bad:
+                            row["findings"].append(f"Rx power below {low + spec.optics.rx_margin_db:.1f} dBm "
+                                                   f"(low warning {low} + margin) on channel(s) {bad}")
+                    vals = [v for v in mod.rx_power_dbm.values() if v is not None]
+                    total = 10 * math.log10(sum(10 ** (v / 10) for v in vals)) if vals else None
+                    row["rx_total_dbm"] = None if total is None else round(total, 2)
+                    ocs = ocs_power.get(lane.ocs_rx)
+                    row["ocs_dbm"] = ocs
+                    if (ocs is None) != (total is None) or (ocs is not None and abs(ocs - total) > spec.optics.ocs_agreement_db):
+                        row["findings"].append(f"module Rx {row['rx_total_dbm']} dBm but OCS port {lane.ocs_rx} reads "
+                                               f"{ocs} dBm: the lane is not wired to the port the inventory says")
+            row["status"] = "ok" if not row["findings"] else "bad"
+            out.append(row)
+        return out
+
+    with ThreadPoolExecutor(max_workers=min(pool.fanout, len(inv.hosts))) as ex:
+        for part in ex.map(lane_rows, inv.hosts):
+            rows.extend(part)
+    return rows
