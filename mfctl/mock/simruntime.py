@@ -59,6 +59,20 @@ def run(args) -> int:
     tokens_per_iter = dp * tr["seq_len"] * tr["micro_batch"] * tr["micro_batches"]
     _log(f"> mfctl simulated runtime on {args.host}: {m['name']} EP={ep} TP={tp} DP={dp}, {world} GPUs, "
          f"routing {trace.model} ({trace.num_experts} experts, top-{trace.top_k}), time scale {scale:g}x")
+    lost = False
+
+    def safe(fn, *a, **kw):
+        """After the controller is lost, training goes on: messages are dropped."""
+        nonlocal lost
+        if lost:
+            return
+        try:
+            fn(*a, **kw)
+        except ControllerLost as e:
+            lost = True
+            _log(f"> controller lost ({e}); training continues on the last topology"
+                 + (" with the changing circuits on the EPS" if pending_epoch is not None else ""))
+
     t_start = time.monotonic()
     wall_target = time.monotonic()  # deadline pacing: compute time is not added to the sleep
     paused_circuits = circuits
@@ -72,27 +86,37 @@ def run(args) -> int:
         if leader:
             B = server_matrix(rank_matrix(mean, er, ep), rs, n, spec.bytes_per_token)
             trace_layers = {str(l): np.round(mean[l], 2).tolist() for l in trace.layers if l < m["layers"]}
-            rt.traffic(it, np.round(B, 1).tolist(), epoch=epoch, tokens=trace_layers)
+            safe(rt.traffic, it, np.round(B, 1).tolist(), epoch=epoch, tokens=trace_layers)
         secs = a2a = comp = inter = ocs = 0.0
         paused_any = False
         # safe points between MoE layers: control messages take effect at the next layer
         for layer in range(m["layers"]):
-            for msg in rt.poll():
+            try:
+                msgs = [] if lost else rt.poll()
+            except ControllerLost as e:
+                msgs, lost = [], True
+                _log(f"> controller lost ({e}); training continues on the last topology"
+                     + (" with the changing circuits on the EPS" if pending_epoch is not None else ""))
+            for msg in msgs:
                 t = msg["type"]
-                if t == "prepare":
+                if t == "propose":
                     pending_epoch = msg["epoch"]
                     keep = np.array(msg.get("keep_circuits", np.zeros((n, n))), dtype=int)
                     paused_circuits = np.minimum(circuits, keep)  # changed circuits go dark; EPS never pauses
-                    rt.drained(pending_epoch, it)
-                elif t == "commit":
+                    safe(rt.paused, pending_epoch, it)
+                elif t == "applied":
+                    pass  # the OCS holds the new cross-connects; links are coming up
+                elif t == "routes":
                     circuits = np.array(msg["circuits"], dtype=int)
                     epoch = msg["epoch"]
                     pending_epoch = None
-                    rt.resumed(epoch, it)
+                    safe(rt.resume, epoch, it)
                 elif t == "stop":
                     _log(f"> stop requested by controller: {msg.get('reason', '')}")
-                    rt.bye(iterations=it - 1, reason="stopped")
+                    safe(rt.bye, iterations=it - 1, reason="stopped")
                     return 0
+                elif t == "error":
+                    _log(f"> controller error: {msg.get('message')}")
             C = paused_circuits if pending_epoch is not None else circuits
             paused_any |= pending_epoch is not None
             lt = layer_time(mean[layer], C, er, rs, spec, rates)
@@ -105,13 +129,13 @@ def run(args) -> int:
             delay = wall_target - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-        rt.iteration(it, seconds=secs, tokens=tokens_per_iter, epoch=epoch, paused=paused_any,
+        safe(rt.iteration, it, seconds=secs, tokens=tokens_per_iter, epoch=epoch, paused=paused_any,
                      a2a_s=a2a, compute_s=comp, inter_bytes=inter, ocs_bytes=ocs)
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         _log(f" [{stamp}] iteration {it:8d}/{iters:8d} | consumed samples: {it * dp * tr['micro_batch'] * mb:12d} "
              f"| elapsed time per iteration (ms): {secs * 1000:.1f} | tokens per second: {tokens_per_iter / secs:.1f} "
              f"| all-to-all time (ms): {a2a * 1000:.1f} | epoch: {epoch} | number of skipped iterations:   0 |")
-    rt.bye(iterations=iters, wall_s=round(time.monotonic() - t_start, 3))
+    safe(rt.bye, iterations=iters, wall_s=round(time.monotonic() - t_start, 3))
     # wait for the controller to acknowledge by closing, so no message is lost
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and not rt.lost.is_set():

@@ -6,8 +6,8 @@ Usage from a training loop::
     cfg = rt.connect()                       # -> the controller's welcome (job config, routes)
     for it in range(...):
         for msg in rt.poll():                # at a safe point (iteration boundary)
-            if msg["type"] == "prepare": pause OCS-path traffic; rt.drained(msg["epoch"], it)
-            elif msg["type"] == "commit": install msg["routes"]; rt.resumed(msg["epoch"], it)
+            if msg["type"] == "propose": pause OCS-path traffic; rt.paused(msg["epoch"], it)
+            elif msg["type"] == "routes": install msg["routes"]; rt.resume(msg["epoch"], it)
             elif msg["type"] == "stop": break
         rt.traffic(it, matrices)             # leader only: per-layer server x server bytes
         ...
@@ -96,11 +96,13 @@ class RuntimeClient:
     def iteration(self, iteration: int, **metrics) -> None:
         self._send({"type": "iteration", "iteration": iteration, **metrics})
 
-    def drained(self, epoch: int, iteration: int) -> None:
-        self._send({"type": "drained", "epoch": epoch, "iteration": iteration})
+    def paused(self, epoch: int, iteration: int) -> None:
+        """OCS-path traffic of the changing circuits is drained (answer to ``propose``)."""
+        self._send({"type": "paused", "epoch": epoch, "iteration": iteration})
 
-    def resumed(self, epoch: int, iteration: int) -> None:
-        self._send({"type": "resumed", "epoch": epoch, "iteration": iteration})
+    def resume(self, epoch: int, iteration: int) -> None:
+        """The new routes are in force (answer to ``routes``)."""
+        self._send({"type": "resume", "epoch": epoch, "iteration": iteration})
 
     def error(self, message: str) -> None:
         self._send({"type": "error", "message": message})

@@ -71,7 +71,14 @@ class Controller:
                 if msg is None:
                     break
                 self.events.put((host, msg))
-        except (OSError, ProtocolError) as e:
+        except ProtocolError as e:
+            log.warning("runtime worker %s: protocol error: %s", host, e)
+            try:
+                conn.send({"type": "error", "message": f"protocol error: {e}"})
+            except OSError:
+                pass
+            conn.close()
+        except OSError as e:
             log.warning("runtime worker %s: %s", host, e)
         finally:
             if host is not None:

@@ -463,8 +463,9 @@ class Job:
                             circuits=p.circuits.tolist(), predicted_gain_s=gain, predicted_cost_s=cost)
         # 1. prepare → drained
         t0 = time.monotonic()
-        self.ctrl.broadcast(reg.hosts, {"type": "prepare", "epoch": e, "keep_circuits": C_keep.tolist()})
-        self._await(reg.hosts, "drained", e, self.pb.runtime.drain_timeout_s)
+        self.ctrl.broadcast(reg.hosts, {"type": "propose", "epoch": e, "keep_circuits": C_keep.tolist(),
+                                        "circuits": p.circuits.tolist()})
+        self._await(reg.hosts, "paused", e, self.pb.runtime.drain_timeout_s)
         t_drain = (time.monotonic() - t0) * 1000 * self.scale
         # 2. apply the cross-connect diff, read back (signals deferred: never half-applied)
         desired = dict(self.last_plan)
@@ -475,6 +476,7 @@ class Job:
         with _DeferSignals():
             res = self.driver.apply(desired, reason=f"epoch {e}")
         self.last_plan = desired
+        self.ctrl.broadcast(reg.hosts, {"type": "applied", "epoch": e, "t_switch_ms": round(res.t_switch_ms, 3)})
         # 3. link-up of the lanes of new circuits
         t1 = time.monotonic()
         changed = [c for c in new if c not in keep]
@@ -487,9 +489,9 @@ class Job:
         # 4. publish routes → resumed
         t2 = time.monotonic()
         C_use = mapping.circuit_matrix(usable, reg.hosts)
-        self.ctrl.broadcast(reg.hosts, {"type": "commit", "epoch": e, "circuits": C_use.tolist(),
+        self.ctrl.broadcast(reg.hosts, {"type": "routes", "epoch": e, "circuits": C_use.tolist(),
                                         "routes": mapping.route_table(usable, reg.hosts)})
-        self._await(reg.hosts, "resumed", e, self.pb.runtime.resume_timeout_s)
+        self._await(reg.hosts, "resume", e, self.pb.runtime.resume_timeout_s)
         t_resume = (time.monotonic() - t2) * 1000 * self.scale
         rec = {"epoch": e, "region": reg.name, "iteration": iteration, "reason": "predicted gain > cost",
                "circuits": p.circuits.tolist(), "xc_added": len(res.diff.add), "xc_removed": len(res.diff.delete),

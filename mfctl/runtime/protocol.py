@@ -1,9 +1,9 @@
 """The mfctl runtime protocol, version 1: JSON lines over TCP (docs/runtime-protocol.md).
 
 Every message is one JSON object on one line with a ``type`` and the protocol version
-``v``. Worker → controller: ``hello``, ``traffic``, ``iteration``, ``drained``,
-``resumed``, ``log``, ``error``, ``bye``. Controller → worker: ``welcome``, ``prepare``,
-``commit``, ``stop``.
+``v``. Worker → controller: ``hello``, ``traffic``, ``iteration``, ``paused``,
+``resume``, ``log``, ``error``, ``bye``. Controller → worker: ``welcome``, ``propose``,
+``applied``, ``routes``, ``stop``, ``error``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import threading
 VERSION = 1
 MAX_LINE = 16 * 1024 * 1024  # bytes; a larger line is a protocol error
 
-WORKER_TYPES = {"hello", "traffic", "iteration", "drained", "resumed", "log", "error", "bye"}
-CONTROLLER_TYPES = {"welcome", "prepare", "commit", "stop"}
+WORKER_TYPES = {"hello", "traffic", "iteration", "paused", "resume", "log", "error", "bye"}
+CONTROLLER_TYPES = {"welcome", "propose", "applied", "routes", "stop", "error"}
 
 
 class ProtocolError(Exception):
