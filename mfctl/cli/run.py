@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
@@ -13,7 +14,7 @@ runs_app = typer.Typer(help="List and show past runs (runs/<run-id>/).", no_args
 RUNS_DIR_OPT = typer.Option(None, "--runs-dir", envvar="MFCTL_RUNS_DIR", help="Where run directories go (default: ./runs).")
 
 
-def _observer(json_out: bool, total: int):
+def _observer(json_out: bool, total: int, show_logs: bool = False):
     from mfctl.runtime.job import Observer
 
     con = err_console()
@@ -48,6 +49,10 @@ def _observer(json_out: bool, total: int):
             msg = (f"epoch {r['epoch']} done: +{r['xc_added']}/-{r['xc_removed']} cross-connects, switch "
                    f"{r['t_switch_ms']:.1f} ms, link-up {r['t_linkup_ms'] / 1000:.2f} s, runtime {r['t_runtime_ms']:.0f} ms")
             (self.progress.console if self.progress else con).print(f"[magenta]{'reconfig':>8}[/] {msg}", highlight=False)
+
+        def log_line(self, host, line):
+            if show_logs:
+                (self.progress.console if self.progress else con).print(f"[dim]\\[{host}][/] {line}", highlight=False)
 
         def warning(self, message):
             (self.progress.console if self.progress else con).print(f"[yellow]warning:[/] {message}", highlight=False)
@@ -108,6 +113,9 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
                                        help="Use this inventory (e.g. a running mock's) instead of the playbook's."),
         runs_dir: Path = RUNS_DIR_OPT,
         skip_health: bool = typer.Option(False, "--skip-health", envvar="MFCTL_SKIP_HEALTH", help="Run even if the health sweep finds critical problems."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the exact launch (commands, environment "
+                                                               "per host, or the sbatch script); start nothing."),
+        logs: bool = typer.Option(False, "--logs", help="Stream every host's runtime output, prefixed with the host."),
         json_out: bool = JSON_OPT):
     """Run a reconfigurable MoE training job (starts and stops the mock testbed if the playbook says so)."""
     from mfctl.runtime.job import Job
@@ -117,7 +125,10 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
     job = Job(pb, inventory_override=str(inventory) if inventory else None, runs_dir=str(runs_dir) if runs_dir else None,
               skip_health=skip_health)
     job.prepare()  # a bad inventory/playbook combination fails here, before anything starts (exit 3)
-    job.obs = obs = _observer(json_out, pb.training.iterations)
+    if dry_run:
+        _print_launch(pb, job, json_out)
+        return
+    job.obs = obs = _observer(json_out, pb.training.iterations, logs)
     try:
         summary = job.run()
     finally:
@@ -129,6 +140,28 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
     if summary.get("error"):
         print_error(summary["error"], "error" if summary["status"] == "failed" else summary["status"])
     raise typer.Exit(summary["exit_code"])
+
+
+def _print_launch(pb, job, json_out: bool) -> None:
+    from mfctl.inventory import load_inventory
+    from mfctl.runtime.render import render_hosts, render_slurm
+
+    inv = load_inventory(job.inv_path)
+    controller = "<controller-address>:<port>"
+    if pb.runtime.launcher == "slurm":
+        script = render_slurm(pb, inv, controller, "<redacted>", "<run-id>")
+        if json_out:
+            emit_json({"schema": "mfctl.run.dry-run/v1", "launcher": "slurm", "sbatch": script})
+        else:
+            sys.stdout.write(script)
+        return
+    hosts = render_hosts(pb, inv, controller, "<redacted>")
+    if json_out:
+        emit_json({"schema": "mfctl.run.dry-run/v1", "launcher": pb.runtime.launcher,
+                   "hosts": [{"host": h.host, "env": h.env, "argv": h.argv, "command": h.command_line()} for h in hosts]})
+        return
+    for h in hosts:
+        out_console().print(f"[bold]{h.host}[/]: {h.command_line()}", highlight=False, soft_wrap=True)
 
 
 def _runs_dir(runs_dir: Path | None) -> Path:

@@ -41,7 +41,8 @@ class StepSpec:
     nvlink_Bps: float = 230e9  # A100 NVLink per direction (DESIGN §8)
     alpha_a2a_s: float = 100e-6
     alpha_expert_s: float = 20e-6
-    pipeline_degree: int = 0  # 0 = choose the best of 1, 2, 4, 8
+    pipeline_degree: int = 0  # forward; 0 = choose the best of 1, 2, 4, 8
+    bp_pipeline_degree: int = 0  # backward; 0 = choose the best of 1, 2, 4, 8
 
     @property
     def bytes_per_token(self) -> float:
@@ -85,8 +86,9 @@ def layer_time(tokens: np.ndarray, C: np.ndarray, expert_rank: np.ndarray, rank_
     T, H = spec.tokens_per_rank, spec.hidden
     dense_fwd = (8 * T * H * H + 4 * T * T * H) / spec.tp / (spec.eta_dense * spec.peak_flops)
     rs = [spec.pipeline_degree] if spec.pipeline_degree else [1, 2, 4, 8]
+    rb = [spec.bp_pipeline_degree] if spec.bp_pipeline_degree else [1, 2, 4, 8]
     fwd = min(_pipelined(a2a, exp_fwd, spec.alpha_a2a_s, spec.alpha_expert_s, r) for r in rs)
-    bwd = min(_pipelined(a2a, 2 * exp_fwd, spec.alpha_a2a_s, spec.alpha_expert_s, r) for r in rs)
+    bwd = min(_pipelined(a2a, 2 * exp_fwd, spec.alpha_a2a_s, spec.alpha_expert_s, r) for r in rb)
     off = ~np.eye(n, dtype=bool)
     inter = float(B[off].sum()) * 4
     ocs = float(B[off & (C > 0)].sum()) * 4

@@ -83,6 +83,7 @@ class NIC(_Strict):
     speed_gbps: float = Field(100.0, gt=0, description="Port rate, Gbit/s")
     breakout: str = Field("1x100G", description="e.g. 1x100G, 2x200G, 4x100G")
     numa_node: int = Field(0, ge=0)
+    rdma_device: str | None = Field(None, pattern=r"^[A-Za-z0-9_]{1,32}$", description="RDMA device (mlx5_0) for NCCL_IB_HCA")
     rx_sensitivity_dbm: float = Field(-10.0, le=0, description="Receiver sensitivity per lane, dBm (100G-CWDM4 "
                                       "datasheet class); OCS ports below this plus ocs.power_margin_db are flagged")
     role: Literal["ocs", "eps"]
@@ -102,6 +103,8 @@ class GPUs(_Strict):
 class Host(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     ssh: SSHEndpoint
+    mgmt_netdev: str = Field("eno1", pattern=r"^[A-Za-z0-9_.-]{1,15}$",
+                             description="management network interface: NCCL's bootstrap socket (never an optical lane)")
     gpus: GPUs = GPUs()
     nics: list[NIC] = Field(min_length=1)
 

@@ -83,6 +83,12 @@ class MockHost:
         except ValueError as e:
             channel.sendall_stderr(f"bash: syntax error: {e}\n".encode())
             return 2
+        env = {}
+        if argv and argv[0] == "env":  # env VAR=value ... command
+            argv = argv[1:]
+            while argv and "=" in argv[0] and not argv[0].startswith("="):
+                k, v = argv.pop(0).split("=", 1)
+                env[k] = v
         if not argv:
             return 0
         prog = argv[0]
@@ -99,7 +105,7 @@ class MockHost:
             channel.sendall((" ".join(argv[1:]) + "\n").encode())
             return 0
         if prog == "mfctl-simrt":
-            return self._simrt(argv[1:], channel)
+            return self._simrt(argv[1:], channel, env)
         if self.config is not None:
             rc = self.config.handle(argv, lambda t: channel.sendall(t.encode()), lambda t: channel.sendall_stderr(t.encode()))
             if rc is not None:
@@ -204,8 +210,9 @@ class MockHost:
             channel.sendall(txt.encode())
         return 0
 
-    def _simrt(self, args: list[str], channel) -> int:
+    def _simrt(self, args: list[str], channel, extra_env: dict | None = None) -> int:
         env = dict(os.environ)
+        env.update(extra_env or {})
         env["PYTHONUNBUFFERED"] = "1"
         proc = subprocess.Popen([sys.executable, "-m", "mfctl.mock.simruntime", *args], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)

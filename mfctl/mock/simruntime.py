@@ -40,7 +40,7 @@ def run(args) -> int:
     spec = StepSpec(hidden=m["hidden"], ffn_hidden=m["ffn_hidden"], gated=m.get("gated", True),
                     bytes_per_element=m.get("bytes_per_element", 2), ep=ep, tp=tp,
                     gpus_per_server=cfg["gpus_per_server"], tokens_per_rank=tr["seq_len"] * tr["micro_batch"],
-                    pipeline_degree=tr.get("pipeline_degree", 0))
+                    pipeline_degree=tr.get("pipeline_degree", 0), bp_pipeline_degree=tr.get("bp_pipeline_degree", 0))
     rates = LinkRates(circuit_Bps=cfg["rates"]["circuit_Bps"], eps_Bps=cfg["rates"]["eps_Bps"])
     wl = Workload(trace, ep=ep, layers=m["layers"], tokens_per_rank=spec.tokens_per_rank,
                   micro_batches=tr["micro_batches"], seed=tr.get("seed", 1),

@@ -40,6 +40,7 @@ from mfctl.ocs.journal import Journal, ocs_journal_path
 from mfctl.runtime.controller import Controller
 from mfctl.runtime.launcher import Launcher
 from mfctl.runtime.playbook import Playbook, load_playbook
+from mfctl.runtime.render import render_hosts
 from mfctl.signals import DeferSignals as _DeferSignals
 from mfctl.transport.ssh import SSHPool, targets_from_inventory
 
@@ -55,6 +56,7 @@ class Observer:
     def iteration(self, done: int, total: int, m: dict) -> None: ...
     def reconfiguration(self, rec: dict) -> None: ...
     def warning(self, message: str) -> None: ...
+    def log_line(self, host: str, line: str) -> None: ...
 
 
 @dataclass
@@ -318,11 +320,14 @@ class Job:
         self.ctrl = Controller(token=self.token, welcome=self._welcome, expected_hosts=set(hosts),
                                listen=("127.0.0.1" if self.pb.mock.enabled else "0.0.0.0", 0))
         addr = self.ctrl.address_str if self.pb.mock.enabled else f"{_advertised_ip()}:{self.ctrl.address[1]}"
-        self.launcher = Launcher(self.pool, self.run_dir / "logs")
-        self.obs.phase("launch", f"launching the runtime on {len(hosts)} hosts; controller on {addr}")
-        for h in hosts:
-            argv = list(self.pb.runtime.command) + ["--controller", addr, "--host", h, "--token", self.token]
-            w = self.launcher.start(h, argv)
+        self.launcher = Launcher(self.pool, self.run_dir / "logs", on_line=self.obs.log_line)
+        self.obs.phase("launch", f"launching the runtime ({self.pb.runtime.launcher}) on {len(hosts)} hosts; controller on {addr}")
+        if self.pb.runtime.launcher == "slurm":
+            raise ConfigError("runtime.launcher slurm: submitting is not automated yet; `mfctl run --dry-run` prints the "
+                              "sbatch script", path=self.pb.source)
+        for hl in render_hosts(self.pb, self.inv, addr, self.token):
+            self.journal.append("runtime.launch", host=hl.host, command=hl.command_line(redact=True))
+            w = self.launcher.start(hl.host, hl.full_argv())
             if w.error:
                 raise UnreachableError(w.error)
         # wait for every worker's hello

@@ -1,8 +1,8 @@
 """Launch runtime workers on hosts over SSH and stream their output to per-host log files.
 
-Each worker runs in its own SSH session; closing the session hangs the worker up (the
-launcher asks for no pty, so on real hosts the command is wrapped by the playbook if it
-needs ``setsid``/``timeout``). :meth:`Launcher.stop` closes every session.
+Each worker runs in its own SSH session with a pty, so closing the session hangs up the
+remote process group (sshd sends SIGHUP), on real hosts as on the mock. :meth:`Launcher.stop`
+closes every session.
 """
 
 from __future__ import annotations
@@ -32,18 +32,23 @@ class Worker:
 
 
 class Launcher:
-    def __init__(self, pool: SSHPool, log_dir: Path):
+    def __init__(self, pool: SSHPool, log_dir: Path, on_line=None):
         self.pool = pool
         self.log_dir = log_dir
+        self.on_line = on_line  # (host, line) -> None: a merged live view
         self.workers: dict[str, Worker] = {}
 
-    def start(self, host: str, argv: list[str]) -> Worker:
+    def start(self, host: str, argv: list[str], *, pty: bool = True) -> Worker:
+        """Start ``argv`` on ``host``. With ``pty`` (default) closing the session hangs up the
+        remote process group (SIGHUP), so a cancelled run leaves nothing behind."""
         w = Worker(host, list(argv), self.log_dir / f"{host}.log")
         self.workers[host] = w
         try:
             client = self.pool.client(host)
             chan = client.get_transport().open_session(timeout=self.pool.connect_timeout)
             chan.set_combine_stderr(True)
+            if pty:
+                chan.get_pty(term="dumb", width=200)
             chan.exec_command(quote_argv(argv))
             w.channel = chan
         except Exception as e:  # UnreachableError, SSHException, OSError: all mean "not started"
@@ -55,14 +60,21 @@ class Launcher:
 
     def _pump(self, w: Worker) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        partial = b""
         with open(w.log_path, "ab") as f:
             try:
                 while True:
                     data = w.channel.recv(65536)
                     if not data:
                         break
+                    data = data.replace(b"\r\n", b"\n")  # a pty turns \n into \r\n
                     f.write(data)
                     f.flush()
+                    if self.on_line:
+                        partial += data
+                        *lines, partial = partial.split(b"\n")
+                        for ln in lines:
+                            self.on_line(w.host, ln.decode(errors="replace"))
                 w.rc = w.channel.recv_exit_status()
             except (OSError, EOFError, paramiko.SSHException) as e:
                 w.error = str(e)

@@ -49,7 +49,8 @@ class Training(_S):
     domain_concentration: float = Field(0.3, gt=0)
     phase_iterations: int = Field(10, ge=1, description="the data mixture changes every N iterations")
     seed: int = 1
-    pipeline_degree: Literal[0, 1, 2, 4, 8] = 0
+    pipeline_degree: Literal[0, 1, 2, 4, 8] = Field(0, description="FSMoE forward pipeline degree (0: best per layer)")
+    bp_pipeline_degree: Literal[0, 1, 2, 4, 8] = Field(0, description="backward pipeline degree (0: best per layer)")
 
 
 class Topology(_S):
@@ -71,8 +72,29 @@ class Policy(_S):
     expected_reconfig_s: float = Field(5.72, gt=0, description="prior: OCS 47 ms + link-up 5.67 s (paper App. C)")
 
 
+class NCCLSpec(_S):
+    ib_gid_index: int = Field(3, ge=0, le=255, description="RoCE v2 GID index (show_gids)")
+    ib_tc: int = Field(106, ge=0, le=255, description="traffic class = DSCP 26 << 2 | ECN bits (RoCE priority 3)")
+    ib_timeout: int = Field(22, ge=1, le=31, description="NCCL_IB_TIMEOUT: 4.096 us * 2^n")
+
+
+class SlurmSpec(_S):
+    partition: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
+    account: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
+    time_limit: str = Field("04:00:00", pattern=r"^(\d+-)?\d{1,2}:\d{2}:\d{2}$")
+
+
 class RuntimeSpec(_S):
-    command: list[str] = Field(default_factory=lambda: ["mfctl-simrt"], min_length=1)
+    launcher: Literal["sim", "ssh", "slurm"] = Field("sim", description="sim: the simulated runtime (mock); ssh: "
+                                                     "torchrun per host, static rendezvous; slurm: sbatch + srun torchrun, c10d")
+    command: list[str] = Field(default_factory=lambda: ["mfctl-simrt"], min_length=1, description="sim launcher")
+    script: str | None = Field(None, description="training script for torchrun (ssh/slurm)")
+    script_args: list[str] = Field(default_factory=list)
+    nproc_per_node: int = Field(8, ge=1, le=16)
+    rdzv_port: int = Field(29500, ge=1024, le=65535)
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment (names A-Z0-9_)")
+    nccl: NCCLSpec = NCCLSpec()
+    slurm: SlurmSpec = SlurmSpec()
     drain_timeout_s: float = Field(60.0, gt=0, description="testbed seconds")
     linkup_timeout_s: float = Field(30.0, gt=0, description="testbed seconds")
     resume_timeout_s: float = Field(60.0, gt=0, description="testbed seconds")
@@ -98,7 +120,14 @@ class Playbook(_S):
 
 
 def _check(pb: Playbook):
+    import re
+
     problems = []
+    for k in pb.runtime.env:
+        if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", k):
+            problems.append((("runtime", "env", k), f"{k!r} is not an environment variable name"))
+    if pb.runtime.launcher in ("ssh", "slurm") and not pb.runtime.script:
+        problems.append((("runtime", "launcher"), f"launcher {pb.runtime.launcher} needs runtime.script"))
     if pb.mock.crash_at_iteration and not pb.mock.crash_host:
         problems.append((("mock", "crash_at_iteration"), "crash_at_iteration needs crash_host"))
     if pb.training.phase_iterations < 1:

@@ -1,0 +1,89 @@
+"""Render the launch of a training job: exact command lines and environment per host.
+
+- ``sim``: the simulated runtime (``mfctl-simrt``) on every host (the mock testbed);
+- ``ssh``: one ``torchrun`` per host with a static rendezvous on the first host;
+- ``slurm``: an sbatch script running ``srun torchrun`` with a c10d rendezvous.
+
+NCCL environment: ``NCCL_IB_HCA`` lists the hosts' RDMA devices (all NICs: the OCS lanes
+and the EPS NIC), ``NCCL_SOCKET_IFNAME`` is the management interface — never an optical
+lane, which goes dark while it is re-wired — plus GID index, traffic class and IB timeout,
+and ``MFCTL_CONTROLLER`` / ``MFCTL_RUN_TOKEN`` for the runtime client. The token is shown
+as ``<redacted>`` in anything printed.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+
+@dataclass
+class HostLaunch:
+    host: str
+    argv: list[str]  # what runs on the host (env is passed with `env VAR=... cmd`)
+    env: dict[str, str]
+
+    def command_line(self, redact: bool = True) -> str:
+        env = {k: ("<redacted>" if redact and k == "MFCTL_RUN_TOKEN" else v) for k, v in self.env.items()}
+        return " ".join(shlex.quote(x) for x in ["env", *[f"{k}={v}" for k, v in env.items()], *self.argv])
+
+    def full_argv(self) -> list[str]:
+        return ["env", *[f"{k}={v}" for k, v in self.env.items()], *self.argv]
+
+
+def nccl_env(pb, inv_host, mgmt_netdev: str) -> dict[str, str]:
+    hcas = [nic.rdma_device or f"mlx5_{i}" for i, nic in enumerate(inv_host.nics)]
+    n = pb.runtime.nccl
+    return {"NCCL_IB_HCA": ",".join(hcas), "NCCL_SOCKET_IFNAME": mgmt_netdev, "NCCL_IB_GID_INDEX": str(n.ib_gid_index),
+            "NCCL_IB_TC": str(n.ib_tc), "NCCL_IB_TIMEOUT": str(n.ib_timeout)}
+
+
+def _script_args(pb) -> list[str]:
+    tr = pb.training
+    out = list(pb.runtime.script_args)
+    if tr.pipeline_degree:
+        out += ["--pipeline-degree", str(tr.pipeline_degree)]
+    if tr.bp_pipeline_degree:
+        out += ["--bp-pipeline-degree", str(tr.bp_pipeline_degree)]
+    return out
+
+
+def render_hosts(pb, inv, controller: str, token: str) -> list[HostLaunch]:
+    """Per-host launches for the ``sim`` and ``ssh`` launchers."""
+    rt = pb.runtime
+    out = []
+    hosts = inv.hosts
+    for rank, h in enumerate(hosts):
+        base = {"MFCTL_CONTROLLER": controller, "MFCTL_RUN_TOKEN": token, "MFCTL_HOST": h.name}
+        if rt.launcher == "sim":
+            argv = [*rt.command, "--controller", controller, "--host", h.name]
+            out.append(HostLaunch(h.name, argv, {"MFCTL_RUN_TOKEN": token}))
+            continue
+        env = {**nccl_env(pb, h, h.mgmt_netdev), **rt.env, **base}
+        argv = ["torchrun", "--nnodes", str(len(hosts)), "--nproc-per-node", str(rt.nproc_per_node),
+                "--node-rank", str(rank), "--master-addr", hosts[0].ssh.address, "--master-port", str(rt.rdzv_port),
+                rt.script, *_script_args(pb)]
+        out.append(HostLaunch(h.name, argv, env))
+    return out
+
+
+def render_slurm(pb, inv, controller: str, token: str, run_id: str) -> str:
+    """An sbatch script: one task per node, ``srun torchrun`` with a c10d rendezvous."""
+    rt = pb.runtime
+    h0 = inv.hosts[0]
+    env = {**nccl_env(pb, h0, h0.mgmt_netdev), **rt.env, "MFCTL_CONTROLLER": controller}
+    lines = ["#!/bin/bash", f"#SBATCH --job-name=mfctl-{run_id}", f"#SBATCH --nodes={len(inv.hosts)}",
+             "#SBATCH --ntasks-per-node=1", f"#SBATCH --gpus-per-node={h0.gpus.count}",
+             f"#SBATCH --nodelist={','.join(h.name for h in inv.hosts)}", f"#SBATCH --time={rt.slurm.time_limit}"]
+    if rt.slurm.partition:
+        lines.append(f"#SBATCH --partition={rt.slurm.partition}")
+    if rt.slurm.account:
+        lines.append(f"#SBATCH --account={rt.slurm.account}")
+    lines += ["set -euo pipefail", *[f"export {k}={shlex.quote(v)}" for k, v in env.items()],
+              '# the run token comes from the submitting environment, never from this file',
+              'export MFCTL_RUN_TOKEN="${MFCTL_RUN_TOKEN:?set by mfctl}"',
+              'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+              " ".join(["srun", "--kill-on-bad-exit=1", "torchrun", "--nnodes", str(len(inv.hosts)), "--nproc-per-node",
+                        str(rt.nproc_per_node), "--rdzv-backend", "c10d", "--rdzv-endpoint", f'"$head:{rt.rdzv_port}"',
+                        "--rdzv-id", run_id, shlex.quote(rt.script), *[shlex.quote(a) for a in _script_args(pb)]])]
+    return "\n".join(lines) + "\n"
