@@ -19,6 +19,27 @@ from mfctl.runtime.playbook import load_playbook
 SHORT = DATA / "playbooks" / "short.yaml"
 
 
+def _simruntimes() -> list[int]:
+    """pids of simulated-runtime processes still alive on this machine (= on any mock host)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"mfctl.mock.simruntime" in cmd:
+                pids.append(int(d.name))
+    return pids
+
+
+def _no_runtime_left(timeout=10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while _simruntimes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not _simruntimes()
+
+
 def _variant(tmp_path, **changes) -> Path:
     doc = yaml.safe_load(SHORT.read_text())
     for k, v in changes.items():
@@ -83,6 +104,7 @@ def test_worker_crash_stops_everything_and_exits_1(tmp_path):
     with HeldLock("mfabric-prototype-mock", "test"):  # released
         pass
     assert mockctl.status(Path(s["run_dir"]) / "mock") is None
+    assert _no_runtime_left()
 
 
 def test_lock_held_exits_5(tmp_path):
@@ -111,6 +133,7 @@ def test_ctrl_c_exits_130_and_cleans_up(tmp_path, cli_env):
     assert mockctl.status(run_dir / "mock") is None
     recs = [json.loads(l) for l in (run_dir / "journal.jsonl").read_text().splitlines()]
     assert [r for r in recs if r["op"] == "ocs.final"][-1]["matches_plan"] is True
+    assert _no_runtime_left()  # cancellation leaves no process on any mock host
 
 
 def test_bad_playbook_exit_3(tmp_path, cli_env):

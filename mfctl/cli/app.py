@@ -8,6 +8,7 @@ from mfctl import __version__
 from mfctl.cli import inventory as inventory_cli
 from mfctl.cli import mock as mock_cli
 from mfctl.cli import ocs as ocs_cli
+from mfctl.cli import profile as profile_cli
 from mfctl.cli import provision as provision_cli
 from mfctl.cli import run as run_cli
 from mfctl.cli import simulate as simulate_cli
@@ -32,6 +33,8 @@ app.add_typer(provision_cli.firmware_app, name="firmware")
 app.add_typer(run_cli.runs_app, name="runs")
 app.command("run")(run_cli.run)
 app.command("simulate")(simulate_cli.simulate)
+app.command("profile")(profile_cli.profile)
+app.command("schedule")(profile_cli.schedule)
 
 
 @app.command()

@@ -116,12 +116,20 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
         dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the exact launch (commands, environment "
                                                                "per host, or the sbatch script); start nothing."),
         logs: bool = typer.Option(False, "--logs", help="Stream every host's runtime output, prefixed with the host."),
+        pipeline_degree: int = typer.Option(None, "--pipeline-degree", help="Override the forward pipeline degree (1, 2, 4, 8)."),
+        bp_pipeline_degree: int = typer.Option(None, "--bp-pipeline-degree", help="Override the backward pipeline degree."),
         json_out: bool = JSON_OPT):
     """Run a reconfigurable MoE training job (starts and stops the mock testbed if the playbook says so)."""
     from mfctl.runtime.job import Job
     from mfctl.runtime.playbook import load_playbook
 
     pb = load_playbook(playbook)
+    for name, v in (("pipeline_degree", pipeline_degree), ("bp_pipeline_degree", bp_pipeline_degree)):
+        if v is not None:
+            if v not in (1, 2, 4, 8):
+                from mfctl.errors import UsageError
+                raise UsageError(f"--{name.replace('_', '-')} must be 1, 2, 4 or 8")
+            setattr(pb.training, name, v)
     job = Job(pb, inventory_override=str(inventory) if inventory else None, runs_dir=str(runs_dir) if runs_dir else None,
               skip_health=skip_health)
     job.prepare()  # a bad inventory/playbook combination fails here, before anything starts (exit 3)

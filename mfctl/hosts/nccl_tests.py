@@ -1,0 +1,80 @@
+"""nccl-tests result tables (``all_reduce_perf``, ``alltoall_perf``, …).
+
+Handles the layouts seen in the corpus: srun labels (``0: ``), mpirun tags
+(``[1,0]<stdout>:``), the new header (``redop root … #wrong``) and the old one (``redop …
+error``, sometimes with an empty redop column), ``N/A`` values (missing data, never a
+number), integer times, a missing ``Avg bus bandwidth`` footer, and NCCL ``WARN`` lines
+interleaved with the table. Rows are parsed from the right: the last eight fields are
+out-of-place and in-place ``time algbw busbw wrong``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from mfctl.errors import ParseError
+
+_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:\s)")
+_WARN = re.compile(r"NCCL WARN (.*)$")
+
+
+def perf_argv(test: str, min_bytes: str = "1K", max_bytes: str = "256M", factor: int = 2, gpus: int = 8) -> list[str]:
+    if test not in ("all_reduce_perf", "alltoall_perf", "all_gather_perf", "reduce_scatter_perf"):
+        raise ValueError(f"unknown nccl-tests binary {test!r}")
+    return [test, "-b", min_bytes, "-e", max_bytes, "-f", str(factor), "-g", str(gpus)]
+
+
+@dataclass
+class PerfRow:
+    size_bytes: int
+    count: int
+    dtype: str
+    time_us: float | None  # out-of-place
+    algbw_gbs: float | None
+    busbw_gbs: float | None
+    ip_time_us: float | None  # in-place
+    ip_busbw_gbs: float | None
+
+
+@dataclass
+class PerfResult:
+    rows: list[PerfRow] = field(default_factory=list)
+    avg_busbw_gbs: float | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _f(x: str) -> float | None:
+    if x in ("N/A", "nan", "-nan", "inf"):
+        return None
+    return float(x)
+
+
+def parse_perf(text: str) -> PerfResult:
+    """Parse a nccl-tests output. Raises ParseError when there is no result row."""
+    res = PerfResult()
+    for no, raw in enumerate(text.splitlines(), 1):
+        ln = _PREFIX.sub("", raw).rstrip()
+        w = _WARN.search(ln)
+        if w:
+            res.warnings.append(w.group(1).strip())
+            continue
+        m = re.match(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)", ln)
+        if m:
+            res.avg_busbw_gbs = _f(m.group(1))
+            continue
+        s = ln.strip()
+        if not s or s.startswith("#") or not s[0].isdigit():
+            continue
+        parts = s.split()
+        if len(parts) < 11 or not parts[0].isdigit() or not parts[1].isdigit():
+            continue  # a rank list line or similar
+        try:
+            t, a, b, _w, it, _ia, ib, _iw = parts[-8:]
+            res.rows.append(PerfRow(int(parts[0]), int(parts[1]), parts[2], _f(t), _f(a), _f(b), _f(it), _f(ib)))
+        except ValueError:
+            raise ParseError("nccl-tests", no, "size count type [redop] [root] then 2 x (time algbw busbw wrong)", s) from None
+    if not res.rows:
+        raise ParseError("nccl-tests", None, "at least one result row (the test may have failed: "
+                         + ("; ".join(res.warnings[:2]) or "no NCCL WARN line") + ")")
+    return res

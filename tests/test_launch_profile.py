@@ -1,0 +1,124 @@
+"""Launch rendering (ssh, slurm), the Megatron hook against a real controller socket,
+profile fits, schedule."""
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, mfctl_cmd
+from mfctl.fabric.profile import fit_linear
+from mfctl.inventory import load_inventory
+from mfctl.runtime.playbook import load_playbook
+from mfctl.runtime.render import render_hosts, render_slurm
+
+TORCHRUN = ROOT / "playbooks" / "mixtral-torchrun.yaml"
+
+
+def test_ssh_torchrun_rendering():
+    pb = load_playbook(TORCHRUN)
+    inv = load_inventory(pb.inventory_path())
+    hosts = render_hosts(pb, inv, "10.9.9.9:7000", "secret-token")
+    assert [h.host for h in hosts] == ["gpu01", "gpu02", "gpu03", "gpu04"]
+    h = hosts[2]
+    assert h.argv[:10] == ["torchrun", "--nnodes", "4", "--nproc-per-node", "8", "--node-rank", "2",
+                           "--master-addr", "192.0.2.11", "--master-port"]
+    assert h.argv[-4:] == ["--pipeline-degree", "2", "--bp-pipeline-degree", "4"]
+    assert h.env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1,mlx5_2,mlx5_3" and h.env["NCCL_SOCKET_IFNAME"] == "eno1"
+    lanes = {l.netdev for n in inv.host("gpu03").nics for l in n.lanes}
+    assert h.env["NCCL_SOCKET_IFNAME"] not in lanes  # never an optical lane (it goes dark when re-wired)
+    assert (h.env["NCCL_IB_GID_INDEX"], h.env["NCCL_IB_TC"], h.env["NCCL_IB_TIMEOUT"]) == ("3", "106", "22")
+    assert h.env["MFCTL_CONTROLLER"] == "10.9.9.9:7000"
+    assert "secret-token" not in h.command_line() and "secret-token" in " ".join(h.full_argv())
+
+
+def test_slurm_rendering_and_cli_dry_run(cli_env):
+    pb = load_playbook(TORCHRUN)
+    pb.runtime.launcher = "slurm"
+    script = render_slurm(pb, load_inventory(pb.inventory_path()), "10.9.9.9:7000", "s3cr3t-n0nce", "run1")
+    assert "#SBATCH --nodes=4" in script and "--rdzv-backend c10d" in script and '"$head:29500"' in script
+    assert "s3cr3t-n0nce" not in script and "export NCCL_SOCKET_IFNAME=eno1" in script
+    r = subprocess.run(mfctl_cmd("run", TORCHRUN, "--dry-run", "--json"), capture_output=True, text=True, env=cli_env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["launcher"] == "ssh" and len(out["hosts"]) == 4 and out["hosts"][0]["env"]["MFCTL_RUN_TOKEN"] == "<redacted>"
+
+
+def test_profile_fit_recovers_known_alpha_and_beta():
+    rng = np.random.default_rng(3)
+    n = 2.0 ** np.arange(10, 30)
+    t = (25e-6 + n / 50e9) * rng.uniform(0.99, 1.01, size=n.size)
+    f = fit_linear("alltoall", n, t, "byte")
+    assert f.alpha_s == pytest.approx(25e-6, rel=0.2) and f.rate == pytest.approx(50e9, rel=0.02)
+    assert f.rel_rms_error < 0.05
+    with pytest.raises(ValueError):
+        fit_linear("x", [1, 1], [2, 2], "byte")
+
+
+def test_megatron_hook_speaks_the_protocol():
+    from examples.megatron_hook import MFabricHook
+    from mfctl.runtime.client import RuntimeClient
+    from mfctl.runtime.controller import Controller
+
+    ctrl = Controller(token="t", welcome=lambda h: {"epoch": 0, "routes": {"a->b": {"via": "eps"}}}, expected_hosts={"h1"})
+    try:
+        c = RuntimeClient(ctrl.address_str, host="h1", token="t")
+        hook = MFabricHook(c, leader=True, hidden=4096)
+        hook.config = c.connect()
+
+        class Dispatcher:  # the shape of Megatron-Core's all-to-all dispatcher
+            num_global_tokens_per_expert = None
+
+            def preprocess(self, routing_map):
+                self.num_global_tokens_per_expert = np.array(routing_map)
+                return "permuted"
+
+        d = Dispatcher()
+        hook.attach(d, 0)
+        assert d.preprocess([[3, 1], [0, 4]]) == "permuted"
+        hook.end_of_iteration(1, seconds=1.5, tokens=1024)
+        kinds = []
+        while len(kinds) < 3:
+            host, msg = ctrl.events.get(timeout=5)
+            kinds.append(msg["type"])
+            if msg["type"] == "traffic":
+                assert msg["tokens"] == {"0": [[3, 1], [0, 4]]}
+        assert kinds == ["hello", "traffic", "iteration"]
+        ctrl.send("h1", {"type": "propose", "epoch": 1})
+        ctrl.send("h1", {"type": "routes", "epoch": 1, "routes": {"a->b": {"via": "ocs", "lanes": [["x", "y"]]}}})
+        import time
+        time.sleep(0.2)
+        hook.end_of_iteration(2, seconds=1.4, tokens=1024)
+        got = []
+        while len(got) < 3:
+            got.append(ctrl.events.get(timeout=5)[1]["type"])
+        assert got == ["iteration", "paused", "resume"] and hook.epoch == 1 and hook.routes["a->b"]["via"] == "ocs"
+    finally:
+        ctrl.close()
+    hook.end_of_iteration(3, seconds=1.0)  # controller gone: training goes on
+    assert hook.lost
+
+
+def test_profile_and_schedule_on_the_mock(tmp_path, cli_env, monkeypatch):
+    from conftest import PROTOTYPE
+    from mfctl import mockctl
+
+    monkeypatch.setenv("MFCTL_STATE_DIR", cli_env["MFCTL_STATE_DIR"])
+    st = mockctl.start(PROTOTYPE, tmp_path / "mock", time_scale=50)
+    try:
+        r = subprocess.run(mfctl_cmd("profile", "-i", st["inventory"], "--json"), capture_output=True, text=True, env=cli_env)
+        assert r.returncode == 0, r.stderr
+        fits = {f["task"]: f for f in json.loads(r.stdout)["fits"]}
+        # the mock's modelled costs: all-to-all 35 us + 1/95 GB/s; GEMM at 0.65 x 312 TFLOP/s
+        assert fits["alltoall"]["rate_per_s"] == pytest.approx(95e9, rel=0.05)
+        assert fits["gemm"]["rate_per_s"] == pytest.approx(0.65 * 312e12, rel=0.05)
+        r = subprocess.run(mfctl_cmd("schedule", ROOT / "playbooks" / "mixtral-prototype.yaml", "-i", st["inventory"], "--json"),
+                           capture_output=True, text=True, env=cli_env)
+        out = json.loads(r.stdout)
+        assert r.returncode == 0 and len(out["choices"]) == 16 and out["profile"]
+        best = out["best"]
+        assert best["iteration_s"] == min(c["iteration_s"] for c in out["choices"])
+        assert "--pipeline-degree" in out["command"]
+    finally:
+        mockctl.stop(tmp_path / "mock")
