@@ -14,9 +14,12 @@ JSON_OPT = typer.Option(False, "--json", help="Print one JSON object on stdout (
 
 
 def out_console():
+    """Results on stdout; when it is not a terminal (a file, a pipe, CI), lines are not
+    wrapped at 80 columns so that grep and log parsers see whole lines."""
     from rich.console import Console
 
-    return Console()
+    tty = sys.stdout.isatty()
+    return Console() if tty else Console(width=240, soft_wrap=True)
 
 
 def err_console():

@@ -29,10 +29,14 @@ def _ctx(spec_path: Path, inventory: Path | None, hosts: str | None):
     spec = load_spec(spec_path)
     inv = load_inventory(inventory or spec.path(spec.inventory))
     manifest = load_manifest(spec.path(spec.firmware_manifest)) if spec.firmware_manifest else None
-    names = [h.strip() for h in hosts.split(",")] if hosts else None
+    names = None
+    if hosts is not None:
+        names = list(dict.fromkeys(h.strip() for h in hosts.split(",") if h.strip()))
+        if not names:
+            raise UsageError("--hosts is empty (leave it out for all hosts)")
     unknown = [h for h in names or [] if h not in {x.name for x in inv.hosts}]
     if unknown:
-        raise UsageError(f"unknown host(s): {', '.join(unknown)}")
+        raise UsageError(f"unknown host(s): {', '.join(unknown)}; the inventory has {', '.join(h.name for h in inv.hosts)}")
     with SSHPool(targets_from_inventory(inv), connect_timeout=settings.get_float("connect_timeout"),
                  command_timeout=settings.get_float("command_timeout"), fanout=int(settings.get("fanout"))) as pool:
         yield spec, inv, manifest, names, pool
@@ -86,8 +90,13 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
     from mfctl.ocs.journal import Journal
     from mfctl.provision import service
 
-    with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool):
-        plans = service.plan(pool, inv, sp, manifest, names)
+    import contextlib
+    import signal
+    import threading
+
+    with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool), (
+            contextlib.nullcontext() if dry_run else TestbedLock(inv.name, "provision apply")):
+        plans = service.plan(pool, inv, sp, manifest, names)  # under the lock: never a stale plan
         if not json_out:
             _render_plan(plans)
         changes = sum(len(p.actions) for p in plans)
@@ -96,9 +105,13 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
                 emit_json({"schema": "mfctl.provision.plan/v1", "changes": changes, "hosts": [p.to_dict() for p in plans]})
             raise typer.Exit(6 if changes else 0)
         journal = Journal(settings.state_dir() / "provision" / f"{inv.name}.journal.jsonl")
-        with TestbedLock(inv.name, "provision apply"):
-            results = service.apply(pool, plans, journal)
-            verify = service.plan(pool, inv, sp, manifest, names)
+        stop = threading.Event()
+        old = signal.signal(signal.SIGINT, lambda *a: stop.set())
+        try:
+            results = service.apply(pool, plans, journal, stop=stop)
+        finally:
+            signal.signal(signal.SIGINT, old)
+        verify = service.plan(pool, inv, sp, manifest, names)
     left = {v.host: [a.to_dict() for a in v.actions] for v in verify if v.actions or v.error}
     out = {"schema": "mfctl.provision.apply/v1", "changes_planned": changes,
            "hosts": [r.to_dict() | {"left_after_verify": left.get(r.host, [])} for r in results]}
@@ -113,6 +126,10 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
             else:
                 extra = f", [yellow]{len(left.get(r.host, []))} left after verify[/]" if left.get(r.host) else ", verified"
                 con.print(f"[green]{r.host}[/]: {len(r.applied)} change(s) applied{extra}", highlight=False)
+    if stop.is_set():
+        print_error("interrupted: every host stopped after its current action (see above); re-run apply to finish",
+                    "interrupted")
+        raise typer.Exit(130)
     if failed or left:
         raise typer.Exit(1)
 
@@ -160,9 +177,17 @@ def firmware_check(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str 
     with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool):
         if manifest is None:
             raise ConfigError("the recipe names no firmware_manifest", path=sp.source)
+        from mfctl.errors import MfctlError
+
         rows = []
         for h in names or [x.name for x in inv.hosts]:
-            for d in mellanox.parse_mlxfwmanager(_run(pool, h, mellanox.mlxfwmanager_query_argv())):
+            try:
+                devs = mellanox.parse_mlxfwmanager(_run(pool, h, mellanox.mlxfwmanager_query_argv()))
+            except MfctlError as e:
+                rows.append({"host": h, "pci": None, "part_number": None, "psid": None, "running": None, "burnt": None,
+                             "pinned": None, "status": "unreachable", "error": str(e)})
+                continue
+            for d in devs:
                 im = manifest.for_nic(d.part_number or "", d.psid)
                 want = im.version if im else None
                 status = "no pinned version" if not im else ("ok" if d.running == want and d.fw_current == want else
@@ -170,13 +195,20 @@ def firmware_check(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str 
                 rows.append({"host": h, "pci": d.pci, "part_number": d.part_number, "psid": d.psid,
                              "running": d.running, "burnt": d.fw_current, "pinned": want, "status": status})
     drift = [r for r in rows if r["status"] in ("drift", "reset needed")]
+    for r in rows:
+        if r["status"] == "unreachable" and not json_out:
+            print_error(r["error"])
     if json_out:
         emit_json({"schema": "mfctl.firmware.check/v1", "nics": rows, "drift": len(drift)})
     else:
         t = Table("host", "PCI", "part", "running", "burnt", "pinned", "status")
+        for c in t.columns:
+            c.no_wrap = True
         for r in rows:
             t.add_row(r["host"], r["pci"] or "", r["part_number"] or "", r["running"] or "", r["burnt"] or "",
                       r["pinned"] or "—", r["status"])
         out_console().print(t)
+    if any(r["status"] == "unreachable" for r in rows):
+        raise typer.Exit(4)
     if drift:
         raise typer.Exit(6)

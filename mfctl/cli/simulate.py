@@ -30,7 +30,13 @@ def simulate(model: str = typer.Option("mixtral-8x7b", help="mixtral-8x7b, mixtr
         raise UsageError(f"--model must be one of {', '.join(whatif.PRESETS)}")
     if link_gbps not in whatif.PRICES:
         raise UsageError(f"--link-gbps must be one of {', '.join(map(str, whatif.PRICES))}")
-    fabrics = fabric or list(whatif.FABRICS)
+    import math
+
+    if not math.isfinite(reconfig_latency_ms):
+        raise UsageError("--reconfig-latency-ms must be a finite number")
+    if plot is not None and (plot.suffix.lower() != ".png" or not plot.parent.is_dir()):
+        raise UsageError(f"--plot needs a .png file in an existing directory, got {str(plot)!r}")
+    fabrics = list(dict.fromkeys(fabric or whatif.FABRICS))
     bad = [f for f in fabrics if f not in whatif.FABRICS]
     if bad:
         raise UsageError(f"unknown fabric {bad[0]!r}; one of {', '.join(whatif.FABRICS)}")

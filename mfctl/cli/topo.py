@@ -87,6 +87,10 @@ def plan_cmd(traffic: Path = TRAFFIC_ARG, kind: str = KIND_OPT, inventory: Path 
                                              gpus_per_server, hidden, bytes_per_element)
     n = B.shape[-1]
     cur = load_topology(current, n) if current else None
+    if cur is not None and (cur.sum(axis=1) > ports_v).any():
+        from mfctl.errors import ConfigError
+        raise ConfigError(f"the current topology uses more circuits than a server has OCS ports ({ports_v.tolist()})",
+                          path=str(current))
     p = plan(B, ports_v, rates, method=method, current=cur, tolerance=tolerance)
     out = {"schema": "mfctl.topo.plan/v1", "servers": n, "layers": int(B.shape[0]), "ports": ports_v.tolist(), **p.to_dict()}
     names = hosts or [f"s{i}" for i in range(n)]
@@ -100,8 +104,9 @@ def plan_cmd(traffic: Path = TRAFFIC_ARG, kind: str = KIND_OPT, inventory: Path 
         return
     con = out_console()
     con.print(_matrix_table(p.circuits, names, f"circuits ({p.method}, {p.elapsed_ms:.1f} ms)"))
+    ratio = f"{p.objective_s / p.greedy_objective_s:.3f}x" if p.greedy_objective_s > 0 else "no traffic"
     con.print(f"estimated all-to-all time {p.objective_s * 1e3:.2f} ms — paper's greedy {p.greedy_objective_s * 1e3:.2f} ms "
-              f"({p.objective_s / p.greedy_objective_s:.3f}x), EPS only {p.eps_only_objective_s * 1e3:.2f} ms", highlight=False)
+              f"({ratio}), EPS only {p.eps_only_objective_s * 1e3:.2f} ms", highlight=False)
     if p.extra:
         con.print(f"minimum-change: {p.extra['changed_circuits']} circuit(s) change; best possible "
                   f"{p.extra['best_objective_s'] * 1e3:.2f} ms, current {p.extra['current_objective_s'] * 1e3:.2f} ms", highlight=False)

@@ -53,6 +53,9 @@ def _load_array(path: Path) -> tuple[np.ndarray, dict]:
         meta = {}
         if isinstance(doc, dict):
             meta = {k: v for k, v in doc.items() if k not in ("matrix", "layers", "circuits")}
+            if not any(k in doc for k in ("matrix", "layers", "circuits")):
+                raise ConfigError(f"expected a 'matrix' or 'layers' (or 'circuits') key, found {sorted(doc) or 'none'}",
+                                  path=str(path))
             doc = doc.get("layers", doc.get("matrix", doc.get("circuits")))
         try:
             return np.asarray(doc, dtype=float), meta
@@ -67,8 +70,11 @@ def _load_array(path: Path) -> tuple[np.ndarray, dict]:
         ln = ln.split("#", 1)[0].strip()
         if not ln:
             continue
+        cells = ln.replace(";", ",").split(",")
+        if any(c.strip() == "" for c in cells):
+            raise ConfigError("empty cell (write 0 for no traffic)", path=str(path), line=no)
         try:
-            rows.append([float(x) for x in ln.replace(";", ",").split(",") if x.strip() != ""])
+            rows.append([float(x) for x in cells])
         except ValueError:
             raise ConfigError(f"expected comma-separated numbers, got {ln[:60]!r}", path=str(path), line=no) from None
         if rows and len(rows[-1]) != len(rows[0]):
@@ -86,6 +92,14 @@ def load_traffic(path: str | Path, spec: TrafficSpec) -> np.ndarray:
     for k in ("tp", "gpus_per_server", "hidden", "bytes_per_element", "expert_placement"):
         if k in meta:
             setattr(spec, k, meta[k])
+    for k in ("tp", "gpus_per_server", "hidden", "bytes_per_element"):
+        v = getattr(spec, k)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"{k} must be a positive integer, got {v!r}", path=str(path))
+    if spec.expert_placement is not None and not (
+            isinstance(spec.expert_placement, list)
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in spec.expert_placement)):
+        raise ConfigError("expert_placement must be a list of EP rank numbers", path=str(path))
     if not np.isfinite(arr).all() or (arr < 0).any():
         raise ConfigError("traffic must be finite and non-negative", path=str(path))
     if arr.ndim == 2:
@@ -95,6 +109,8 @@ def load_traffic(path: str | Path, spec: TrafficSpec) -> np.ndarray:
     if kind == "server-bytes":
         if arr.shape[1] != arr.shape[2]:
             raise ConfigError(f"server × server matrix must be square, got {arr.shape[1]}×{arr.shape[2]}", path=str(path))
+        if arr.shape[1] < 2:
+            raise ConfigError("a region needs at least 2 servers", path=str(path))
         return arr
     if kind != "tokens":
         raise ConfigError(f"unknown kind {kind!r} (server-bytes or tokens)", path=str(path))
@@ -112,6 +128,9 @@ def load_traffic(path: str | Path, spec: TrafficSpec) -> np.ndarray:
     except ValueError as e:
         raise ConfigError(str(e), path=str(path)) from None
     n = int(rs.max()) + 1
+    if n < 2:
+        raise ConfigError(f"{R} EP ranks x TP {spec.tp} fit on one server of {spec.gpus_per_server} GPUs: nothing crosses "
+                          "the fabric (is 'tp' set?)", path=str(path))
     return server_matrix(rank_matrix(arr, er, R), rs, n, spec.hidden * spec.bytes_per_element)
 
 

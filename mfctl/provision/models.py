@@ -65,6 +65,9 @@ class ProvisionSpec(_S):
     def _pattern(cls, v: str | None) -> str | None:
         if v is None:
             return v
+        if "{host}" not in v or not ("{nic}" in v or "{lane}" in v) or "/" not in v:
+            raise ValueError(f"{v!r} must contain {{host}}, {{nic}} (or {{lane}}) and an explicit /prefix, "
+                             "so that every lane of every host gets its own address")
         try:
             ipaddress.ip_interface(v.format(host=1, nic=0, lane=0))
         except (ValueError, KeyError, IndexError) as e:

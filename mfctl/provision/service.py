@@ -188,8 +188,11 @@ class HostResult:
                 "elapsed_s": round(self.elapsed_s, 3)}
 
 
-def apply(pool, plans: list[HostPlan], journal=None) -> list[HostResult]:
-    """Run each host's actions in order (hosts in parallel); a host stops at its first failure."""
+def apply(pool, plans: list[HostPlan], journal=None, stop=None) -> list[HostResult]:
+    """Run each host's actions in order (hosts in parallel); a host stops at its first
+    failure. A host with an action that cannot be automated is refused before anything is
+    touched. ``stop`` (a threading.Event, set on Ctrl-C) stops every host after its current
+    action."""
 
     def one(hp: HostPlan) -> HostResult:
         t0 = time.monotonic()
@@ -197,7 +200,15 @@ def apply(pool, plans: list[HostPlan], journal=None) -> list[HostResult]:
         if hp.error:
             res.failed = {"step": "read", "error": hp.error}
             return res
+        manual = [a for a in hp.actions if a.manual]
+        if manual:
+            res.failed = {"step": f"{manual[0].phase}: {manual[0].what} on {manual[0].target}",
+                          "error": f"cannot be automated ({manual[0].manual}); nothing was changed on this host"}
+            return res
         for a in hp.actions:
+            if stop is not None and stop.is_set():
+                res.failed = {"step": f"{a.phase}: {a.what} on {a.target}", "error": "interrupted before this step"}
+                break
             if journal:
                 journal.append("provision.action", host=hp.host, **a.to_dict(), state="start")
             err = a.manual
@@ -237,8 +248,11 @@ def check_optics(pool, inv, spec: ProvisionSpec, ocs_power: dict[int, float | No
         out = []
         links = {}
         r = pool.run(h.name, iproute.link_argv())
-        if r.ok:
-            links = iproute.parse_links(r.stdout)
+        if not r.ok:
+            return [{"host": h.name, "lane": f"{nic.name}.{lane.index}", "netdev": lane.netdev, "ocs_rx": lane.ocs_rx,
+                     "findings": [f"host unreachable: {r.error or r.stderr.strip()[:100]}"], "status": "bad"}
+                    for nic, lane in h.ocs_lanes()]
+        links = iproute.parse_links(r.stdout)
         for nic, lane in h.ocs_lanes():
             row = {"host": h.name, "lane": f"{nic.name}.{lane.index}", "netdev": lane.netdev, "ocs_rx": lane.ocs_rx,
                    "findings": []}
