@@ -175,7 +175,7 @@ def test_a_failed_action_stops_only_its_host():
 
 
 @pytest.mark.parametrize("old,new,msg", [
-    ('address_pattern: "198.18.{nic}.{host}/24"', 'address_pattern: "198.18.{nic}.{host}/24; reboot"', "does not give an address"),
+    ('address_pattern: "198.18.{nic}.{slot}/24"', 'address_pattern: "198.18.{nic}.{slot}/24; reboot"', "does not give an address"),
     ("  LINK_TYPE_P1: 2      # Ethernet", "  'LINK_TYPE_P1 $(reboot)': 2", "not an mlxconfig parameter name"),
     ("  LINK_TYPE_P1: 2      # Ethernet", "  LINK_TYPE_P1: '2; reboot'", "valid integer"),
     ("mtu: 9000", "mtu: '9000 && reboot'", "valid integer"),
@@ -188,6 +188,44 @@ def test_hostile_recipe_values_are_refused(tmp_path, old, new, msg):
     with pytest.raises(ConfigError) as e:
         load_spec(p)
     assert msg in str(e.value) and e.value.exit_code == 3
+
+
+def test_address_pattern_must_give_every_lane_its_own_address(tmp_path):
+    from mfctl.inventory import load_inventory
+
+    p = tmp_path / "p.yaml"
+    p.write_text(SPEC.read_text().replace('"198.18.{nic}.{slot}/24"', '"198.18.{nic}.1/24"').replace("../", str(ROOT) + "/"))
+    with pytest.raises(ConfigError, match="gives 198.18.0.1 to both gpu01/nic0.0 and gpu02/nic0.0"):
+        load_spec(p).check_addresses(load_inventory(PROTOTYPE))
+    load_spec(SPEC).check_addresses(load_inventory(ROOT / "inventory" / "mfabric-breakout.yaml"))  # distinct
+
+
+def test_breakout_through_firmware_split_then_new_netdevs(tmp_path, cli_env, monkeypatch):
+    monkeypatch.setenv("MFCTL_STATE_DIR", cli_env["MFCTL_STATE_DIR"])
+    st = mockctl.start(ROOT / "inventory" / "mfabric-breakout.yaml", tmp_path / "mock", time_scale=100, factory=True)
+    try:
+        inv = st["inventory"]
+        run = lambda *a: subprocess.run(mfctl_cmd(*a), capture_output=True, text=True, env=cli_env, timeout=120)  # noqa: E731
+        plan = json.loads(run("provision", "plan", SPEC, "-i", inv, "--json", "--hosts", "gpu01").stdout)
+        acts = plan["hosts"][0]["actions"]
+        split = next(a for a in acts if a["what"].startswith("breakout"))
+        assert split["before"] == "1 port(s)" and split["after"] == "2x50G: 2 ports" and split["needs"] == ["reset"]
+        assert "MODULE_SPLIT_M0=2" in split["commands"][0]
+        # the split lanes are planned as the fresh netdevs that will appear after the reset
+        assert {a["target"] for a in acts if a["what"] == "MTU"} >= {"ens1f0np0s0", "ens1f0np0s1"}
+        r = run("provision", "apply", SPEC, "-i", inv, "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert run("provision", "plan", SPEC, "-i", inv).returncode == 0  # idempotent
+        topo = tmp_path / "c.yaml"
+        topo.write_text("circuits:\n  - [gpu01/nic0.1, gpu02/nic0.0]\n")
+        assert run("ocs", "apply", topo, "-i", inv, "--yes").returncode == 0
+        import time
+        time.sleep(0.3)
+        o = json.loads(run("provision", "optics", SPEC, "-i", inv, "--json").stdout)
+        ok = [(x["host"], x["lane"]) for x in o["lanes"] if x["status"] == "ok"]
+        assert o["bad"] == 0 and ok == [("gpu01", "nic0.1"), ("gpu02", "nic0.0")]
+    finally:
+        mockctl.stop(tmp_path / "mock")
 
 
 def test_every_word_reaches_the_host_as_one_argument():

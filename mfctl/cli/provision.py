@@ -29,6 +29,7 @@ def _ctx(spec_path: Path, inventory: Path | None, hosts: str | None):
     spec = load_spec(spec_path)
     inv = load_inventory(inventory or spec.path(spec.inventory))
     manifest = load_manifest(spec.path(spec.firmware_manifest)) if spec.firmware_manifest else None
+    spec.check_addresses(inv)
     names = None
     if hosts is not None:
         names = list(dict.fromkeys(h.strip() for h in hosts.split(",") if h.strip()))

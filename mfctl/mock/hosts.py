@@ -183,9 +183,16 @@ class MockHost:
         out = [{"ifindex": 1, "ifname": "lo", "flags": ["LOOPBACK", "UP", "LOWER_UP"], "mtu": 65536, "qdisc": "noqueue",
                 "operstate": "UNKNOWN", "linkmode": "DEFAULT", "group": "default", "txqlen": 1000,
                 "link_type": "loopback", "address": "00:00:00:00:00:00", "broadcast": "00:00:00:00:00:00"}]
-        for k, lane in enumerate(self.lanes):
-            up = self.lane_up(lane)
-            nds = self.config.netdevs.get(lane.netdev) if self.config is not None else None
+        by_name = {l.netdev: l for l in self.lanes}
+        names = self.config.current_netdevs() if self.config is not None else list(by_name)
+        for k, nd in enumerate(names):
+            lane = by_name.get(nd)
+            if lane is None:  # a netdev the inventory does not describe (e.g. before a breakout)
+                lane = MockLane(nd, None, None, mac=f"b8:ce:f6:ff:{k:02x}:00")
+                up = False
+            else:
+                up = self.lane_up(lane)
+            nds = self.config.netdevs.get(nd) if self.config is not None else None
             o = {"ifindex": k + 2, "ifname": lane.netdev,
                  "flags": ["BROADCAST", "MULTICAST", "UP"] + (["LOWER_UP"] if up else ["NO-CARRIER"]),
                  "mtu": nds.mtu if nds else lane.mtu, "qdisc": "mq", "operstate": "UP" if up else "DOWN",

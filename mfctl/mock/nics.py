@@ -29,12 +29,16 @@ def mock_image_sha256(image: str) -> str:
 
 @dataclass
 class NICState:
+    """One NIC port/module. ``split`` network devices exist: ``base`` when 1, else
+    ``base`` + ``s0``…``s{N-1}`` (the kernel's naming of split ports)."""
+
     name: str
     pci: str
     part_number: str
     psid: str
     speed_gbps: float
-    netdevs: list[str]
+    base: str
+    split: int = 1
     fw: str = FACTORY_FW
     fw_pending: str | None = None
     mlx_current: dict[str, str] = field(default_factory=lambda: {"LINK_TYPE_P1": "ETH(2)", "SRIOV_EN": "False(0)",
@@ -44,8 +48,13 @@ class NICState:
     pfc: list[int] = field(default_factory=lambda: [0] * 8)
 
     def __post_init__(self):
+        self.mlx_current.setdefault("MODULE_SPLIT_M0", str(self.split))
         if not self.mlx_next:
             self.mlx_next = dict(self.mlx_current)
+
+    @property
+    def netdevs(self) -> list[str]:
+        return [self.base] if self.split == 1 else [f"{self.base}s{k}" for k in range(self.split)]
 
 
 @dataclass
@@ -68,6 +77,9 @@ class HostConfig:
         self.nics[nic.pci] = nic
         for nd in nic.netdevs:
             self.netdevs[nd] = NetdevState(mtu=1500 if factory else mtu)
+
+    def current_netdevs(self) -> list[str]:
+        return [nd for nic in self.nics.values() for nd in nic.netdevs]
 
     def nic_by_pci(self, pci: str) -> NICState | None:
         return self.nics.get(pci) or next((n for n in self.nics.values() if n.pci.endswith(pci)), None)
@@ -229,6 +241,13 @@ class HostConfig:
             err("-E- Device not found\n")
             return 1
         nic.mlx_current = dict(nic.mlx_next)
+        split = int(nic.mlx_current.get("MODULE_SPLIT_M0", "1"))
+        if split != nic.split:  # the module is re-split: its old netdevs go, new ones appear (MTU 1500, no address)
+            for nd in nic.netdevs:
+                self.netdevs.pop(nd, None)
+            nic.split = split
+            for nd in nic.netdevs:
+                self.netdevs[nd] = NetdevState()
         if nic.fw_pending:
             nic.fw, nic.fw_pending = nic.fw_pending, None
         out("The reset level for device, " + nic.pci + " is:\n\n3: Driver restart and PCI reset\n"

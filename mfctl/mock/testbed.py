@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import os
 import secrets
 import signal
@@ -78,8 +79,11 @@ class MockTestbed:
             mh.config = HostConfig(mh, self.factory)
             for ni, nic in enumerate(h.nics):
                 pci = nic.pci or f"0000:{0x0c + 6 * ni:02x}:00.0"
-                mh.config.add_nic(NICState(nic.name, pci, "MCX623106AN-CDA_Ax", "MT_0000000359", nic.speed_gbps,
-                                           [l.netdev for l in nic.lanes]), self.factory)
+                split = len(nic.lanes)
+                base = re.sub(r"s\d+$", "", nic.lanes[0].netdev) if split > 1 else nic.lanes[0].netdev
+                # factory modules are not split; a provisioned mock matches the inventory
+                mh.config.add_nic(NICState(nic.name, pci, "MCX623106AN-CDA_Ax", "MT_0000000359", nic.speed_gbps, base,
+                                           split=1 if self.factory else split), self.factory)
             hk = paramiko.ECDSAKey.generate(bits=256)
             srv = MockSSHServer(h.name, hk, users={h.ssh.user}, authorized_keys=[client_key], on_exec=mh.handle)
             self.hosts[h.name], self.servers[h.name] = mh, srv

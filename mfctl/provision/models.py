@@ -41,8 +41,9 @@ class ProvisionSpec(_S):
     inventory: str
     firmware_manifest: str | None = None
     mtu: int = Field(9000, ge=1280, le=9978)
-    address_pattern: str | None = Field(None, description="per lane CIDR, e.g. 198.18.{nic}.{host}/24 "
-                                        "({host}: 1-based host index, {nic}: NIC index, {lane}: lane index)")
+    address_pattern: str | None = Field(None, description="per lane CIDR, e.g. 198.18.{nic}.{slot}/24 ({host}: "
+                                        "1-based host index, {nic}: NIC index, {lane}: lane index, {slot}: "
+                                        "8 x (host - 1) + lane + 1); every lane must get its own address")
     roce: RoCE = RoCE()
     gpu: GPU = GPU()
     mlxconfig: dict[str, int] = Field(default_factory=dict, description="firmware settings (numeric values)")
@@ -65,11 +66,10 @@ class ProvisionSpec(_S):
     def _pattern(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        if "{host}" not in v or not ("{nic}" in v or "{lane}" in v) or "/" not in v:
-            raise ValueError(f"{v!r} must contain {{host}}, {{nic}} (or {{lane}}) and an explicit /prefix, "
-                             "so that every lane of every host gets its own address")
+        if "/" not in v:
+            raise ValueError(f"{v!r} needs an explicit /prefix")
         try:
-            ipaddress.ip_interface(v.format(host=1, nic=0, lane=0))
+            ipaddress.ip_interface(v.format(host=1, nic=0, lane=0, slot=1))
         except (ValueError, KeyError, IndexError) as e:
             raise ValueError(f"{v!r} does not give an address/prefix: {e}") from None
         return v
@@ -81,7 +81,28 @@ class ProvisionSpec(_S):
     def address_for(self, host_index: int, nic_index: int, lane_index: int) -> str | None:
         if not self.address_pattern:
             return None
-        return str(ipaddress.ip_interface(self.address_pattern.format(host=host_index, nic=nic_index, lane=lane_index)))
+        return str(ipaddress.ip_interface(self.address_pattern.format(
+            host=host_index, nic=nic_index, lane=lane_index, slot=8 * (host_index - 1) + lane_index + 1)))
+
+    def check_addresses(self, inv) -> None:
+        """Every lane of every host must get a distinct address. Raises ConfigError."""
+        from mfctl.errors import ConfigError
+
+        seen: dict[str, str] = {}
+        for hi, h in enumerate(inv.hosts):
+            for ni, nic in enumerate(h.nics):
+                for lane in nic.lanes:
+                    try:
+                        a = self.address_for(hi + 1, ni, lane.index)
+                    except ValueError as e:
+                        raise ConfigError(f"address_pattern gives no valid address for {h.name}/{nic.name}.{lane.index}: {e}",
+                                          path=self.source) from None
+                    ip = a.split("/")[0] if a else None
+                    if ip and ip in seen:
+                        raise ConfigError(f"address_pattern gives {ip} to both {seen[ip]} and {h.name}/{nic.name}.{lane.index}"
+                                          " (use {host}, {nic}, {lane} or {slot})", path=self.source)
+                    if ip:
+                        seen[ip] = f"{h.name}/{nic.name}.{lane.index}"
 
 
 class FirmwareImage(_S):

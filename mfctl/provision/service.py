@@ -70,10 +70,13 @@ def read_actual(pool, inv_host) -> HostActual:
     h = inv_host.name
     fw = {d.pci: d for d in mellanox.parse_mlxfwmanager(_run(pool, h, mellanox.mlxfwmanager_query_argv()))}
     mlx, qos = {}, {}
+    ports = mellanox.parse_devlink_ports(_run(pool, h, mellanox.devlink_ports_argv()))
     for nic in inv_host.nics:
         mlx[nic.pci] = mellanox.parse_mlxconfig(_run(pool, h, mellanox.mlxconfig_query_argv(nic.pci)))[0]
-        qos[nic.name] = mellanox.parse_mlnx_qos(_run(pool, h, mellanox.mlnx_qos_argv(nic.lanes[0].netdev)))
-    ports = mellanox.parse_devlink_ports(_run(pool, h, mellanox.devlink_ports_argv()))
+        # QoS is per NIC: ask through any of its current netdevs (before a breakout they differ from the inventory's)
+        nds = [p.netdev for p in ports.values() if p.name.startswith(f"pci/{nic.pci}/") and p.netdev]
+        if nds:
+            qos[nic.name] = mellanox.parse_mlnx_qos(_run(pool, h, mellanox.mlnx_qos_argv(nds[0])))
     ifaces = iproute.parse_addrs(_run(pool, h, iproute.addr_argv()))
     gpus = nvidia_smi.parse_query_csv(_run(pool, h, nvidia_smi.query_argv(["index", "persistence_mode", "mig.mode.current"])))
     return HostActual(fw, mlx, ports, ifaces, qos, gpus)
@@ -82,6 +85,7 @@ def read_actual(pool, inv_host) -> HostActual:
 def plan_host(inv, hi: int, inv_host, spec: ProvisionSpec, manifest: FirmwareManifest | None, act: HostActual) -> list[Action]:
     acts: list[Action] = []
     reset: set[str] = set()
+    resplit: set[str] = set()
     for nic in inv_host.nics:
         tgt = f"{nic.name} ({nic.pci})"
         fwd = act.fw.get(nic.pci)
@@ -111,19 +115,33 @@ def plan_host(inv, hi: int, inv_host, spec: ProvisionSpec, manifest: FirmwareMan
                 reset.add(nic.pci)
             if any(mellanox.value_code(dev.params[k].get("current")) != v for k, v in want.items() if k in dev.params):
                 reset.add(nic.pci)
+        # breakout: how many ports the module is split into (mlx5: firmware MODULE_SPLIT + reset)
+        ports = [p for p in act.ports.values() if p.name.startswith(f"pci/{nic.pci}/")]
+        if len(ports) != len(nic.lanes):
+            splittable = ports and all(p.splittable for p in ports)
+            if splittable:
+                argv = (["devlink", "port", "split", ports[0].name, "count", str(len(nic.lanes))] if len(nic.lanes) > 1
+                        else ["devlink", "port", "unsplit", ports[0].name])
+                acts.append(Action("links", tgt, "breakout", f"{len(ports)} port(s)", nic.breakout, [argv]))
+            elif dev is not None and "MODULE_SPLIT_M0" in dev.params:
+                acts.append(Action("firmware-settings", tgt, "breakout (MODULE_SPLIT_M0)", f"{len(ports)} port(s)",
+                                   f"{nic.breakout}: {len(nic.lanes)} ports",
+                                   [mellanox.mlxconfig_set_argv(nic.pci, {"MODULE_SPLIT_M0": str(len(nic.lanes))})],
+                                   needs=["reset"]))
+                reset.add(nic.pci)
+            else:
+                acts.append(Action("links", tgt, "breakout", f"{len(ports)} port(s)", nic.breakout, [],
+                                   manual="the port is not splittable with devlink and the firmware has no MODULE_SPLIT"))
+            resplit.add(nic.pci)
     for nic in inv_host.nics:
         if nic.pci in reset:
             acts.append(Action("firmware-reset", f"{nic.name} ({nic.pci})", "firmware reset", "pending", "active",
                                [mellanox.mlxfwreset_argv(nic.pci)]))
     for ni, nic in enumerate(inv_host.nics):
-        ports = [p for p in act.ports.values() if p.name.startswith(f"pci/{nic.pci}/")]
-        if len(ports) != len(nic.lanes):
-            acts.append(Action("links", f"{nic.name} ({nic.pci})", "breakout", f"{len(ports)} port(s)",
-                               f"{nic.breakout} ({len(nic.lanes)} lane netdevs)", [],
-                               manual="the mlx5 driver cannot split ports with devlink: set MODULE_SPLIT with mlxconfig "
-                                      "and reset, or use a splitter cable"))
         for li, lane in enumerate(nic.lanes):
             ifc = act.ifaces.get(lane.netdev)
+            if ifc is None and nic.pci in resplit:
+                ifc = iproute.Iface(lane.netdev, 1500, False, [])  # appears after the re-split, with defaults
             if ifc is None:
                 acts.append(Action("links", lane.netdev, "netdev", "missing", "present", [],
                                    manual="the lane's network device does not exist"))
