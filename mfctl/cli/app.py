@@ -5,6 +5,8 @@ from __future__ import annotations
 import typer
 
 from mfctl import __version__
+from mfctl.cli import exec_ as exec_cli
+from mfctl.cli import health as health_cli
 from mfctl.cli import inventory as inventory_cli
 from mfctl.cli import mock as mock_cli
 from mfctl.cli import ocs as ocs_cli
@@ -32,6 +34,8 @@ app.add_typer(provision_cli.app, name="provision")
 app.add_typer(provision_cli.firmware_app, name="firmware")
 app.add_typer(run_cli.runs_app, name="runs")
 app.command("run")(run_cli.run)
+app.command("health")(health_cli.health)
+app.command("exec", context_settings={"allow_interspersed_args": False})(exec_cli.exec_cmd)
 app.command("simulate")(simulate_cli.simulate)
 app.command("profile")(profile_cli.profile)
 app.command("schedule")(profile_cli.schedule)

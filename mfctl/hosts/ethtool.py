@@ -154,3 +154,40 @@ def parse_module(text: str) -> ModuleInfo:
         elif v == "On" and ("alarm" in k or "warning" in k):
             info.flags_on.append(k)
     return info
+
+
+def stats_argv(netdev: str) -> list[str]:
+    return ["ethtool", "-S", netdev]
+
+
+@dataclass
+class NICStats:
+    counters: dict[str, int]
+
+    def prio(self, direction: str, p: int, what: str = "bytes") -> int:
+        return self.counters.get(f"{direction}_prio{p}_{what}", 0)
+
+    def prio_bytes(self) -> dict[int, int]:
+        """Bytes per priority (rx + tx) for priorities that have counters."""
+        out = {}
+        for p in range(8):
+            if f"rx_prio{p}_bytes" in self.counters or f"tx_prio{p}_bytes" in self.counters:
+                out[p] = self.prio("rx", p) + self.prio("tx", p)
+        return out
+
+
+def parse_stats(text: str) -> NICStats:
+    """Parse ``ethtool -S IF`` (with or without the ``NIC statistics:`` header, any indentation,
+    or a ``| grep`` excerpt). Raises ParseError on a line that is not ``name: integer``."""
+    counters: dict[str, int] = {}
+    for no, raw in enumerate(text.splitlines(), 1):
+        s = raw.strip()
+        if not s or s == "NIC statistics:":
+            continue
+        m = re.match(r"^([A-Za-z0-9_.\[\]-]+):\s*(-?\d+)$", s)
+        if not m:
+            raise ParseError("ethtool -S", no, "'counter: integer'", s)
+        counters[m.group(1)] = int(m.group(2))
+    if not counters:
+        raise ParseError("ethtool -S", 1, "at least one counter", text[:80])
+    return NICStats(counters)

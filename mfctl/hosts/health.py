@@ -11,7 +11,23 @@ from dataclasses import dataclass, field
 from mfctl.errors import ParseError
 from mfctl.hosts import iproute, nvidia_smi
 
-THRESHOLDS = {"gpu_temp_warn_c": 80.0, "gpu_temp_crit_c": 87.0}
+#: Every threshold of the health sweep, in one table (override with ``mfctl health --threshold name=value``).
+THRESHOLDS = {
+    "gpu_temp_warn_c": 80.0,  # A100 slowdown begins near 85 °C (datasheet class)
+    "gpu_temp_crit_c": 87.0,
+    "wrong_priority_share": 0.01,  # RoCE bytes outside the lossless priority, as a share of all bytes
+    "roce_priority": 3.0,
+}
+
+
+def thresholds(overrides: dict[str, float] | None = None) -> dict[str, float]:
+    """The declared thresholds with ``overrides`` applied; unknown names raise KeyError."""
+    out = dict(THRESHOLDS)
+    for k, v in (overrides or {}).items():
+        if k not in out:
+            raise KeyError(k)
+        out[k] = float(v)
+    return out
 
 
 @dataclass
@@ -60,6 +76,9 @@ def check_host(inv_host, gpu_res, link_res) -> HostHealth:
             add("critical", "gpu", str(e))
             gpus = []
         hh.gpus = len(gpus)
+        off = [g.index for g in gpus if g.persistence is False]
+        if off:
+            add("warning", "gpu", f"persistence mode is off on GPU {off[0]}" + (f"-{off[-1]}" if len(off) > 1 else ""))
         if gpus and len(gpus) != inv_host.gpus.count:
             add("critical", "gpu", f"{len(gpus)} GPUs visible, inventory says {inv_host.gpus.count}")
         for g in gpus:
@@ -69,8 +88,7 @@ def check_host(inv_host, gpu_res, link_res) -> HostHealth:
                 add("warning", "gpu", f"GPU {g.index} at {g.temperature_c} °C")
             if g.ecc_uncorrected:
                 add("critical", "gpu", f"GPU {g.index} has {g.ecc_uncorrected} uncorrected ECC errors")
-            if g.persistence is False:
-                add("warning", "gpu", f"GPU {g.index} persistence mode is off")
+
     if not link_res.ok:
         add("critical", "nic", link_res.error or f"ip exited {link_res.rc}: {link_res.stderr.strip()[:200]}")
     else:
@@ -98,3 +116,117 @@ def sweep(pool, inv, hosts: list[str] | None = None) -> list[HostHealth]:
     gpu = pool.run_many(names, lambda h: nvidia_smi.query_argv())
     link = pool.run_many(names, lambda h: iproute.link_argv())
     return [check_host(inv.host(n), g, l) for n, g, l in zip(names, gpu, link)]
+
+
+XID_CRITICAL = {48, 63, 64, 74, 79, 92, 94, 95}  # NVIDIA XID catalogue: ECC DBE, row remap failure, NVLink, fell off the bus, …
+
+
+def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, float] | None = None,
+               ocs_state: dict | None = None) -> list[HostHealth]:
+    """The operator's health sweep (``mfctl health``): the preflight checks plus XID events,
+    per-lane link speed, per-priority RoCE counters, transceiver DOM against each module's
+    own thresholds, and (given ``ocs_state``) OCS alarms and dark connected ports."""
+    import re
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mfctl.hosts import ethtool
+
+    lim = thresholds(limits)
+    base = {h.host: h for h in sweep(pool, inv, hosts)}
+
+    def deeper(name: str) -> HostHealth:
+        hh = base[name]
+        if not hh.reachable:
+            return hh
+        inv_host = inv.host(name)
+        add = lambda sev, chk, msg: hh.findings.append(Finding(name, sev, chk, msg))  # noqa: E731
+        r = pool.run(name, ["dmesg", "--level=err,warn"])
+        if r.ok:
+            for ln in r.stdout.splitlines():
+                m = re.search(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)", ln)
+                if m:
+                    x = int(m.group(2))
+                    add("critical" if x in XID_CRITICAL else "warning", "gpu", f"XID {x} on {m.group(1)}")
+        for nic in inv_host.nics:
+            for lane in nic.lanes:
+                lr = pool.run(name, ethtool.link_argv(lane.netdev))
+                if lr.ok:
+                    try:
+                        ls = ethtool.parse_link(lr.stdout)
+                    except ParseError as e:
+                        add("warning", "nic", str(e))
+                        continue
+                    want = int(nic.lane_rate_gbps * 1000)
+                    if ls.link_detected and ls.speed_mbps and ls.speed_mbps != want:
+                        add("warning", "nic", f"{lane.netdev} runs at {ls.speed_mbps} Mb/s, expected {want}")
+                if lane.ocs_tx is not None and lane.netdev in hh.links_up:
+                    mr = pool.run(name, ethtool.module_argv(lane.netdev))
+                    if mr.ok:
+                        try:
+                            mod = ethtool.parse_module(mr.stdout)
+                        except ParseError as e:
+                            add("warning", "optics", str(e))
+                            continue
+                        for flag in mod.flags_on:
+                            add("critical" if "alarm" in flag else "warning", "optics", f"{lane.netdev}: {flag}")
+                        low_w, low_a = mod.thresholds.get("rx_power_low_warning_dbm"), mod.thresholds.get("rx_power_low_alarm_dbm")
+                        for ch, v in mod.rx_power_dbm.items():
+                            if v is None or (low_a is not None and v < low_a):
+                                add("critical", "optics", f"{lane.netdev} channel {ch}: Rx {v} dBm below the alarm threshold {low_a}")
+                            elif low_w is not None and v < low_w:
+                                add("warning", "optics", f"{lane.netdev} channel {ch}: Rx {v} dBm below the warning threshold {low_w}")
+            sr = pool.run(name, ethtool.stats_argv(nic.lanes[0].netdev))
+            if sr.ok:
+                try:
+                    st = ethtool.parse_stats(sr.stdout)
+                except ParseError as e:
+                    add("warning", "nic", str(e))
+                    continue
+                pb = st.prio_bytes()
+                total = sum(pb.values())
+                roce = int(lim["roce_priority"])
+                wrong = total - pb.get(roce, 0)
+                if total and wrong / total > lim["wrong_priority_share"]:
+                    top = max(pb, key=pb.get)
+                    add("warning", "roce", f"{nic.name}: {100 * wrong / total:.0f}% of traffic on priorities other than "
+                                           f"{roce} (most on prio {top}): PFC/DSCP not applied?")
+        return hh
+
+    names = list(base)
+    with ThreadPoolExecutor(max_workers=min(pool.fanout, max(1, len(names)))) as ex:
+        out = list(ex.map(deeper, names))
+    if ocs_state is not None:
+        hh = HostHealth(inv.ocs.name, reachable=ocs_state.get("error") is None)
+        if ocs_state.get("error"):
+            hh.findings.append(Finding(inv.ocs.name, "critical", "ocs", ocs_state["error"]))
+        for a in ocs_state.get("standing", []):
+            hh.findings.append(Finding(inv.ocs.name, "critical", "ocs", f"standing alarm {a}"))
+        for p in ocs_state.get("dark_outputs", []):
+            hh.findings.append(Finding(inv.ocs.name, "critical", "ocs", f"output port {p} is connected but dark"))
+        out.append(hh)
+    return out
+
+
+def junit(results: list[HostHealth]) -> str:
+    """JUnit XML: one test case per target and check; critical findings are failures."""
+    import xml.etree.ElementTree as ET
+
+    suite = ET.Element("testsuite", name="mfctl-health")
+    n = fails = 0
+    for hh in results:
+        for chk in ("gpu", "nic", "optics", "roce", "ocs"):
+            fs = [f for f in hh.findings if f.check == chk]
+            if chk == "ocs" and not fs and hh.host != "ocs":
+                continue
+            tc = ET.SubElement(suite, "testcase", classname=hh.host, name=chk)
+            n += 1
+            crit = [f for f in fs if f.severity == "critical"]
+            if crit:
+                fails += 1
+                ET.SubElement(tc, "failure", message=crit[0].message).text = "\n".join(f.message for f in crit)
+            warn = [f for f in fs if f.severity == "warning"]
+            if warn:
+                ET.SubElement(tc, "system-out").text = "\n".join("warning: " + f.message for f in warn)
+    suite.set("tests", str(n))
+    suite.set("failures", str(fails))
+    return ET.tostring(suite, encoding="unicode")

@@ -1,0 +1,66 @@
+"""``mfctl exec HOSTS -- COMMAND`` — one command on many hosts over pooled SSH."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console, print_error
+
+
+@handle_errors
+def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02 or gpu[01-04]."),
+             command: list[str] = typer.Argument(..., help="The command and its arguments (after --)."),
+             inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCTL_INVENTORY"),
+             fanout: int = typer.Option(None, "--fanout", min=1, envvar="MFCTL_FANOUT", help="Hosts contacted at once."),
+             connect_timeout: float = typer.Option(None, "--connect-timeout", min=0.1, envvar="MFCTL_CONNECT_TIMEOUT"),
+             timeout: float = typer.Option(None, "--timeout", min=0.1, envvar="MFCTL_COMMAND_TIMEOUT", help="Per-command timeout, s."),
+             json_out: bool = JSON_OPT):
+    """Run COMMAND on HOSTS in parallel (each word quoted for the remote shell); identical results are folded.
+    Exit code: 0 all ok, 1 a command failed somewhere, 4 a host was unreachable or timed out."""
+    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+    from mfctl import settings
+    from mfctl.errors import UsageError
+    from mfctl.hosts.fold import fold
+    from mfctl.inventory import load_inventory
+    from mfctl.transport.ssh import SSHPool, targets_from_inventory
+
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("no command given (mfctl exec -i INV HOSTS -- COMMAND ...)")
+    inv = load_inventory(inventory)
+    known = [h.name for h in inv.hosts]
+    if hosts == "all":
+        names = known
+    else:
+        try:
+            names = list(NodeSet(hosts))
+        except NodeSetParseError as e:
+            raise UsageError(f"bad host set {hosts!r}: {e}") from None
+    unknown = [h for h in names if h not in known]
+    if unknown or not names:
+        raise UsageError(f"unknown host(s) {', '.join(unknown) or hosts!r}; the inventory has {', '.join(known)}")
+    with SSHPool(targets_from_inventory(inv), connect_timeout=connect_timeout or settings.get_float("connect_timeout"),
+                 command_timeout=timeout or settings.get_float("command_timeout"),
+                 fanout=fanout or int(settings.get("fanout"))) as pool:
+        results = pool.run_many(names, lambda h: command)
+    worst = 4 if any(r.error for r in results) else (1 if any(r.rc != 0 for r in results) else 0)
+    groups = fold(results, lambda r: r.host, lambda r: (r.rc, r.stdout, r.stderr, r.error))
+    if json_out:
+        emit_json({"schema": "mfctl.exec/v1", "command": command, "exit_code": worst,
+                   "results": [r.to_dict() for r in results],
+                   "folded": [{"hosts": hs, "rc": r.rc, "stdout": r.stdout, "stderr": r.stderr, "error": r.error}
+                              for hs, r in groups]})
+    else:
+        con = out_console()
+        for hs, r in groups:
+            status = f"error: {r.error}" if r.error else f"rc={r.rc}"
+            con.print(f"[bold]---- {hs} ({status}) ----[/]", highlight=False)
+            if r.stdout:
+                con.print(r.stdout.rstrip("\n"), highlight=False, markup=False)
+            if r.stderr:
+                print_error(r.stderr.rstrip("\n"), f"stderr {hs}")
+    raise typer.Exit(worst)

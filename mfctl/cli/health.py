@@ -1,0 +1,82 @@
+"""``mfctl health`` — the operator's sweep of GPUs, NICs, transceivers and the OCS."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console
+
+
+@handle_errors
+def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCTL_INVENTORY"),
+           hosts: str = typer.Option(None, "--hosts", help="Host set (gpu[01-02]); default all."),
+           threshold: list[str] = typer.Option(None, "--threshold", help="Override a threshold: name=value (repeat)."),
+           no_ocs: bool = typer.Option(False, "--no-ocs", help="Skip the OCS (alarms, dark connected ports)."),
+           junit: Path = typer.Option(None, "--junit", help="Also write a JUnit XML report here (for CI)."),
+           json_out: bool = JSON_OPT):
+    """Sweep every host in parallel (nvidia-smi, dmesg XIDs, ip/ethtool links, ethtool -S priorities,
+    ethtool -m DOM) and the OCS; identical findings are folded. Exit 0 healthy, 1 when anything is critical."""
+    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+    from rich.table import Table
+
+    from mfctl import settings
+    from mfctl.errors import MfctlError, UsageError
+    from mfctl.hosts import health as H
+    from mfctl.hosts.fold import fold
+    from mfctl.inventory import load_inventory
+    from mfctl.transport.ssh import SSHPool, targets_from_inventory
+
+    inv = load_inventory(inventory)
+    names = None
+    if hosts:
+        try:
+            names = list(NodeSet(hosts))
+        except NodeSetParseError as e:
+            raise UsageError(f"bad host set {hosts!r}: {e}") from None
+        bad = [h for h in names if h not in {x.name for x in inv.hosts}]
+        if bad:
+            raise UsageError(f"unknown host(s): {', '.join(bad)}")
+    overrides = {}
+    for t in threshold or []:
+        k, _, v = t.partition("=")
+        try:
+            overrides[k] = float(v)
+            H.thresholds({k: overrides[k]})
+        except (ValueError, KeyError):
+            raise UsageError(f"--threshold {t!r}: expected name=number with name one of {', '.join(H.THRESHOLDS)}") from None
+    ocs_state = None
+    if not no_ocs:
+        from mfctl.ocs.driver import driver_from_inventory
+
+        try:
+            with driver_from_inventory(inv, connect_timeout=settings.get_float("connect_timeout"),
+                                       command_timeout=settings.get_float("command_timeout")) as drv:
+                xc = drv.cross_connects()
+                al = drv.alarms()
+                power = drv.power(sorted(set(xc.values()))) if xc else {}
+            ocs_state = {"standing": al["standing"], "dark_outputs": [p for p, v in power.items() if v is None]}
+        except MfctlError as e:
+            ocs_state = {"error": str(e)}
+    with SSHPool(targets_from_inventory(inv), connect_timeout=settings.get_float("connect_timeout"),
+                 command_timeout=settings.get_float("command_timeout"), fanout=int(settings.get("fanout"))) as pool:
+        results = H.full_sweep(pool, inv, names, overrides, ocs_state)
+    crit = any(f.severity == "critical" for r in results for f in r.findings)
+    if junit:
+        junit.write_text(H.junit(results))
+    if json_out:
+        emit_json({"schema": "mfctl.health/v1", "healthy": not crit, "thresholds": H.thresholds(overrides),
+                   "targets": [r.to_dict() for r in results]})
+    else:
+        findings = [f for r in results for f in r.findings]
+        ok = [r.host for r in results if not r.findings]
+        t = Table("targets", "severity", "check", "finding", title="health")
+        colour = {"critical": "red", "warning": "yellow"}
+        for hs, f in fold(findings, lambda f: f.host, lambda f: (f.severity, f.check, f.message)):
+            t.add_row(hs, f"[{colour[f.severity]}]{f.severity}[/]", f.check, f.message)
+        if ok:
+            from mfctl.hosts.fold import hostset
+            t.add_row(hostset(ok), "[green]ok[/]", "all", "no findings")
+        out_console().print(t)
+    raise typer.Exit(1 if crit else 0)

@@ -1,0 +1,72 @@
+"""mfctl exec (fan-out, folding, exit codes) and mfctl health (findings, folding, JUnit)."""
+
+import json
+import subprocess
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conftest import DATA, PROTOTYPE, mfctl_cmd
+from mfctl import mockctl
+from mfctl.errors import ParseError
+from mfctl.hosts import ethtool
+from mfctl.hosts.fold import fold, hostset
+
+
+def test_ethtool_stats_real_captures():
+    full = ethtool.parse_stats((DATA / "ethtool" / "S-mlx5-cx4lx-fw14.23-kernel4.15-stripped.txt").read_text())
+    assert len(full.counters) == 751 and full.counters["rx_prio0_bytes"] == 2202570777997
+    assert full.prio_bytes()[0] == 2202570777997 + 2662454044895 and full.prio_bytes()[3] == 0
+    grep = ethtool.parse_stats((DATA / "ethtool" / "S-mlx5-grep-prio-roce-all-traffic-prio0.txt").read_text())
+    assert grep.counters["rx_prio0_bytes"] == 88034564921216 and sum(v for p, v in grep.prio_bytes().items() if p) == 0
+    with pytest.raises(ParseError):
+        ethtool.parse_stats("rx_bytes: lots\n")
+
+
+def test_fold():
+    assert hostset(["gpu03", "gpu01", "gpu02", "gpu07"]) == "gpu[01-03,07]"
+    items = [("gpu01", "a"), ("gpu02", "a"), ("gpu03", "b")]
+    assert fold(items, lambda i: i[0], lambda i: i[1]) == [("gpu[01-02]", ("gpu01", "a")), ("gpu03", ("gpu03", "b"))]
+
+
+@pytest.fixture
+def mock(tmp_path, cli_env, monkeypatch):
+    monkeypatch.setenv("MFCTL_STATE_DIR", cli_env["MFCTL_STATE_DIR"])
+    def start(factory=False):
+        return mockctl.start(PROTOTYPE, tmp_path / "mock", time_scale=100, factory=factory)["inventory"]
+    yield start, cli_env
+    mockctl.stop(tmp_path / "mock")
+
+
+def test_exec_folds_and_exit_codes(mock):
+    start, env = mock
+    inv = start()
+    run = lambda *a: subprocess.run(mfctl_cmd("exec", "-i", inv, *a), capture_output=True, text=True, env=env, timeout=60)  # noqa: E731
+    r = run("--json", "gpu[01-04]", "--", "echo", "a b; $(id)")
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["folded"] == [{"hosts": "gpu[01-04]", "rc": 0, "stdout": "a b; $(id)\n", "stderr": "", "error": None}]
+    r = run("--json", "all", "--", "hostname")
+    assert [f["hosts"] for f in json.loads(r.stdout)["folded"]] == ["gpu01", "gpu02", "gpu03", "gpu04"]
+    assert run("gpu01", "--", "no-such-tool").returncode == 1
+    assert run("gpu09", "--", "true").returncode == 2
+
+
+def test_health_sweep_findings_folding_and_junit(mock, tmp_path):
+    start, env = mock
+    inv = start(factory=True)
+    junit = tmp_path / "health.xml"
+    r = subprocess.run(mfctl_cmd("health", "-i", inv, "--json", "--junit", junit), capture_output=True, text=True, env=env, timeout=60)
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["healthy"]  # warnings only
+    msgs = {f["message"] for t in out["targets"] for f in t["findings"]}
+    assert "persistence mode is off on GPU 0-7" in msgs
+    assert any("traffic on priorities other than 3 (most on prio 0)" in m for m in msgs)
+    suite = ET.parse(junit).getroot()
+    assert suite.get("failures") == "0" and int(suite.get("tests")) >= 16
+    # a connected but dark OCS output is critical: exit 1, a JUnit failure, folded in the table
+    assert subprocess.run(mfctl_cmd("ocs", "connect", "300", "700", "-i", inv, "--yes"), env=env, capture_output=True).returncode == 0
+    r = subprocess.run(mfctl_cmd("health", "-i", inv, "--junit", junit), capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 1 and "output port 700 is connected but dark" in r.stdout and "gpu[01-04]" in r.stdout
+    assert ET.parse(junit).getroot().get("failures") == "1"
+    r = subprocess.run(mfctl_cmd("health", "-i", inv, "--threshold", "nope=1"), capture_output=True, text=True, env=env)
+    assert r.returncode == 2
