@@ -90,6 +90,17 @@ def test_main_job_end_to_end_via_cli(tmp_path, cli_env):
     # the mock was stopped with the run
     assert not (run_dir / "mock" / "status.json").exists()
     assert wall < 60
+    # metrics export: Prometheus text (base units, _total counters, _info), CSV, JSON
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = subprocess.run(mfctl_cmd("metrics", "export", "latest"), capture_output=True, text=True, env=cli_env, cwd=tmp_path)
+    fams = {f.name: f for f in text_string_to_metric_families(r.stdout)}
+    assert r.returncode == 0 and fams["mfctl_iterations"].samples[0].value == 12
+    assert fams["mfctl_tokens"].samples[0].value == s["tokens"] and "mfctl_run_info" in fams
+    assert fams["mfctl_reconfigurations"].samples[0].value == len(s["reconfigurations"])
+    r = subprocess.run(mfctl_cmd("metrics", "export", s["run_id"], "--format", "csv"), capture_output=True, text=True,
+                       env=cli_env, cwd=tmp_path)
+    assert r.stdout.splitlines()[0].startswith("iteration,host,seconds") and len(r.stdout.splitlines()) == 1 + 48
 
 
 def test_worker_crash_stops_everything_and_exits_1(tmp_path):

@@ -8,6 +8,7 @@ from mfctl import __version__
 from mfctl.cli import exec_ as exec_cli
 from mfctl.cli import health as health_cli
 from mfctl.cli import inventory as inventory_cli
+from mfctl.cli import metrics as metrics_cli
 from mfctl.cli import mock as mock_cli
 from mfctl.cli import ocs as ocs_cli
 from mfctl.cli import profile as profile_cli
@@ -33,6 +34,7 @@ app.add_typer(topo_cli.app, name="topo")
 app.add_typer(provision_cli.app, name="provision")
 app.add_typer(provision_cli.firmware_app, name="firmware")
 app.add_typer(run_cli.runs_app, name="runs")
+app.add_typer(metrics_cli.app, name="metrics")
 app.command("run")(run_cli.run)
 app.command("health")(health_cli.health)
 app.command("exec", context_settings={"allow_interspersed_args": False})(exec_cli.exec_cmd)

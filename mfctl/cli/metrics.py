@@ -1,0 +1,69 @@
+"""``mfctl metrics export|serve``"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mfctl.cli.common import emit_json, handle_errors
+
+app = typer.Typer(help="Export a run's metrics (Prometheus, CSV, JSON) or serve them to Prometheus.", no_args_is_help=True)
+RUNS_DIR_OPT = typer.Option(None, "--runs-dir", envvar="MFCTL_RUNS_DIR", help="Where run directories are (default: ./runs).")
+
+
+def _run_dir(run_id: str, runs_dir: Path | None) -> Path:
+    from mfctl import settings
+    from mfctl.errors import UsageError
+
+    base = Path(runs_dir or settings.get("runs_dir"))
+    if run_id == "latest":
+        dirs = sorted(p.parent for p in base.glob("*/metrics.db"))
+        if not dirs:
+            raise UsageError(f"no runs in {base}")
+        return dirs[-1]
+    if "/" in run_id or run_id.startswith(".") or not (base / run_id).is_dir():
+        raise UsageError(f"no run {run_id!r} in {base} (see mfctl runs list)")
+    return base / run_id
+
+
+@app.command("export")
+@handle_errors
+def export(run_id: str = typer.Argument("latest", help="Run id, or latest."),
+           fmt: str = typer.Option("prometheus", "--format", help="prometheus, csv or json."),
+           table: str = typer.Option("iterations", help="CSV: iterations, reconfigurations, predictions or health."),
+           runs_dir: Path = RUNS_DIR_OPT):
+    """Write a run's metrics to stdout."""
+    import sys
+
+    from mfctl.errors import UsageError
+    from mfctl.metrics import export as ex
+
+    d = _run_dir(run_id, runs_dir)
+    if fmt == "prometheus":
+        sys.stdout.write(ex.prometheus_text(d))
+    elif fmt == "csv":
+        sys.stdout.write(ex.to_csv(d, table))
+    elif fmt == "json":
+        emit_json(ex.to_json(d))
+    else:
+        raise UsageError("--format must be prometheus, csv or json")
+
+
+@app.command("serve")
+@handle_errors
+def serve(run_id: str = typer.Argument("latest"), port: int = typer.Option(9464, min=1, max=65535),
+          address: str = typer.Option("127.0.0.1", help="Listen address (loopback by default)."),
+          runs_dir: Path = RUNS_DIR_OPT):
+    """Serve a run's metrics over HTTP for Prometheus (until Ctrl-C)."""
+    import time
+
+    from prometheus_client import start_http_server
+
+    from mfctl.metrics import export as ex
+
+    d = _run_dir(run_id, runs_dir)
+    start_http_server(port, addr=address, registry=ex.registry(d))
+    typer.echo(f"serving {d.name} on http://{address}:{port}/metrics")
+    while True:
+        time.sleep(3600)

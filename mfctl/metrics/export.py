@@ -1,0 +1,93 @@
+"""Export a run's metrics: Prometheus text format (prometheus-client), CSV, JSON.
+
+Prometheus names use base units and the conventions of the exposition format: seconds,
+bytes, ``_total`` for counters, ``_info`` for metadata."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sqlite3
+from pathlib import Path
+
+
+def _db(run_dir: Path) -> sqlite3.Connection:
+    p = run_dir / "metrics.db"
+    if not p.exists():
+        from mfctl.errors import UsageError
+
+        raise UsageError(f"no metrics database in {run_dir}")
+    return sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+
+
+def registry(run_dir: Path):
+    """A prometheus_client registry holding the run's metrics."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Info, disable_created_metrics
+
+    disable_created_metrics()  # no *_created series: a finished run's counters are not live processes
+    db = _db(run_dir)
+    reg = CollectorRegistry()
+    (run_id, playbook, inventory, status, scale) = db.execute(
+        "SELECT run_id, playbook, inventory, status, time_scale FROM run").fetchone()
+    Info("mfctl_run", "the run", registry=reg).info({"run_id": run_id, "playbook": Path(playbook).name,
+                                                      "inventory": Path(inventory).name, "status": status or "",
+                                                      "time_scale": str(scale)})
+    rows = db.execute("SELECT iteration, seconds, tokens, inter_bytes, ocs_bytes, a2a_s FROM iterations "
+                      "WHERE host = (SELECT MIN(host) FROM iterations) ORDER BY iteration").fetchall()
+    it = Counter("mfctl_iterations", "iterations completed", registry=reg)
+    tok = Counter("mfctl_tokens", "tokens trained", registry=reg)
+    inter = Counter("mfctl_ep_inter_server_bytes", "inter-server expert-parallel bytes", registry=reg)
+    ocs = Counter("mfctl_ep_circuit_bytes", "inter-server expert-parallel bytes carried on OCS circuits", registry=reg)
+    train = Counter("mfctl_train_seconds", "training time (testbed seconds)", registry=reg)
+    last = Gauge("mfctl_iteration_seconds", "the last iteration's time (testbed seconds)", registry=reg)
+    a2a = Gauge("mfctl_all_to_all_seconds", "the last iteration's all-to-all time (testbed seconds)", registry=reg)
+    for _, secs, tokens, ib, ob, a in rows:
+        it.inc()
+        tok.inc(tokens or 0)
+        inter.inc(ib or 0)
+        ocs.inc(ob or 0)
+        train.inc(secs or 0)
+        last.set(secs or 0)
+        a2a.set(a or 0)
+    rc = Counter("mfctl_reconfigurations", "OCS reconfigurations", registry=reg)
+    phase = Gauge("mfctl_reconfiguration_phase_seconds", "the last reconfiguration's phase times", ["phase"], registry=reg)
+    for sw, lu, rt in db.execute("SELECT t_switch_ms, t_linkup_ms, t_runtime_ms FROM reconfigurations ORDER BY epoch"):
+        rc.inc()
+        phase.labels("switch").set((sw or 0) / 1000)
+        phase.labels("linkup").set((lu or 0) / 1000)
+        phase.labels("runtime").set((rt or 0) / 1000)
+    return reg
+
+
+def prometheus_text(run_dir: Path) -> str:
+    from prometheus_client import generate_latest
+
+    return generate_latest(registry(run_dir)).decode()
+
+
+TABLES = ("iterations", "reconfigurations", "predictions", "health")
+
+
+def to_csv(run_dir: Path, table: str) -> str:
+    if table not in TABLES:
+        from mfctl.errors import UsageError
+
+        raise UsageError(f"--table must be one of {', '.join(TABLES)}")
+    db = _db(run_dir)
+    cur = db.execute(f"SELECT * FROM {table}")  # table name checked against TABLES above
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow([d[0] for d in cur.description])
+    w.writerows(cur.fetchall())
+    return buf.getvalue()
+
+
+def to_json(run_dir: Path) -> dict:
+    db = _db(run_dir)
+    out = {"schema": "mfctl.metrics/v1"}
+    for t in TABLES:
+        cur = db.execute(f"SELECT * FROM {t}")
+        cols = [d[0] for d in cur.description]
+        out[t] = [dict(zip(cols, r)) for r in cur.fetchall()]
+    return out
