@@ -84,8 +84,11 @@ def render_summary(s: dict) -> None:
     if s.get("prediction_rel_error"):
         t.add_row("traffic prediction", ", ".join(f"{k} {100 * v:.1f}%" for k, v in s["prediction_rel_error"].items())
                   + " rel. error")
-    t.add_row("health", f"{s['health']['ok']}/{s['health']['hosts']} hosts ok (sweep {s['health']['sweep_s']:.2f} s)")
+    if s["health"]["hosts"]:
+        t.add_row("health", f"{s['health']['ok']}/{s['health']['hosts']} hosts ok (sweep {s['health']['sweep_s']:.2f} s)")
     t.add_row("time", f"{s['simulated_train_s']:.1f} s testbed time in {s['wall_train_s']:.1f} s wall (x{s['time_scale']:g})")
+    if s.get("tflops_per_gpu_mean"):
+        t.add_row("TFLOP/s per GPU", f"{s['tflops_per_gpu_mean']:.1f} (mean of the logged iterations)")
     ocs = s.get("ocs")
     if ocs:
         t.add_row("OCS read-back", ("[green]matches the last plan[/]" if ocs["matches_last_plan"] else "[red]DIFFERS from the last plan[/]")
@@ -99,7 +102,7 @@ def render_summary(s: dict) -> None:
                       f"{x['t_switch_ms']:.1f} ms", f"{x['t_linkup_ms'] / 1000:.2f} s", f"{x['t_runtime_ms']:.0f} ms",
                       f"{x['objective_before_s'] * 1000:.0f} → {x['objective_after_s'] * 1000:.0f} ms")
         con.print(r)
-    else:
+    elif s.get("inventory") != "(training log)":
         con.print("no reconfigurations (the policy found none worth its cost)")
     if ocs:
         for region, cs in ocs["circuits"].items():
@@ -231,3 +234,64 @@ def show_run(run_id: str = typer.Argument(..., help="Run id (a directory under t
         render_summary(s)
 
 
+
+
+@runs_app.command("import-log")
+@handle_errors
+def import_log(log: Path = typer.Argument(..., help="A Megatron / Megatron-DeepSpeed training log."),
+               seq_len: int = typer.Option(4096, min=1, help="Tokens per sample (when the log has no 'consumed tokens')."),
+               runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
+    """Turn a real training log into a run directory (same metrics as a simulated run): runs show,
+    metrics export and reports then work on it."""
+    import secrets
+    import time as _t
+
+    from mfctl.errors import ConfigError
+    from mfctl.hosts.trainlog import parse_train_log
+    from mfctl.metrics.store import MetricsStore
+
+    try:
+        text = log.read_text(errors="replace")
+    except OSError as e:
+        raise ConfigError(f"cannot read: {e.strerror}", path=str(log)) from None
+    tl = parse_train_log(text)
+    if not tl.iterations:
+        raise ConfigError("no Megatron iteration lines (DeepSpeed step lines alone carry no timing)", path=str(log))
+    run_id = _t.strftime("%Y%m%d-%H%M%S-") + "log" + secrets.token_hex(2)
+    d = _runs_dir(runs_dir).resolve() / run_id
+    store = MetricsStore(d / "metrics.db")
+    store.start_run(run_id, str(log.resolve()), "(training log)", 1.0)
+    prev_tokens = None
+    rows = []
+    for r in tl.iterations:
+        secs = (r.elapsed_ms or 0) / 1000
+        if r.consumed_tokens is not None and prev_tokens is not None:
+            tokens = r.consumed_tokens - prev_tokens
+            steps = max(1, r.iteration - rows[-1]["iteration"]) if rows else 1
+            tokens //= steps
+        else:
+            tokens = (r.global_batch or 0) * seq_len
+        prev_tokens = r.consumed_tokens
+        m = {"iteration": r.iteration, "seconds": secs, "tokens": tokens, "epoch": 0, "paused": False}
+        store.iteration("log", m)
+        rows.append(m)
+    secs = [x["seconds"] for x in rows]
+    summary = {"schema": "mfctl.run.summary/v1", "run_id": run_id, "status": "ok", "error": None, "playbook": log.name,
+               "inventory": "(training log)", "run_dir": str(d), "time_scale": 1.0, "iterations": len(rows),
+               "iterations_planned": tl.iterations[-1].total, "tokens": sum(x["tokens"] for x in rows),
+               "iteration_time_s": {"mean": sum(secs) / len(secs), "p50": sorted(secs)[len(secs) // 2],
+                                    "min": min(secs), "max": max(secs)},
+               "tokens_per_s": sum(x["tokens"] for x in rows) / sum(secs) if sum(secs) else None,
+               "tflops_per_gpu_mean": (sum(r.tflops_per_gpu for r in tl.iterations if r.tflops_per_gpu) /
+                                       max(1, sum(1 for r in tl.iterations if r.tflops_per_gpu))) or None,
+               "skipped_iterations": max((r.skipped or 0) for r in tl.iterations),
+               "simulated_train_s": sum(secs), "wall_train_s": sum(secs), "reconfigurations": [],
+               "health": {"hosts": 0, "ok": 0, "sweep_s": 0.0}, "ep_inter_server_bytes": 0, "ep_bytes_on_circuits": 0,
+               "ep_share_on_circuits": None, "note": "iterations are the logged ones (Megatron logs every N iterations)"}
+    store.end_run(run_id, "ok", 0, summary)
+    store.close()
+    (d / "summary.json").write_text(json.dumps(summary, indent=2))
+    if json_out:
+        emit_json(summary)
+    else:
+        render_summary(summary)

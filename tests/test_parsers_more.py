@@ -1,0 +1,67 @@
+"""nccl-tests tables and training logs: every corpus file, values read off by hand."""
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import DATA, mfctl_cmd
+from mfctl.errors import ParseError
+from mfctl.hosts.nccl_tests import parse_perf
+from mfctl.hosts.trainlog import parse_train_log
+
+NCCL = DATA / "nccl-tests"
+
+
+@pytest.mark.parametrize("name,rows,first,last_busbw,avg", [
+    ("a100-p4de-2node-allreduce-srun-label.txt", 29, (8, 164.3), 78.33, None),
+    ("allgather-bf16-2gpu-linear-step-truncated.txt", 7, (16777216, 108.8), 119.64, None),
+    ("allreduce-v100-8node-old-format-error-col.txt", 2, (268435456, 122131.0), 4.32, 4.32178),
+    ("alltoall-v100-8node-old-format-empty-redop.txt", 2, (268435456, 520935.0), 0.51, 0.507636),
+    ("h100-p5-2node-allreduce-16GB-srun-label.txt", 32, (8, 69.12), 487.09, None),
+    ("h100-p5-allreduce-mpirun-tag-output.txt", 32, (8, 12.9), 483.05, 156.742),
+])
+def test_nccl_tests_tables(name, rows, first, last_busbw, avg):
+    r = parse_perf((NCCL / name).read_text())
+    assert len(r.rows) == rows and (r.rows[0].size_bytes, r.rows[0].time_us) == first
+    assert r.rows[-1].busbw_gbs == last_busbw and r.avg_busbw_gbs == avg
+
+
+@pytest.mark.parametrize("name,warn", [
+    ("nccl-debug-dgxa100-2rank-tree-ring-alloc.txt", None),
+    ("nccl-debug-ib-completion-error4-vendor81-midtable.txt", "vendor err 81"),
+    ("nccl-debug-init-a800-roce-single-nic.txt", None),
+])
+def test_nccl_logs_without_a_table_are_typed_errors(name, warn):
+    with pytest.raises(ParseError) as e:
+        parse_perf((NCCL / name).read_text())
+    assert "result row" in str(e.value) and (warn is None or warn in str(e.value))
+
+
+def test_training_logs():
+    ds = parse_train_log((DATA / "train-logs" / "deepspeed-moe-gpt125m-64experts-ep4-4gpu.txt").read_text())
+    i = ds.iterations[0]
+    assert (i.iteration, i.total, i.elapsed_ms, i.lm_loss, i.global_batch, i.consumed_tokens) == (10, 1716613, 7963.4, 10.6858, 256, 5242880)
+    assert i.extra["moe loss"] == pytest.approx(0.08526326) and ds.deepspeed_steps[:2] == [(10, 0), (20, 0)]
+    mc = parse_train_log((DATA / "train-logs" / "megatron-core-moe-64e-top1-ep4-8gpu.txt").read_text())
+    j = mc.iterations[0]
+    assert (j.timestamp, j.iteration, j.elapsed_ms, j.tflops_per_gpu, j.skipped, j.nan) == ("2024-10-25 03:08:49", 20, 1639.0, 11.9, 0, 0)
+    mx = parse_train_log((DATA / "train-logs" / "megatron-mixtral-8x7b-16xh100-excerpt.txt").read_text())
+    assert [r.iteration for r in mx.iterations] == [43, 44, 45] and mx.iterations[0].tflops_per_gpu == 239.8
+    warn = parse_train_log((DATA / "train-logs" / "megatron-core-moe-warnings-interleaved.txt").read_text())
+    assert len(warn.iterations) == 11 and warn.iterations[0].elapsed_ms == 3367.6
+    with pytest.raises(ParseError):
+        parse_train_log("hello\n")
+    with pytest.raises(ParseError) as e:
+        parse_train_log(" iteration 5/ 10 | lm loss: 1.0 |\n")
+    assert e.value.line_no == 1
+
+
+def test_import_a_training_log_as_a_run(tmp_path, cli_env):
+    log = DATA / "train-logs" / "megatron-core-moe-64e-top1-ep4-8gpu.txt"
+    r = subprocess.run(mfctl_cmd("runs", "import-log", log, "--json"), capture_output=True, text=True, env=cli_env)
+    s = json.loads(r.stdout)
+    assert r.returncode == 0 and s["iterations"] == 15 and s["iteration_time_s"]["max"] == pytest.approx(1.639)
+    assert s["tokens"] == 15 * 64 * 4096
+    r = subprocess.run(mfctl_cmd("metrics", "export", s["run_id"], "--format", "json"), capture_output=True, text=True, env=cli_env)
+    assert len(json.loads(r.stdout)["iterations"]) == 15
