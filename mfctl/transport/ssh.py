@@ -55,12 +55,35 @@ class SSHTarget:
     host_key_policy: str = "strict"
 
 
+_KH_CACHE: dict[str, tuple[float, paramiko.HostKeys]] = {}
+_KH_LOCK = threading.Lock()
+
+
+def _known_hosts(path: Path) -> paramiko.HostKeys | None:
+    """Parsed known_hosts, cached per path and modification time (thread-safe)."""
+    try:
+        mtime = path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    with _KH_LOCK:
+        hit = _KH_CACHE.get(str(path))
+        if hit and hit[0] == mtime:
+            return hit[1]
+        hk = paramiko.HostKeys(str(path))
+        _KH_CACHE[str(path)] = (mtime, hk)
+        return hk
+
+
 def connect(target: SSHTarget, timeout: float) -> paramiko.SSHClient:
     """Open an authenticated SSH connection. Raises UnreachableError (exit 4)."""
     client = paramiko.SSHClient()
     kh = Path(target.known_hosts).expanduser()
-    if kh.exists():
-        client.load_host_keys(str(kh))
+    known = _known_hosts(kh)
+    if known is not None:
+        # only this host's entries: parsing a large known_hosts file per connection is O(hosts²)
+        name = target.address if target.port == 22 else f"[{target.address}]:{target.port}"
+        for keytype, key in (known.lookup(name) or {}).items():
+            client.get_host_keys().add(name, keytype, key)
     if target.host_key_policy == "accept-new":
         client.set_missing_host_key_policy(AcceptNewPolicy(kh))
     else:

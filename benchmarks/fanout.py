@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Fan-out: one command on 128 mock SSH hosts on loopback — mfctl exec vs parallel-ssh vs Ansible.
+
+All three run against the same mock testbed (128 paramiko SSH servers on 127.0.0.1, per-
+instance host keys) in one run:
+  - mfctl cold: `mfctl exec -i INV all -- hostname` as a new process (start-up, 128 SSH
+    handshakes with strict host-key checks, the command, folding);
+  - mfctl warm: the same command again over the pooled, already-authenticated connections
+    (one `SSHPool`, second `run_many`);
+  - parallel-ssh: `ParallelSSHClient(...).run_command("hostname")` + joining the output, as a
+    new process (pip install parallel-ssh);
+  - Ansible: `ansible all -m command -a hostname` ad hoc, OpenSSH transport, forks = 32
+    (pip install ansible-core).
+The same fan-out (32 at once) is used by all three. Needs: `pip install parallel-ssh ansible-core`
+in the interpreter given by $BENCH_PYTHON (default: this one); tools that are missing are
+reported as null.
+
+Prints a table, then one JSON line:
+{"benchmark": "fanout", "hosts": 128, "mfctl_cold_s": …, "mfctl_warm_s": …, "parallel_ssh_s": …, "ansible_s": …}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+HOSTS = int(os.environ.get("HOSTS", "128"))
+REPEATS = int(os.environ.get("REPEATS", "3"))
+FANOUT = 32
+
+
+def make_inventory(path: Path) -> None:
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "inventory" / "mfabric-prototype.yaml").read_text())
+    proto = doc["hosts"][0]
+    hosts = []
+    for i in range(HOSTS):
+        h = json.loads(json.dumps(proto))
+        h["name"] = f"node{i + 1:03d}"
+        h["ssh"]["address"] = "192.0.2.1"
+        h["nics"] = [n for n in h["nics"] if n["role"] == "eps"]
+        hosts.append(h)
+    doc.update(name="fanout-bench", hosts=hosts, regions=[{"name": "r0", "hosts": [h["name"] for h in hosts[:2]]}])
+    path.write_text(yaml.safe_dump(doc))
+
+
+def timed(cmd, env=None) -> float:
+    t = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    el = time.perf_counter() - t
+    if r.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed ({r.returncode}): {r.stderr[-500:]}")
+    return el
+
+
+def main() -> None:
+    from mfctl import mockctl
+    from mfctl.inventory import load_inventory
+    from mfctl.transport.ssh import SSHPool, targets_from_inventory
+
+    bench_py = os.environ.get("BENCH_PYTHON", sys.executable)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        make_inventory(tmp / "inv.yaml")
+        env = dict(os.environ, MFCTL_STATE_DIR=str(tmp / "state"))
+        st = mockctl.start(tmp / "inv.yaml", tmp / "mock", timeout=120)
+        try:
+            inv = load_inventory(st["inventory"])
+            mfctl = [sys.executable, "-m", "mfctl", "exec", "-i", st["inventory"], "--fanout", str(FANOUT), "all", "--", "hostname"]
+            cold = statistics.median(timed(mfctl, env) for _ in range(REPEATS))
+            with SSHPool(targets_from_inventory(inv), fanout=FANOUT) as pool:
+                names = [h.name for h in inv.hosts]
+                pool.run_many(names, lambda h: ["hostname"])
+                warm_t = []
+                for _ in range(REPEATS):
+                    t = time.perf_counter()
+                    res = pool.run_many(names, lambda h: ["hostname"])
+                    warm_t.append(time.perf_counter() - t)
+                    assert all(r.ok for r in res)
+            warm = statistics.median(warm_t)
+            key = Path(inv.hosts[0].ssh.key_file)
+            ports = {h.name: h.ssh.port for h in inv.hosts}
+            user = inv.hosts[0].ssh.user
+            # parallel-ssh
+            script = tmp / "pssh_run.py"
+            script.write_text(textwrap.dedent(f"""
+                from pssh.clients import ParallelSSHClient
+                from pssh.config import HostConfig
+                ports = {json.dumps(ports)}
+                hosts = ["127.0.0.1"] * len(ports)
+                cfg = [HostConfig(port=p, user={user!r}, private_key={str(key)!r}) for p in ports.values()]
+                c = ParallelSSHClient(hosts, host_config=cfg, pool_size={FANOUT}, num_retries=1)
+                out = c.run_command("hostname")
+                c.join(out)
+                assert all(list(o.stdout) for o in out)
+            """))
+            try:
+                pssh = statistics.median(timed([bench_py, str(script)]) for _ in range(REPEATS))
+            except (RuntimeError, FileNotFoundError) as e:
+                print(f"parallel-ssh not measured: {e}", file=sys.stderr)
+                pssh = None
+            # Ansible ad hoc, OpenSSH with the mock's known_hosts
+            ini = tmp / "hosts.ini"
+            ini.write_text("[all]\n" + "".join(f"{n} ansible_host=127.0.0.1 ansible_port={p}\n" for n, p in ports.items()))
+            ansible = shutil.which("ansible", path=str(Path(bench_py).parent))
+            aenv = dict(env, ANSIBLE_HOST_KEY_CHECKING="True", ANSIBLE_FORKS=str(FANOUT), ANSIBLE_PYTHON_INTERPRETER="auto_silent",
+                        ANSIBLE_SSH_ARGS=f"-o UserKnownHostsFile={tmp / 'state' / 'known_hosts'} -o ControlMaster=no",
+                        ANSIBLE_LOCAL_TEMP=str(tmp / "ansible"), ANSIBLE_REMOTE_USER=user, ANSIBLE_PRIVATE_KEY_FILE=str(key),
+                        ANSIBLE_STDOUT_CALLBACK="minimal")
+            (tmp / "state" / "known_hosts").write_text(
+                (tmp / "mock" / "known_hosts").read_text())
+            try:
+                ans = statistics.median(timed([ansible, "all", "-i", str(ini), "-m", "raw", "-a", "hostname"], aenv)
+                                        for _ in range(max(1, REPEATS - 2))) if ansible else None
+            except RuntimeError as e:
+                print(f"ansible not measured: {e}", file=sys.stderr)
+                ans = None
+        finally:
+            mockctl.stop(tmp / "mock")
+    print(f"{'tool':<26} | {'seconds':>8} | vs mfctl cold")
+    print("-" * 52)
+    for name, v in (("mfctl exec (cold)", cold), ("mfctl (warm, pooled)", warm), ("parallel-ssh", pssh), ("ansible ad hoc", ans)):
+        print(f"{name:<26} | {v if v is None else round(v, 3)!s:>8} | {'—' if v is None else f'{v / cold:.2f}x'}")
+    print(f"({HOSTS} mock SSH hosts on 127.0.0.1, fan-out {FANOUT}, median of {REPEATS}; 'hostname' on every host)")
+    print(json.dumps({"benchmark": "fanout", "hosts": HOSTS, "mfctl_cold_s": round(cold, 3), "mfctl_warm_s": round(warm, 4),
+                      "parallel_ssh_s": None if pssh is None else round(pssh, 3), "ansible_s": None if ans is None else round(ans, 3)}))
+
+
+if __name__ == "__main__":
+    main()
