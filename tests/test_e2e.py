@@ -159,3 +159,24 @@ def test_playbook_that_does_not_fit_the_testbed_fails_before_starting(tmp_path, 
     r = subprocess.run(mfctl_cmd("run", p), capture_output=True, text=True, env=cli_env, cwd=tmp_path)
     assert r.returncode == 3 and r.stderr.startswith("error: ") and "EP 6 x TP 4 = 24 GPUs" in r.stderr
     assert not (tmp_path / "runs").exists() and not Path(cli_env["MFCTL_RUNS_DIR"]).exists()
+
+
+def test_html_report_opens_in_a_headless_browser(tmp_path, cli_env):
+    import re
+    import shutil
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        pytest.skip("no headless browser installed (.ci/run installs Debian's chromium)")
+    r = subprocess.run(mfctl_cmd("run", SHORT, "--json"), capture_output=True, text=True, env=cli_env, timeout=120)
+    s = json.loads(r.stdout)
+    r = subprocess.run(mfctl_cmd("runs", "report", s["run_id"]), capture_output=True, text=True, env=cli_env)
+    report = Path(r.stdout.strip())
+    assert r.returncode == 0 and report.exists() and report.stat().st_size > 50_000
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                          "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                          f"--user-data-dir={tmp_path / 'chrome'}", "--dump-dom", report.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    ids = set(re.findall(r'<figure id="([a-z-]+)"', dom))
+    assert ids == {"iteration-time", "phases", "circuits", "heatmap", "prediction", "health"}
+    assert f'data-images-loaded="{len(ids)}"' in dom  # every PNG decoded by the browser

@@ -295,3 +295,17 @@ def import_log(log: Path = typer.Argument(..., help="A Megatron / Megatron-DeepS
         emit_json(summary)
     else:
         render_summary(summary)
+
+
+@runs_app.command("report")
+@handle_errors
+def report(run_id: str = typer.Argument("latest", help="Run id, or latest."),
+           out: Path = typer.Option(None, "--out", help="HTML file (default: runs/<id>/report.html)."),
+           runs_dir: Path = RUNS_DIR_OPT):
+    """Write a self-contained HTML report with PNG plots for a run."""
+    from mfctl.cli.metrics import _run_dir
+    from mfctl.metrics.report import write
+
+    d = _run_dir(run_id, runs_dir)
+    path = write(d, out)
+    typer.echo(str(path))

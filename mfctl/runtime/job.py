@@ -249,6 +249,7 @@ class Job:
         with _DeferSignals():
             res = self.driver.apply(desired, reason="initial topology")
         self.initial_apply = res.to_dict()
+        self.initial_circuits = {r.name: mapping.circuit_matrix(r.circuits, r.hosts).tolist() for r in self.regions.values()}
         t = time.monotonic()
         failed = self._wait_links([c for r in self.regions.values() for c in r.circuits])
         self.initial_linkup_ms = (self._last_up_at - t) * 1000 * self.scale
@@ -580,7 +581,7 @@ class Job:
             "health": {"hosts": len(getattr(self, "health", [])),
                        "ok": sum(h["status"] == "ok" for h in getattr(self, "health", [])),
                        "sweep_s": _r(getattr(self, "health_s", 0.0))},
-            "initial_topology": {"mode": self.pb.topology.initial,
+            "initial_topology": {"mode": self.pb.topology.initial, "circuits": getattr(self, "initial_circuits", None),
                                  "apply": getattr(self, "initial_apply", None),
                                  "linkup_ms": _r(getattr(self, "initial_linkup_ms", 0.0))},
         }

@@ -1,0 +1,135 @@
+"""``mfctl runs report RUN``: one self-contained HTML file with PNG plots (matplotlib,
+embedded as data: URIs) — iteration time and tokens/s over the run with every
+reconfiguration marked, reconfiguration phase times, circuits per server pair over time,
+the traffic matrix (heat map), prediction errors, and the health sweep."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import sqlite3
+from pathlib import Path
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def build(run_dir: Path) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    db = sqlite3.connect(f"file:{run_dir / 'metrics.db'}?mode=ro", uri=True)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    rows = db.execute("SELECT iteration, seconds, tokens, epoch, paused FROM iterations WHERE host = "
+                      "(SELECT MIN(host) FROM iterations) ORDER BY iteration").fetchall()
+    recs = db.execute("SELECT epoch, iteration, t_switch_ms, t_linkup_ms, t_runtime_ms, circuits_json FROM reconfigurations "
+                      "ORDER BY epoch").fetchall()
+    preds = db.execute("SELECT iteration, predictor, rel_error FROM predictions ORDER BY iteration").fetchall()
+    health = db.execute("SELECT host, status, findings_json FROM health").fetchall()
+    plots: list[tuple[str, str, str]] = []  # (id, title, data uri)
+
+    if rows:
+        it = np.array([r[0] for r in rows])
+        sec = np.array([r[1] or 0 for r in rows])
+        tok = np.array([r[2] or 0 for r in rows])
+        fig, ax = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
+        ax[0].plot(it, sec, marker=".", color="#4c72b0")
+        ax[0].set_ylabel("iteration time (s)")
+        ax[1].plot(it, np.divide(tok, sec, out=np.zeros_like(sec), where=sec > 0), marker=".", color="#55a868")
+        ax[1].set_ylabel("tokens/s")
+        ax[1].set_xlabel("iteration")
+        for e, i, *_ in recs:
+            for a in ax:
+                a.axvline(i, color="#c44e52", ls="--", lw=1)
+            ax[0].annotate(f"epoch {e}", (i, ax[0].get_ylim()[1]), fontsize=8, color="#c44e52", va="top")
+        fig.tight_layout()
+        plots.append(("iteration-time", "Iteration time and throughput (dashed: reconfigurations)", _png(fig)))
+    if recs:
+        fig, ax = plt.subplots(figsize=(9, 3.5))
+        ep = [f"epoch {r[0]}" for r in recs]
+        sw = np.array([r[2] or 0 for r in recs]) / 1000
+        lu = np.array([r[3] or 0 for r in recs]) / 1000
+        rt = np.array([r[4] or 0 for r in recs]) / 1000
+        ax.barh(ep, sw, label="OCS switch (wall)", color="#4c72b0")
+        ax.barh(ep, lu, left=sw, label="link-up (testbed)", color="#dd8452")
+        ax.barh(ep, rt, left=sw + lu, label="runtime drain+resume (testbed)", color="#55a868")
+        ax.set_xlabel("seconds")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        plots.append(("phases", "Reconfiguration phase times", _png(fig)))
+        fig, ax = plt.subplots(figsize=(9, 3.5))
+        init = next(iter(((summary.get("initial_topology") or {}).get("circuits") or {}).values()), None)
+        mats = ([(0, np.array(init))] if init else []) + [(r[1], np.array(json.loads(r[5]))) for r in recs]
+        last_it = rows[-1][0] if rows else mats[-1][0]
+        n = mats[0][1].shape[0]
+        pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+        for k, (i, j) in enumerate(pairs):
+            xs = [m[0] for m in mats] + [last_it]
+            ys = [m[1][i, j] for m in mats] + [mats[-1][1][i, j]]
+            ax.step(xs, np.array(ys) + 0.04 * (k - len(pairs) / 2), where="post", label=f"s{i}-s{j}")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("circuits")
+        ax.legend(fontsize=7, ncol=min(6, len(pairs)))
+        fig.tight_layout()
+        plots.append(("circuits", "Circuits per server pair after each reconfiguration", _png(fig)))
+        fig, ax = plt.subplots(figsize=(4.5, 4))
+        im = ax.imshow(np.array(json.loads(recs[-1][5])), cmap="viridis")
+        ax.set_title("last plan: circuits (server x server)")
+        fig.colorbar(im, ax=ax)
+        fig.tight_layout()
+        plots.append(("heatmap", "Circuit matrix of the last plan (heat map)", _png(fig)))
+    if preds:
+        fig, ax = plt.subplots(figsize=(9, 3))
+        for name in sorted({p[1] for p in preds}):
+            pts = [(p[0], p[2]) for p in preds if p[1] == name]
+            ax.plot([a for a, _ in pts], [100 * b for _, b in pts], marker=".", label=name)
+        ax.set_ylabel("relative error (%)")
+        ax.set_xlabel("iteration")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        plots.append(("prediction", "Traffic prediction: predicted vs. actual", _png(fig)))
+    if health:
+        fig, ax = plt.subplots(figsize=(9, 2.5))
+        hosts = [h[0] for h in health]
+        counts = [len(json.loads(h[2] or "[]")) for h in health]
+        ax.bar(hosts, counts, color=["#55a868" if h[1] == "ok" else "#c44e52" for h in health])
+        ax.set_ylabel("findings")
+        fig.tight_layout()
+        plots.append(("health", "Health sweep: findings per host", _png(fig)))
+
+    esc = html.escape
+    it_t = summary.get("iteration_time_s") or {}
+    facts = [("status", summary.get("status")), ("playbook", summary.get("playbook")), ("inventory", summary.get("inventory")),
+             ("iterations", f"{summary.get('iterations')} / {summary.get('iterations_planned')}"),
+             ("mean iteration time", f"{it_t.get('mean', 0):.3f} s" if it_t else "—"),
+             ("tokens/s", f"{summary.get('tokens_per_s') or 0:,.0f}"),
+             ("reconfigurations", str(len(summary.get("reconfigurations", [])))),
+             ("EP bytes on circuits", f"{100 * summary['ep_share_on_circuits']:.1f} %" if summary.get("ep_share_on_circuits") else "—")]
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(str(v))}</td></tr>" for k, v in facts)
+    figs = "".join(f'<figure id="{i}"><figcaption>{esc(t)}</figcaption><img alt="{esc(t)}" src="{u}"></figure>'
+                   for i, t, u in plots)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>mfctl run {esc(summary['run_id'])}</title>"
+            "<style>body{font-family:sans-serif;max-width:960px;margin:2em auto}th{text-align:left;padding-right:1em}"
+            "figure{margin:1.5em 0}img{max-width:100%}</style></head><body>"
+            f"<h1>mfctl run {esc(summary['run_id'])}</h1><table>{body}</table>{figs}"
+            # records how many plots the browser decoded (used by the report test; harmless otherwise)
+            "<script>window.addEventListener('load',function(){var n=0;document.querySelectorAll('img')"
+            ".forEach(function(i){if(i.naturalWidth>0)n++});document.body.setAttribute('data-images-loaded',n);});"
+            "</script></body></html>")
+
+
+def write(run_dir: Path, out: Path | None = None) -> Path:
+    out = out or run_dir / "report.html"
+    out.write_text(build(run_dir))
+    return out
