@@ -65,3 +65,28 @@ def test_import_a_training_log_as_a_run(tmp_path, cli_env):
     assert s["tokens"] == 15 * 64 * 4096
     r = subprocess.run(mfctl_cmd("metrics", "export", s["run_id"], "--format", "json"), capture_output=True, text=True, env=cli_env)
     assert len(json.loads(r.stdout)["iterations"]) == 15
+
+
+def test_rdma_tools_on_real_captures():
+    from mfctl.hosts import rdma
+
+    M = DATA / "mellanox"
+    panic = rdma.parse_ibstat((M / "ibstat-a100-azure-8x-mt4124-ibpanic.txt").read_text())
+    assert len(panic.ports) == 8 and all(p.active and p.rate_gbps == 200 for p in panic.ports)
+    assert panic.errors and "mlx5_8" in panic.errors[0]
+    mixed = rdma.parse_ibstat((M / "ibstat-a100-mt4126-eth-plus-ib-all-active.txt").read_text())
+    assert (mixed.ports[0].link_layer, mixed.ports[1].link_layer) == ("Ethernet", "InfiniBand")
+    assert mixed.firmware["mlx5_0"] == "22.35.2302"
+    down = rdma.parse_ibstat((M / "ibstat-h100-cx7-ib-cx6dx-eth-some-down.txt").read_text())
+    assert len(down.ports) == 12 and sum(not p.active for p in down.ports) == 3
+    st = rdma.parse_ibstatus((M / "ibstatus-a100-azure-8port-hdr.txt").read_text())
+    assert st.ports[0].state == "Active" and st.ports[0].rate_gbps == 200 and st.ports[0].physical_state == "LinkUp"
+    m = rdma.parse_ibdev2netdev((M / "ibdev2netdev-cx6-ib-sriov-vfs-truncated.txt").read_text())
+    assert m["mlx5_2"] == (1, "ibp75s0", True) and m["mlx5_19"] == (1, "ibp75s0v7", False) and m["mlx5_4"][1] == "enp97s0f0"
+    g = rdma.parse_show_gids((M / "show_gids-cx6-roce-v1-v2-ipv4.txt").read_text())
+    assert len(g) == 6 and g[4].ipv4 == "10.10.10.60" and g[0].ipv4 is None
+    assert rdma.roce_v2_ipv4_gid_index(g, "ens1f0") == 5  # what NCCL_IB_GID_INDEX should be
+    for fn, bad in ((rdma.parse_ibstat, "Port 1:\n"), (rdma.parse_ibdev2netdev, "mlx5_0 -> eth0\n"),
+                    (rdma.parse_show_gids, "mlx5_0 1 x fe80:: v3 eth0\n"), (rdma.parse_ibstatus, "state: 4\n")):
+        with pytest.raises(ParseError):
+            fn(bad)
