@@ -90,3 +90,16 @@ def test_rdma_tools_on_real_captures():
                     (rdma.parse_show_gids, "mlx5_0 1 x fe80:: v3 eth0\n"), (rdma.parse_ibstatus, "state: 4\n")):
         with pytest.raises(ParseError):
             fn(bad)
+
+
+def test_dcgm_exporter_sentinels_are_missing_data():
+    from mfctl.hosts.dcgm import parse_exporter
+
+    s = parse_exporter((DATA / "dcgm" / "exporter-k8s-labels-blank-sentinel-elided.txt").read_text())
+    vals = {x.metric: x.value for x in s}
+    assert vals == {"DCGM_FI_DEV_SM_CLOCK": 139, "DCGM_FI_DEV_MEM_CLOCK": 405, "DCGM_FI_DEV_MEMORY_TEMP": None}
+    assert s[0].labels["UUID"].startswith("GPU-") and s[0].gpu == "0"
+    tx = parse_exporter((DATA / "dcgm" / "exporter-dgx-a100-nvlink-tx-zero.txt").read_text())
+    assert len(tx) == 4 and all(x.value == 0 for x in tx) and tx[0].labels["modelName"] == "NVIDIA A100-SXM4-40GB"
+    with pytest.raises(ParseError):
+        parse_exporter('DCGM_FI_DEV_SM_CLOCK{gpu="0" 139\n')
