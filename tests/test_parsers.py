@@ -53,3 +53,18 @@ def test_ip_link_json():
     assert e.value.tool == "ip -j link"
     with pytest.raises(ParseError):
         iproute.parse_links('{"ifname": "x"}')
+
+
+@pytest.mark.parametrize("name,gpus,links,total_gbs,unsupported", [
+    ("a100x8-nvlink-s-drv-fm.txt", 8, 12, 300.0, None),
+    ("a10-nvlink-s-empty.txt", 0, 0, 0.0, None),
+    ("h100-mig-nvlink-s-unsupported-drv590.txt", 1, 0, 0.0, "Nvlink queries are not supported for Devices in MIG mode"),
+    ("h100-nvlink-s-18links-drv590.txt", 1, 18, 18 * 26.562, None),
+])
+def test_nvlink_status(name, gpus, links, total_gbs, unsupported):
+    r = nvidia_smi.parse_nvlink_status((DATA / "nvidia-smi" / name).read_text())
+    assert len(r.gpus) == gpus and r.unsupported == unsupported
+    if gpus:
+        assert len(r.gpus[0]) == links and sum(v or 0 for v in r.gpus[0].values()) == pytest.approx(total_gbs)
+    with pytest.raises(ParseError):
+        nvidia_smi.parse_nvlink_status("GPU 0: X (UUID: Y)\n  Link zero: fast\n")

@@ -76,3 +76,43 @@ class GPUStatus:
                    power_w=row.get("power.draw"), utilization_pct=row.get("utilization.gpu"),
                    ecc_uncorrected=row.get("ecc.errors.uncorrected.volatile.total"),
                    persistence=None if pm is None else str(pm).lower() == "enabled")
+
+
+@dataclass
+class NVLinkStatus:
+    """``nvidia-smi nvlink -s``: per GPU, per link speed in GB/s (None: link inactive)."""
+
+    gpus: dict[int, dict[int, float | None]]
+    unsupported: str | None = None  # e.g. "not supported for Devices in MIG mode"
+    names: dict[int, str] | None = None
+
+
+def nvlink_argv() -> list[str]:
+    return ["nvidia-smi", "nvlink", "-s"]
+
+
+def parse_nvlink_status(text: str) -> NVLinkStatus:
+    """Empty output (a GPU without NVLink, e.g. A10) is an empty status, not an error."""
+    gpus: dict[int, dict[int, float | None]] = {}
+    names: dict[int, str] = {}
+    unsupported = None
+    cur = None
+    for no, raw in enumerate(text.splitlines(), 1):
+        s = raw.strip()
+        if not s:
+            continue
+        m = re.match(r"^GPU (\d+): (.+?) \(UUID: [^)]+\)$", s)
+        if m:
+            cur = int(m.group(1))
+            gpus[cur] = {}
+            names[cur] = m.group(2)
+            continue
+        m = re.match(r"^Link (\d+): (?:([\d.]+) GB/s|<inactive>|Inactive)$", s)
+        if m and cur is not None:
+            gpus[cur][int(m.group(1))] = float(m.group(2)) if m.group(2) else None
+            continue
+        if "not supported" in s.lower():
+            unsupported = s
+            continue
+        raise ParseError(TOOL + " nvlink -s", no, "'GPU n: NAME (UUID: …)' or 'Link n: X GB/s'", s)
+    return NVLinkStatus(gpus, unsupported, names)
