@@ -82,6 +82,10 @@ def test_main_job_end_to_end_via_cli(tmp_path, cli_env):
     assert s["tokens_per_s"] == pytest.approx(12 * tokens_per_iter / sum_s, rel=1e-3)
     assert db.execute("SELECT COUNT(*) FROM reconfigurations").fetchone()[0] == len(s["reconfigurations"])
     assert db.execute("SELECT status FROM run").fetchone()[0] == "ok"
+    # health was sampled during the run (every 20 testbed seconds) besides the preflight sweep
+    assert db.execute("SELECT COUNT(*) FROM health").fetchone()[0] > 4
+    idx = sqlite3.connect(tmp_path / "runs" / "index.sqlite")
+    assert idx.execute("SELECT status, iterations FROM runs WHERE run_id=?", (s["run_id"],)).fetchone() == ("ok", 12)
     assert 0 < s["ep_share_on_circuits"] <= 1
     # the journal has intent, commands and verification for every OCS change
     ops = [json.loads(l)["op"] for l in (run_dir / "journal.jsonl").read_text().splitlines()]

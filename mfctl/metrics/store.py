@@ -85,3 +85,18 @@ class MetricsStore:
     def close(self) -> None:
         with self._lock:
             self.db.close()
+
+
+def index_run(runs_dir: Path, summary: dict) -> None:
+    """Record a finished run in ``runs/index.sqlite`` (one row per run)."""
+    db = sqlite3.connect(str(Path(runs_dir) / "index.sqlite"))
+    try:
+        db.execute("CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, playbook TEXT, inventory TEXT, status TEXT, "
+                   "iterations INTEGER, tokens_per_s REAL, reconfigurations INTEGER, run_dir TEXT, ended_unix REAL)")
+        db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?)",
+                   (summary["run_id"], summary.get("playbook"), summary.get("inventory"), summary.get("status"),
+                    summary.get("iterations"), summary.get("tokens_per_s"), len(summary.get("reconfigurations", [])),
+                    summary.get("run_dir"), time.time()))
+        db.commit()
+    finally:
+        db.close()

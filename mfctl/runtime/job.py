@@ -34,7 +34,7 @@ from mfctl.fabric.traffic import expert_to_rank, load_routing, rank_matrix, rank
 from mfctl.hosts import health, iproute
 from mfctl.inventory import load_inventory
 from mfctl.lock import TestbedLock
-from mfctl.metrics.store import MetricsStore
+from mfctl.metrics.store import MetricsStore, index_run
 from mfctl.ocs.driver import driver_from_inventory
 from mfctl.ocs.journal import Journal, ocs_journal_path
 from mfctl.runtime.controller import Controller
@@ -136,6 +136,7 @@ class Job:
             self.store.end_run(self.run_id, status, code, summary)
             self.store.close()
         (self.run_dir / "summary.json").write_text(__import__("json").dumps(summary, indent=2))
+        index_run(self.runs_dir, summary)
         summary["exit_code"] = code
         return summary
 
@@ -342,6 +343,24 @@ class Job:
                 self._handle(host, msg)
         self.journal.append("runtime.launched", hosts=hosts, controller=addr)
         self.t_train0 = time.monotonic()
+        self._start_health_sampler()
+
+    def _start_health_sampler(self) -> None:
+        """Sample health during the run over the already-open SSH connections."""
+        interval = self.pb.runtime.health_interval_s / self.scale
+        if interval <= 0:
+            return
+        self._health_stop = threading.Event()
+
+        def loop() -> None:
+            while not self._health_stop.wait(interval):
+                try:
+                    for h in health.sweep(self.pool, self.inv):
+                        self.store.health(h.host, h.worst, [f.to_dict() for f in h.findings])
+                except Exception as e:  # sampling must never take the run down; the error is logged
+                    log.warning("health sampling failed: %s", e)
+
+        threading.Thread(target=loop, daemon=True, name="health-sampler").start()
 
     def _next_event(self, deadline: float, waiting_for: str) -> tuple[str, dict]:
         while True:
@@ -533,6 +552,8 @@ class Job:
             raise OperationFailed("final OCS read-back does not match the last plan")
 
     def _teardown(self) -> None:
+        if getattr(self, "_health_stop", None):
+            self._health_stop.set()
         if getattr(self, "ctrl", None):
             self.ctrl.broadcast(list(self.ctrl.workers), {"type": "stop", "reason": "run ending"})
         if getattr(self, "launcher", None):

@@ -98,6 +98,7 @@ class RuntimeSpec(_S):
     drain_timeout_s: float = Field(60.0, gt=0, description="testbed seconds")
     linkup_timeout_s: float = Field(30.0, gt=0, description="testbed seconds")
     resume_timeout_s: float = Field(60.0, gt=0, description="testbed seconds")
+    health_interval_s: float = Field(60.0, ge=0, description="sample health during the run every N testbed seconds (0: off)")
 
 
 class Playbook(_S):
