@@ -88,6 +88,8 @@ class MFabricHook:
                        tokens={str(l): t for l, t in sorted(self.tokens.items())})
         self._send(self.client.iteration, iteration, epoch=self.epoch, paused=self.pending is not None, **metrics)
         self.tokens = {}
+        if self.client.lost.is_set():
+            self.lost = True
         if self.lost:
             return
         try:
