@@ -32,6 +32,13 @@ SETTINGS: dict[str, Setting] = {
         Setting("host_key_policy", "strict", "SSH host keys: 'strict' (known_hosts only) or 'accept-new'."),
         Setting("log_file", "", "Log file (default: <state_dir>/mfctl.log)."),
         Setting("ocs_password", "", "OCS TL1 password (never stored in inventories)."),
+        # environment twins of command-line options (read by the CLI, listed here for reference)
+        Setting("inventory", "", "--inventory/-i of every command that takes one."),
+        Setting("json", "", "--json: one JSON object on stdout."),
+        Setting("yes", "", "--yes: do not ask for confirmation."),
+        Setting("skip_health", "", "mfctl run --skip-health."),
+        Setting("mock_state_dir", "~/.local/state/mfctl/mock", "mfctl mock --state-dir."),
+        Setting("mock_time_scale", "1", "mfctl mock up --time-scale."),
     ]
 }
 

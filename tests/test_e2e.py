@@ -184,3 +184,15 @@ def test_html_report_opens_in_a_headless_browser(tmp_path, cli_env):
     ids = set(re.findall(r'<figure id="([a-z-]+)"', dom))
     assert ids == {"iteration-time", "phases", "circuits", "heatmap", "prediction", "health"}
     assert f'data-images-loaded="{len(ids)}"' in dom  # every PNG decoded by the browser
+
+
+def test_a_hand_started_mock_with_another_time_scale_is_refused(tmp_path, cli_env, monkeypatch):
+    from conftest import PROTOTYPE
+
+    monkeypatch.setenv("MFCTL_STATE_DIR", cli_env["MFCTL_STATE_DIR"])
+    st = mockctl.start(PROTOTYPE, tmp_path / "mock", time_scale=1)
+    try:
+        r = subprocess.run(mfctl_cmd("run", SHORT, "-i", st["inventory"]), capture_output=True, text=True, env=cli_env)
+        assert r.returncode == 3 and "time scale 1 but the playbook says 50" in r.stderr
+    finally:
+        mockctl.stop(tmp_path / "mock")

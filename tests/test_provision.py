@@ -107,13 +107,13 @@ def test_plan_apply_verify_idempotent(factory_mock):
     fw = next(a for a in h1 if a["phase"] == "firmware")
     assert fw["before"] == "22.31.1014" and fw["after"] == "22.39.1002" and fw["needs"] == ["reset"]
     assert json.loads(run("firmware", "check", SPEC, "-i", inv, "--json").stdout)["drift"] == 16
-    r = run("provision", "apply", SPEC, "-i", inv, "--json")
+    r = run("provision", "apply", SPEC, "-i", inv, "--json", "--yes")
     assert r.returncode == 0, r.stdout + r.stderr
     out = json.loads(r.stdout)
     assert all(h["ok"] and not h["left_after_verify"] for h in out["hosts"])
     # idempotent: nothing left to do, a second apply changes nothing
     assert run("provision", "plan", SPEC, "-i", inv).returncode == 0
-    again = json.loads(run("provision", "apply", SPEC, "-i", inv, "--json").stdout)
+    again = json.loads(run("provision", "apply", SPEC, "-i", inv, "--json", "--yes").stdout)
     assert out["changes_planned"] == 4 * len(h1) and again["changes_planned"] == 0
     assert run("firmware", "check", SPEC, "-i", inv).returncode == 0
 
@@ -213,7 +213,7 @@ def test_breakout_through_firmware_split_then_new_netdevs(tmp_path, cli_env, mon
         assert "MODULE_SPLIT_M0=2" in split["commands"][0]
         # the split lanes are planned as the fresh netdevs that will appear after the reset
         assert {a["target"] for a in acts if a["what"] == "MTU"} >= {"ens1f0np0s0", "ens1f0np0s1"}
-        r = run("provision", "apply", SPEC, "-i", inv, "--json")
+        r = run("provision", "apply", SPEC, "-i", inv, "--json", "--yes")
         assert r.returncode == 0, r.stdout + r.stderr
         assert run("provision", "plan", SPEC, "-i", inv).returncode == 0  # idempotent
         topo = tmp_path / "c.yaml"

@@ -79,4 +79,6 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
             from mfctl.hosts.fold import hostset
             t.add_row(hostset(ok), "[green]ok[/]", "all", "no findings")
         out_console().print(t)
+    if results and not any(r.reachable for r in results):
+        raise typer.Exit(4)  # nothing could be reached
     raise typer.Exit(1 if crit else 0)

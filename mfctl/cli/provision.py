@@ -84,6 +84,7 @@ def plan_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOST
 @handle_errors
 def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOSTS_OPT,
               dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, change nothing (exit 6 if it would)."),
+              yes: bool = typer.Option(False, "--yes", "-y", envvar="MFCTL_YES", help="Do not ask for confirmation."),
               json_out: bool = JSON_OPT):
     """Apply the plan: hosts in parallel, each in the safe order, stopping a host at its first failure; then verify."""
     from mfctl import settings
@@ -105,6 +106,12 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
             if json_out:
                 emit_json({"schema": "mfctl.provision.plan/v1", "changes": changes, "hosts": [p.to_dict() for p in plans]})
             raise typer.Exit(6 if changes else 0)
+        if changes:
+            from mfctl.cli.ocs import _confirm
+
+            needs = sorted({n for p in plans for a in p.actions for n in a.needs})
+            _confirm(f"apply {changes} change(s) on {sum(1 for p in plans if p.actions)} host(s)"
+                     + (f" (needs: {', '.join(needs)})" if needs else "") + "?", yes)
         journal = Journal(settings.state_dir() / "provision" / f"{inv.name}.journal.jsonl")
         stop = threading.Event()
         old = signal.signal(signal.SIGINT, lambda *a: stop.set())

@@ -87,6 +87,10 @@ def render_summary(s: dict) -> None:
     if s["health"]["hosts"]:
         t.add_row("health", f"{s['health']['ok']}/{s['health']['hosts']} hosts ok (sweep {s['health']['sweep_s']:.2f} s)")
     t.add_row("time", f"{s['simulated_train_s']:.1f} s testbed time in {s['wall_train_s']:.1f} s wall (x{s['time_scale']:g})")
+    if s.get("note"):
+        t.add_row("note", s["note"])
+    for w in s.get("warnings") or []:
+        t.add_row("[yellow]warning[/]", w)
     if s.get("tflops_per_gpu_mean"):
         t.add_row("TFLOP/s per GPU", f"{s['tflops_per_gpu_mean']:.1f} (mean of the logged iterations)")
     ocs = s.get("ocs")
@@ -102,7 +106,7 @@ def render_summary(s: dict) -> None:
                       f"{x['t_switch_ms']:.1f} ms", f"{x['t_linkup_ms'] / 1000:.2f} s", f"{x['t_runtime_ms']:.0f} ms",
                       f"{x['objective_before_s'] * 1000:.0f} → {x['objective_after_s'] * 1000:.0f} ms")
         con.print(r)
-    elif s.get("inventory") != "(training log)":
+    elif s.get("inventory") != "(training log)" and s.get("iterations"):
         con.print("no reconfigurations (the policy found none worth its cost)")
     if ocs:
         for region, cs in ocs["circuits"].items():
@@ -254,40 +258,54 @@ def import_log(log: Path = typer.Argument(..., help="A Megatron / Megatron-DeepS
         text = log.read_text(errors="replace")
     except OSError as e:
         raise ConfigError(f"cannot read: {e.strerror}", path=str(log)) from None
-    tl = parse_train_log(text)
+    from mfctl.errors import ParseError
+
+    try:
+        tl = parse_train_log(text)
+    except ParseError as e:
+        raise ConfigError(str(e), path=str(log)) from None
     if not tl.iterations:
         raise ConfigError("no Megatron iteration lines (DeepSpeed step lines alone carry no timing)", path=str(log))
     run_id = _t.strftime("%Y%m%d-%H%M%S-") + "log" + secrets.token_hex(2)
     d = _runs_dir(runs_dir).resolve() / run_id
     store = MetricsStore(d / "metrics.db")
     store.start_run(run_id, str(log.resolve()), "(training log)", 1.0)
-    prev_tokens = None
+    # Megatron logs every N iterations: each logged line stands for the N since the previous one
     rows = []
+    prev_it, prev_tokens = 0, 0
+    assumed_seq = False
     for r in tl.iterations:
-        secs = (r.elapsed_ms or 0) / 1000
-        if r.consumed_tokens is not None and prev_tokens is not None:
-            tokens = r.consumed_tokens - prev_tokens
-            steps = max(1, r.iteration - rows[-1]["iteration"]) if rows else 1
-            tokens //= steps
+        steps = max(1, r.iteration - prev_it)
+        secs = (r.elapsed_ms or 0) / 1000  # per iteration (Megatron averages over the logging interval)
+        if r.consumed_tokens is not None:
+            tokens = (r.consumed_tokens - prev_tokens) // steps
+            prev_tokens = r.consumed_tokens
         else:
             tokens = (r.global_batch or 0) * seq_len
-        prev_tokens = r.consumed_tokens
-        m = {"iteration": r.iteration, "seconds": secs, "tokens": tokens, "epoch": 0, "paused": False}
+            assumed_seq = True
+        prev_it = r.iteration
+        m = {"iteration": r.iteration, "seconds": secs, "tokens": tokens, "epoch": 0, "paused": False, "steps": steps}
         store.iteration("log", m)
         rows.append(m)
     secs = [x["seconds"] for x in rows]
+    total_s = sum(x["seconds"] * x["steps"] for x in rows)
+    total_tokens = sum(x["tokens"] * x["steps"] for x in rows)
+    n_iter = sum(x["steps"] for x in rows)
     summary = {"schema": "mfctl.run.summary/v1", "run_id": run_id, "status": "ok", "error": None, "playbook": log.name,
-               "inventory": "(training log)", "run_dir": str(d), "time_scale": 1.0, "iterations": len(rows),
-               "iterations_planned": tl.iterations[-1].total, "tokens": sum(x["tokens"] for x in rows),
+               "inventory": "(training log)", "run_dir": str(d), "time_scale": 1.0, "iterations": n_iter,
+               "iterations_planned": tl.iterations[-1].total, "tokens": total_tokens, "logged_lines": len(rows),
                "iteration_time_s": {"mean": sum(secs) / len(secs), "p50": sorted(secs)[len(secs) // 2],
                                     "min": min(secs), "max": max(secs)},
-               "tokens_per_s": sum(x["tokens"] for x in rows) / sum(secs) if sum(secs) else None,
+               "tokens_per_s": total_tokens / total_s if total_s else None,
                "tflops_per_gpu_mean": (sum(r.tflops_per_gpu for r in tl.iterations if r.tflops_per_gpu) /
                                        max(1, sum(1 for r in tl.iterations if r.tflops_per_gpu))) or None,
                "skipped_iterations": max((r.skipped or 0) for r in tl.iterations),
-               "simulated_train_s": sum(secs), "wall_train_s": sum(secs), "reconfigurations": [],
+               "simulated_train_s": total_s, "wall_train_s": total_s, "reconfigurations": [],
                "health": {"hosts": 0, "ok": 0, "sweep_s": 0.0}, "ep_inter_server_bytes": 0, "ep_bytes_on_circuits": 0,
-               "ep_share_on_circuits": None, "note": "iterations are the logged ones (Megatron logs every N iterations)"}
+               "ep_share_on_circuits": None,
+               "note": (f"{len(rows)} logged lines, each the mean of the iterations since the previous one"
+                        + (f"; tokens assume {seq_len} tokens per sample (--seq-len): the log has no 'consumed tokens'"
+                           if assumed_seq else ""))}
     store.end_run(run_id, "ok", 0, summary)
     store.close()
     (d / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -67,6 +67,9 @@ def check_host(inv_host, gpu_res, link_res) -> HostHealth:
     hh = HostHealth(inv_host.name, elapsed_s=max(gpu_res.elapsed_s, link_res.elapsed_s),
                     reachable=not (gpu_res.error and link_res.error))
     add = lambda sev, chk, msg: hh.findings.append(Finding(inv_host.name, sev, chk, msg))  # noqa: E731
+    if gpu_res.error and link_res.error:
+        add("critical", "ssh", gpu_res.error)
+        return hh
     if not gpu_res.ok:
         add("critical", "gpu", gpu_res.error or f"nvidia-smi exited {gpu_res.rc}: {gpu_res.stderr.strip()[:200]}")
     else:

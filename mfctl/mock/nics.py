@@ -19,6 +19,7 @@ import random
 from dataclasses import dataclass, field
 
 FACTORY_FW = "22.31.1014"
+PROVISIONED_FW = "22.39.1002"  # the version firmware/manifest.yaml pins
 MODULE_CHANNELS = 4
 
 

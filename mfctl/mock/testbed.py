@@ -25,7 +25,7 @@ import yaml
 
 from mfctl.inventory import load_inventory
 from mfctl.mock.hosts import MockHost, MockLane
-from mfctl.mock.nics import HostConfig, NICState
+from mfctl.mock.nics import PROVISIONED_FW, HostConfig, NICState
 from mfctl.mock.ocs_emulator import OCSEmulator, PtyServer, TCPServer, ssh_shell_handler
 from mfctl.mock.sshd import MockSSHServer
 
@@ -82,8 +82,11 @@ class MockTestbed:
                 split = len(nic.lanes)
                 base = re.sub(r"s\d+$", "", nic.lanes[0].netdev) if split > 1 else nic.lanes[0].netdev
                 # factory modules are not split; a provisioned mock matches the inventory
-                mh.config.add_nic(NICState(nic.name, pci, "MCX623106AN-CDA_Ax", "MT_0000000359", nic.speed_gbps, base,
-                                           split=1 if self.factory else split), self.factory)
+                st = NICState(nic.name, pci, "MCX623106AN-CDA_Ax", "MT_0000000359", nic.speed_gbps, base,
+                              split=1 if self.factory else split)
+                if not self.factory:  # provisioned like playbooks/provision.yaml (addresses excepted)
+                    st.fw, st.trust, st.pfc = PROVISIONED_FW, "dscp", [0, 0, 0, 1, 0, 0, 0, 0]
+                mh.config.add_nic(st, self.factory)
             hk = paramiko.ECDSAKey.generate(bits=256)
             srv = MockSSHServer(h.name, hk, users={h.ssh.user}, authorized_keys=[client_key], on_exec=mh.handle)
             self.hosts[h.name], self.servers[h.name] = mh, srv

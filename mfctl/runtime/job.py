@@ -55,7 +55,7 @@ class Observer:
     def phase(self, name: str, detail: str = "") -> None: ...
     def iteration(self, done: int, total: int, m: dict) -> None: ...
     def reconfiguration(self, rec: dict) -> None: ...
-    def warning(self, message: str) -> None: ...
+    def warning(self, message: str) -> None: ...  # the Job also keeps them for the summary
     def log_line(self, host: str, line: str) -> None: ...
 
 
@@ -93,6 +93,7 @@ class Job:
         self.done_hosts: set[str] = set()
         self.failed: str | None = None
         self.pred_errors: dict[str, list[float]] = {}
+        self.warnings: list[str] = []
         self.mock_state: Path | None = None
         self.mock_started = False
 
@@ -131,6 +132,8 @@ class Job:
                 signal.signal(signal.SIGTERM, old_term)
             logging.getLogger("mfctl").removeHandler(fh)
         summary = self.summary(status, err)
+        log.info("run %s %s after %d iterations, %d reconfiguration(s)%s", self.run_id, status, len(self.iter_rows),
+                 len(self.reconfigs), f": {err}" if err else "")
         self.journal.append("run.end", status=status, exit_code=code, error=err)
         if getattr(self, "store", None):
             self.store.end_run(self.run_id, status, code, summary)
@@ -152,6 +155,12 @@ class Job:
             self.mock_started = True
             inv_path = st["inventory"]
         self.inv = inv = load_inventory(inv_path)
+        status = Path(inv_path).parent / "status.json"
+        if pb.mock.enabled and status.exists():  # a mock started by hand: its time scale must be the playbook's
+            ts = __import__("json").loads(status.read_text()).get("time_scale")
+            if ts is not None and abs(float(ts) - self.scale) > 1e-9:
+                raise ConfigError(f"the mock testbed runs at time scale {ts:g} but the playbook says {self.scale:g} "
+                                  f"(mfctl mock up --time-scale {self.scale:g})", path=pb.source)
         self.store.start_run(self.run_id, pb.source or pb.name, inv.source, self.scale)
         self.journal.append("run.start", run_id=self.run_id, playbook=pb.source, inventory=inv.source)
         self._check_job_fits(inv)
@@ -255,7 +264,7 @@ class Job:
         failed = self._wait_links([c for r in self.regions.values() for c in r.circuits])
         self.initial_linkup_ms = (self._last_up_at - t) * 1000 * self.scale
         if failed:
-            self.obs.warning(f"initial circuits with lanes down: {failed}")
+            self._warn(f"initial circuits with lanes still down after {self.pb.runtime.linkup_timeout_s:g} s: {', '.join(failed)}")
         self.last_plan = desired
 
     def _prior_matrix(self, n: int) -> np.ndarray:
@@ -303,6 +312,11 @@ class Job:
         return sorted(f"{h}:{d}" for h, ds in want.items() for d in ds)
 
     # ---------------------------------------------------------------------------------
+    def _warn(self, message: str) -> None:
+        log.warning("%s", message)
+        self.warnings.append(message)
+        self.obs.warning(message)
+
     def _welcome(self, host: str) -> dict:
         pb = self.pb
         reg = next(r for r in self.regions.values() if host in r.hosts)
@@ -509,7 +523,7 @@ class Job:
         t_linkup = (self._last_up_at - t1) * 1000 * self.scale
         usable = [c for c in new if not {f"{c.a.host}:{c.a.netdev}", f"{c.b.host}:{c.b.netdev}"} & set(failed)]
         if failed:
-            self.obs.warning(f"epoch {e}: lanes did not come up: {', '.join(failed)} — their pairs use the EPS")
+            self._warn(f"epoch {e}: lanes did not come up: {', '.join(failed)} — their pairs use the EPS")
         reg.circuits = new
         # 4. publish routes → resumed
         t2 = time.monotonic()
@@ -530,6 +544,8 @@ class Job:
         self.reconfigs.append(rec)
         self.store.reconfiguration(rec)
         self.journal.append("reconfig.done", **rec)
+        log.info("reconfiguration epoch %d done: +%d/-%d cross-connects, switch %.1f ms, link-up %.2f s, runtime %.0f ms",
+                 e, rec["xc_added"], rec["xc_removed"], rec["t_switch_ms"], rec["t_linkup_ms"] / 1000, rec["t_runtime_ms"])
         self.obs.reconfiguration(rec)
 
     def _await(self, hosts: list[str], mtype: str, epoch: int, timeout_testbed_s: float) -> None:
@@ -598,6 +614,7 @@ class Job:
             "ep_inter_server_bytes": inter, "ep_bytes_on_circuits": ocs,
             "ep_share_on_circuits": _r(ocs / inter) if inter else None,
             "reconfigurations": self.reconfigs,
+            "warnings": self.warnings,
             "prediction_rel_error": {k: _r(np.mean(v)) for k, v in sorted(self.pred_errors.items())},
             "health": {"hosts": len(getattr(self, "health", [])),
                        "ok": sum(h["status"] == "ok" for h in getattr(self, "health", [])),
