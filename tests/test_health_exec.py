@@ -70,3 +70,18 @@ def test_health_sweep_findings_folding_and_junit(mock, tmp_path):
     assert ET.parse(junit).getroot().get("failures") == "1"
     r = subprocess.run(mfctl_cmd("health", "-i", inv, "--threshold", "nope=1"), capture_output=True, text=True, env=env)
     assert r.returncode == 2
+
+
+def test_bench_nccl_compares_with_the_topology(mock, tmp_path):
+    start, env = mock
+    inv = start()
+    topo = tmp_path / "c.yaml"
+    topo.write_text("circuits:\n  - [gpu01/nic0, gpu02/nic0]\n  - [gpu01/nic1, gpu03/nic0]\n")
+    assert subprocess.run(mfctl_cmd("ocs", "apply", topo, "-i", inv, "--yes"), env=env, capture_output=True).returncode == 0
+    import time
+    time.sleep(0.3)  # link-up at time scale 100
+    r = subprocess.run(mfctl_cmd("bench", "nccl", "-i", inv, "--json"), capture_output=True, text=True, env=env, timeout=120)
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["circuits_on_host"] == 2
+    assert out["expected_busbw_gbs"] == pytest.approx(3 * 11.5, rel=1e-6)  # two 100G circuits + one 100G EPS NIC
+    assert out["ratio_to_expected"] == pytest.approx(1.0, abs=0.1) and len(out["rows"]) >= 10

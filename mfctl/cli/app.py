@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from mfctl import __version__
+from mfctl.cli import bench as bench_cli
 from mfctl.cli import exec_ as exec_cli
 from mfctl.cli import health as health_cli
 from mfctl.cli import inventory as inventory_cli
@@ -35,6 +36,7 @@ app.add_typer(provision_cli.app, name="provision")
 app.add_typer(provision_cli.firmware_app, name="firmware")
 app.add_typer(run_cli.runs_app, name="runs")
 app.add_typer(metrics_cli.app, name="metrics")
+app.add_typer(bench_cli.app, name="bench")
 app.command("run")(run_cli.run)
 app.command("health")(health_cli.health)
 app.command("exec", context_settings={"allow_interspersed_args": False})(exec_cli.exec_cmd)

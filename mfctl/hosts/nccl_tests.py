@@ -19,10 +19,14 @@ _PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:\s)")
 _WARN = re.compile(r"NCCL WARN (.*)$")
 
 
-def perf_argv(test: str, min_bytes: str = "1K", max_bytes: str = "256M", factor: int = 2, gpus: int = 8) -> list[str]:
+def perf_argv(test: str, min_bytes: str = "1K", max_bytes: str = "256M", factor: int = 2, gpus: int = 8,
+              nodes: int | None = None) -> list[str]:
+    """nccl-tests command line; ``nodes`` runs it across that many hosts (``-n``: the launcher's
+    world size — mpirun/srun wrap it on real clusters)."""
     if test not in ("all_reduce_perf", "alltoall_perf", "all_gather_perf", "reduce_scatter_perf"):
         raise ValueError(f"unknown nccl-tests binary {test!r}")
-    return [test, "-b", min_bytes, "-e", max_bytes, "-f", str(factor), "-g", str(gpus)]
+    argv = [test, "-b", min_bytes, "-e", max_bytes, "-f", str(factor), "-g", str(gpus)]
+    return argv + (["-n", str(nodes)] if nodes else [])
 
 
 @dataclass

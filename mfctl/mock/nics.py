@@ -340,6 +340,14 @@ class HostConfig:
             err(f"{test}: invalid size arguments\n")
             return 1
         alpha, beta, busfactor = self.NCCL_MODEL[test]
+        if test == "alltoall_perf" and "-n" in args:  # the inter-node variant: the host's live NIC lanes
+            rate = 0.0
+            for nic in self.nics.values():
+                for nd in nic.netdevs:
+                    lane = self._lane_for(nd)
+                    if lane is not None and (lane.ocs_tx is None or self.host.lane_up(lane)):
+                        rate += nic.speed_gbps / len(nic.netdevs) * 1e9 / 8 * 0.92
+            beta, busfactor = 1 / max(rate, 1.0), 1.0
         rnd = random.Random(f"{self.host.name}{test}")
         redop = "sum" if test == "all_reduce_perf" else "none"
         lines = [f"# nThread 1 nGpus 8 minBytes {b} maxBytes {e} step: {f}(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0",
