@@ -150,6 +150,21 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                 if m:
                     x = int(m.group(2))
                     add("critical" if x in XID_CRITICAL else "warning", "gpu", f"XID {x} on {m.group(1)}")
+        ib = pool.run(name, ["ibstat"])
+        if ib.ok:
+            from mfctl.hosts import rdma
+
+            try:
+                rep = rdma.parse_ibstat(ib.stdout)
+            except ParseError as e:
+                add("warning", "rdma", str(e))
+            else:
+                eps_devs = {n.rdma_device or f"mlx5_{i}" for i, n in enumerate(inv_host.nics) if n.role == "eps"}
+                for p in rep.ports:
+                    if not p.active and p.device in eps_devs:
+                        add("critical", "rdma", f"{p.device} port {p.port} is {p.state} ({p.physical_state}): the EPS RDMA path is down")
+                for e in rep.errors:
+                    add("warning", "rdma", e)
         for nic in inv_host.nics:
             for lane in nic.lanes:
                 lr = pool.run(name, ethtool.link_argv(lane.netdev))
@@ -217,9 +232,9 @@ def junit(results: list[HostHealth]) -> str:
     suite = ET.Element("testsuite", name="mfctl-health")
     n = fails = 0
     for hh in results:
-        for chk in ("gpu", "nic", "optics", "roce", "ocs"):
+        for chk in ("ssh", "gpu", "nic", "rdma", "optics", "roce", "ocs"):
             fs = [f for f in hh.findings if f.check == chk]
-            if chk == "ocs" and not fs and hh.host != "ocs":
+            if chk in ("ocs", "ssh") and not fs:
                 continue
             tc = ET.SubElement(suite, "testcase", classname=hh.host, name=chk)
             n += 1
