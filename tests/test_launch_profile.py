@@ -19,7 +19,7 @@ TORCHRUN = ROOT / "playbooks" / "mixtral-torchrun.yaml"
 def test_ssh_torchrun_rendering():
     pb = load_playbook(TORCHRUN)
     inv = load_inventory(pb.inventory_path())
-    hosts = render_hosts(pb, inv, "10.9.9.9:7000", "secret-token")
+    hosts = render_hosts(pb, inv, "192.0.2.9:7000", "secret-token")
     assert [h.host for h in hosts] == ["gpu01", "gpu02", "gpu03", "gpu04"]
     h = hosts[2]
     assert h.argv[:10] == ["torchrun", "--nnodes", "4", "--nproc-per-node", "8", "--node-rank", "2",
@@ -29,14 +29,14 @@ def test_ssh_torchrun_rendering():
     lanes = {l.netdev for n in inv.host("gpu03").nics for l in n.lanes}
     assert h.env["NCCL_SOCKET_IFNAME"] not in lanes  # never an optical lane (it goes dark when re-wired)
     assert (h.env["NCCL_IB_GID_INDEX"], h.env["NCCL_IB_TC"], h.env["NCCL_IB_TIMEOUT"]) == ("3", "106", "22")
-    assert h.env["MFCTL_CONTROLLER"] == "10.9.9.9:7000"
+    assert h.env["MFCTL_CONTROLLER"] == "192.0.2.9:7000"
     assert "secret-token" not in h.command_line() and "secret-token" in " ".join(h.full_argv())
 
 
 def test_slurm_rendering_and_cli_dry_run(cli_env):
     pb = load_playbook(TORCHRUN)
     pb.runtime.launcher = "slurm"
-    script = render_slurm(pb, load_inventory(pb.inventory_path()), "10.9.9.9:7000", "s3cr3t-n0nce", "run1")
+    script = render_slurm(pb, load_inventory(pb.inventory_path()), "192.0.2.9:7000", "s3cr3t-n0nce", "run1")
     assert "#SBATCH --nodes=4" in script and "--rdzv-backend c10d" in script and '"$head:29500"' in script
     assert "s3cr3t-n0nce" not in script and "export NCCL_SOCKET_IFNAME=eno1" in script
     r = subprocess.run(mfctl_cmd("run", TORCHRUN, "--dry-run", "--json"), capture_output=True, text=True, env=cli_env)
