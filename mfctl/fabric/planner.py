@@ -286,7 +286,7 @@ def ilp(B: np.ndarray, ports: np.ndarray, rates: LinkRates, time_limit_s: float 
     nx = len(xi)
     nv = nx + L
     eps = np.broadcast_to(np.asarray(rates.eps_Bps, float), (n,))
-    rows, lo, hi = [], [], []
+    lo, hi = [], []
     A = lil_matrix((len(pairs) + n + L * (2 * len(pairs) + 2 * n), nv))
     r = 0
     for p, kk in enumerate(ks):  # exactly one k per pair

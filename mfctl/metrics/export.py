@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import sqlite3
 from pathlib import Path
 

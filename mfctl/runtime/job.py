@@ -108,7 +108,6 @@ class Job:
         before anything is started or written."""
         if not hasattr(self, "inv_path"):
             self.prepare()
-        pb = self.pb
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.journal = Journal(self.run_dir / "journal.jsonl")
         self.store = MetricsStore(self.run_dir / "metrics.db")
@@ -443,7 +442,10 @@ class Job:
                 if str(a) in tokens and str(b) in tokens:
                     ta, tb = np.asarray(tokens[str(a)]), np.asarray(tokens[str(b)])
                     n = len(reg.hosts)
-                    fold = lambda t: server_matrix(rank_matrix(t, self.er, self.pb.parallelism.ep), self.rs, n, 1.0)  # noqa: E731
+
+                    def fold(t, n=n):
+                        return server_matrix(rank_matrix(t, self.er, self.pb.parallelism.ep), self.rs, n, 1.0)
+
                     err = rel_error(fold(self.crosslayer.predict_tokens(ta, a, b)), fold(tb))
                     name = f"crosslayer-{a}-{b}"
                     self.store.prediction(iteration, reg.name, name, err)
