@@ -68,3 +68,27 @@ def test_nvlink_status(name, gpus, links, total_gbs, unsupported):
         assert len(r.gpus[0]) == links and sum(v or 0 for v in r.gpus[0].values()) == pytest.approx(total_gbs)
     with pytest.raises(ParseError):
         nvidia_smi.parse_nvlink_status("GPU 0: X (UUID: Y)\n  Link zero: fast\n")
+
+
+@pytest.mark.parametrize("name,n,first", [
+    ("h100-q-load-drv590.txt", 1, ("00000000:00:09.0", "NVIDIA H100 80GB HBM3", 59.0, 629.45, True, "Disabled", 0, False)),
+    ("a10-q-row-remap-pending-drv535.txt", 1, ("00000000:07:00.0", "NVIDIA A10", 33.0, 43.89, True, "N/A", 0, True)),
+    ("h100x8-q-drv535-161.txt", 8, ("00000000:19:00.0", "NVIDIA H100 80GB HBM3", 29.0, 67.74, True, "Disabled", 0, False)),
+])
+def test_nvidia_smi_q_text(name, n, first):
+    g = nvidia_smi.parse_query_text((DATA / "nvidia-smi" / name).read_text())
+    d = g[0]
+    assert len(g) == n and (d.bus_id, d.name, d.temperature_c, d.power_w, d.persistence, d.mig_current,
+                            d.ecc_uncorrected_volatile, d.remapped_rows_pending) == first
+
+
+def test_nvidia_smi_q_xml_both_layouts():
+    mig = nvidia_smi.parse_query_xml((DATA / "nvidia-smi" / "a100-sxm4-80gb-mig-q-x-drv535.xml.txt").read_text())[0]
+    assert (mig.name, mig.temperature_c, mig.power_w, mig.mig_current, mig.persistence) == ("NVIDIA A100-SXM4-80GB", 27.0, 67.03, "Enabled", False)
+    assert mig.remapped_rows_pending is None  # <remapped_rows>N/A</remapped_rows> in MIG mode: missing, not "no"
+    old = nvidia_smi.parse_query_xml((DATA / "nvidia-smi" / "a10g-q-x-drv515.xml.txt").read_text())[0]
+    assert (old.bus_id, old.name, old.temperature_c, old.power_w) == ("00000000:00:1E.0", "NVIDIA A10G", 17.0, 25.58)
+    with pytest.raises(ParseError):
+        nvidia_smi.parse_query_xml("<nvidia_smi_log><gpu>")
+    with pytest.raises(ParseError):
+        nvidia_smi.parse_query_text("Timestamp : now\n")

@@ -116,3 +116,105 @@ def parse_nvlink_status(text: str) -> NVLinkStatus:
             continue
         raise ParseError(TOOL + " nvlink -s", no, "'GPU n: NAME (UUID: …)' or 'Link n: X GB/s'", s)
     return NVLinkStatus(gpus, unsupported, names)
+
+
+# --- nvidia-smi -q (text) and -q -x (XML) ---------------------------------------------
+
+@dataclass
+class GPUDetail:
+    """The fields mfctl judges, from ``-q`` or ``-q -x`` (units stripped; missing data None)."""
+
+    bus_id: str
+    name: str | None
+    temperature_c: float | None
+    power_w: float | None
+    persistence: bool | None
+    mig_current: str | None
+    ecc_uncorrected_volatile: int | None
+    remapped_rows_pending: bool | None
+    remapped_rows_failure: bool | None
+
+
+def _tree_from_text(text: str) -> dict:
+    """Indentation-nested ``Key : Value`` lines → nested dicts ("GPU <bus>" sections kept)."""
+    root: dict = {}
+    stack: list[tuple[int, dict]] = [(-1, root)]
+    for no, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip() or raw.strip().startswith("=") :
+            continue
+        indent = len(raw) - len(raw.lstrip(" "))
+        s = raw.strip()
+        while stack and indent <= stack[-1][0]:
+            stack.pop()
+        parent = stack[-1][1] if stack else root
+        if " : " in s or s.endswith(" :"):
+            k, _, v = s.partition(":")
+            parent[k.strip()] = v.strip()
+        else:
+            node: dict = {}
+            parent[s] = node
+            stack.append((indent, node))
+    return root
+
+
+def _f(v) -> float | None:
+    v = _value(str(v)) if v is not None else None
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def parse_query_text(text: str) -> list[GPUDetail]:
+    """``nvidia-smi -q``. Raises ParseError when no ``GPU <bus id>`` section is found."""
+    tree = _tree_from_text(text)
+    out = []
+    for key, sec in tree.items():
+        if not (key.startswith("GPU ") and isinstance(sec, dict)):
+            continue
+        temp = (sec.get("Temperature") or {}).get("GPU Current Temp")
+        power = (sec.get("GPU Power Readings") or sec.get("Power Readings") or {}).get("Power Draw") \
+            or (sec.get("GPU Power Readings") or sec.get("Power Readings") or {}).get("Average Power Draw")
+        ecc = ((sec.get("ECC Errors") or {}).get("Volatile") or {})
+        unc = ecc.get("DRAM Uncorrectable") or ecc.get("Double Bit", {}).get("Total") if isinstance(ecc, dict) else None
+        rr = sec.get("Remapped Rows") or {}
+        pm = sec.get("Persistence Mode")
+        out.append(GPUDetail(key[4:], sec.get("Product Name"), _f(temp), _f(power),
+                             None if pm in (None, "N/A") else pm == "Enabled",
+                             (sec.get("MIG Mode") or {}).get("Current"),
+                             int(_f(unc)) if _f(unc) is not None else None,
+                             None if rr.get("Pending") in (None, "N/A") else rr.get("Pending") == "Yes",
+                             None if rr.get("Remapping Failure Occurred") in (None, "N/A")
+                             else rr.get("Remapping Failure Occurred") == "Yes"))
+    if not out:
+        raise ParseError(TOOL + " -q", None, "a 'GPU <bus id>' section", text.strip()[:80])
+    return out
+
+
+def parse_query_xml(text: str) -> list[GPUDetail]:
+    """``nvidia-smi -q -x`` in both DTD layouts (``power_readings`` up to driver 5xx,
+    ``gpu_power_readings`` after; ``remapped_rows`` with ``remapped_row_pending``)."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as e:
+        line = getattr(e, "position", (None,))[0]
+        raise ParseError(TOOL + " -q -x", line, "well-formed XML", str(e)) from None
+    if root.tag != "nvidia_smi_log":
+        raise ParseError(TOOL + " -q -x", 1, "<nvidia_smi_log>", root.tag)
+    out = []
+    for g in root.findall("gpu"):
+        def t(path):
+            el = g.find(path)
+            return el.text.strip() if el is not None and el.text else None
+
+        power = t("gpu_power_readings/power_draw") or t("gpu_power_readings/average_power_draw") or t("power_readings/power_draw")
+        unc = t("ecc_errors/volatile/dram_uncorrectable") or t("ecc_errors/volatile/double_bit/total")
+        pend, fail = t("remapped_rows/remapped_row_pending"), t("remapped_rows/remapped_row_failure")
+        pm = t("persistence_mode")
+        out.append(GPUDetail(g.get("id", "?"), t("product_name"), _f(t("temperature/gpu_temp")), _f(power),
+                             None if pm in (None, "N/A") else pm == "Enabled", t("mig_mode/current_mig"),
+                             int(_f(unc)) if _f(unc) is not None else None,
+                             None if pend in (None, "N/A") else pend == "Yes",
+                             None if fail in (None, "N/A") else fail == "Yes"))
+    if not out:
+        raise ParseError(TOOL + " -q -x", None, "at least one <gpu>", root.tag)
+    return out
