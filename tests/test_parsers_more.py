@@ -111,3 +111,22 @@ def test_dcgm_exporter_sentinels_are_missing_data():
     assert len(tx) == 4 and all(x.value == 0 for x in tx) and tx[0].labels["modelName"] == "NVIDIA A100-SXM4-40GB"
     with pytest.raises(ParseError):
         parse_exporter('DCGM_FI_DEV_SM_CLOCK{gpu="0" 139\n')
+
+
+def test_dcgmi_and_mlxlink():
+    from mfctl.hosts.dcgmi import parse_diag, parse_discovery, parse_mlxlink
+
+    old = parse_diag((DATA / "dcgm" / "a100-p4de-dcgmi-diag-r2-dcgm333.txt").read_text())
+    assert old.metadata["DCGM Version"] == "3.3.3" and old.tests["PCIe"] == "Pass - All" and old.failed == []
+    new = parse_diag((DATA / "dcgm" / "diag-dcgm423-new-layout-per-gpu-truncated.txt").read_text())
+    assert new.metadata["Driver Version Detected"] == "570.148.08"
+    assert new.per_gpu["software"] == {0: "Pass", 1: "Pass", 2: "Pass", 3: "Pass"} and new.tests["memory"] == "Pass"
+    gpus = parse_discovery((DATA / "dcgm" / "discovery-l-h100-name-null-truncated.txt").read_text())
+    assert gpus[0].name is None and gpus[0].pci_bus_id == "00000000:4C:00.0"  # <<<NULL>>> is missing data
+    link = parse_mlxlink((DATA / "mellanox" / "mlxlink-spectrum-25g-operational-truncated.txt").read_text())
+    assert (link["State"], link["Speed"], link["FEC"]) == ("Active", "25GbE", "Firecode FEC")
+    bad = "| x | Fail - GPU 2 ECC |\n"
+    assert parse_diag("+---+\n| Diagnostic | Result |\n|-----  Hardware  ----+---|\n" + bad).failed == ["x"]
+    for fn in (parse_diag, parse_discovery, parse_mlxlink):
+        with pytest.raises(ParseError):
+            fn("nothing useful\n")
