@@ -92,3 +92,14 @@ def test_nvidia_smi_q_xml_both_layouts():
         nvidia_smi.parse_query_xml("<nvidia_smi_log><gpu>")
     with pytest.raises(ParseError):
         nvidia_smi.parse_query_text("Timestamp : now\n")
+
+
+def test_nvidia_smi_topo_with_ansi_escapes():
+    t = nvidia_smi.parse_topo((DATA / "nvidia-smi" / "h100-topo-m-ansi-single-gpu-drv590.txt").read_text())
+    assert t.devices == ["GPU0"] and t.links["GPU0"]["GPU0"] == "X"
+    assert t.cpu_affinity["GPU0"] == "0-19" and t.numa_affinity["GPU0"] == "0"
+    synthetic = "\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tNV12\tPXB\t0-31\t0\nGPU1\tNV12\t X \tSYS\t32-63\t1\n"
+    t2 = nvidia_smi.parse_topo(synthetic)
+    assert t2.links["GPU1"]["GPU0"] == "NV12" and t2.links["GPU0"]["NIC0"] == "PXB" and t2.numa_affinity["GPU1"] == "1"
+    with pytest.raises(ParseError):
+        nvidia_smi.parse_topo("Legend:\n")

@@ -218,3 +218,40 @@ def parse_query_xml(text: str) -> list[GPUDetail]:
     if not out:
         raise ParseError(TOOL + " -q -x", None, "at least one <gpu>", root.tag)
     return out
+
+
+@dataclass
+class Topology:
+    """``nvidia-smi topo -m``: the connection matrix (``X``, ``NV12``, ``PIX``, ``SYS``, …) and
+    each row's CPU/NUMA affinity."""
+
+    devices: list[str]
+    links: dict[str, dict[str, str]]
+    cpu_affinity: dict[str, str | None]
+    numa_affinity: dict[str, str | None]
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def parse_topo(text: str) -> Topology:
+    lines = [_ANSI.sub("", ln).rstrip() for ln in text.splitlines()]
+    hdr_i = next((i for i, ln in enumerate(lines) if re.match(r"^\s*GPU0\b", ln.strip()) and "Affinity" in ln), None)
+    if hdr_i is None:
+        raise ParseError(TOOL + " topo -m", 1, "a header 'GPU0 … CPU Affinity …'", lines[0] if lines else "")
+    cols = [c.strip() for c in lines[hdr_i].strip("\t ").split("\t")]
+    devs = [c for c in cols if not c.endswith("Affinity") and c != "GPU NUMA ID"]
+    topo = Topology(devs, {}, {}, {})
+    for no in range(hdr_i + 1, len(lines)):
+        ln = lines[no]
+        if not ln.strip():
+            break
+        cells = [c.strip() for c in ln.split("\t")]
+        name, vals = cells[0], cells[1:]
+        if len(vals) < len(devs):
+            raise ParseError(TOOL + " topo -m", no + 1, f"{len(devs)} link columns", ln)
+        topo.links[name] = dict(zip(devs, vals[: len(devs)]))
+        rest = vals[len(devs):] + [""] * 2
+        topo.cpu_affinity[name] = rest[0] or None if rest[0] != "N/A" else None
+        topo.numa_affinity[name] = rest[1] or None if rest[1] != "N/A" else None
+    return topo
