@@ -130,3 +130,17 @@ def test_dcgmi_and_mlxlink():
     for fn in (parse_diag, parse_discovery, parse_mlxlink):
         with pytest.raises(ParseError):
             fn("nothing useful\n")
+
+
+def test_ibv_devinfo_documented_format():
+    # no capture in the corpus: the layout of rdma-core's ibv_devinfo(1) output
+    from mfctl.hosts.rdma import parse_ibv_devinfo
+
+    text = ("hca_id:\tmlx5_0\n\ttransport:\t\t\tInfiniBand (0)\n\tfw_ver:\t\t\t\t22.39.1002\n\tphys_port_cnt:\t\t\t1\n"
+            "\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n\t\t\tmax_mtu:\t\t4096 (5)\n\t\t\tlink_layer:\t\tEthernet\n\n"
+            "hca_id:\tmlx5_1\n\tfw_ver:\t\t\t\t22.39.1002\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_DOWN (1)\n\t\t\tlink_layer:\t\tEthernet\n")
+    r = parse_ibv_devinfo(text)
+    assert [(p.device, p.state, p.link_layer) for p in r.ports] == [("mlx5_0", "Active", "Ethernet"), ("mlx5_1", "Down", "Ethernet")]
+    assert r.firmware["mlx5_0"] == "22.39.1002" and r.ports[0].active and not r.ports[1].active
+    with pytest.raises(ParseError):
+        parse_ibv_devinfo("port: 1\n")

@@ -156,3 +156,42 @@ def roce_v2_ipv4_gid_index(gids: list[Gid], netdev: str) -> int | None:
         if g.netdev == netdev and g.version == "v2" and g.ipv4:
             return g.index
     return None
+
+
+def parse_ibv_devinfo(text: str) -> RdmaReport:
+    """``ibv_devinfo``: ``hca_id: mlx5_0`` blocks, ``port: N`` sub-blocks with
+    ``state: PORT_ACTIVE (4)`` and ``link_layer: Ethernet``."""
+    rep = RdmaReport()
+    dev = None
+    port: dict | None = None
+
+    def flush():
+        if port is not None:
+            st = re.sub(r"^PORT_|\s*\(\d+\)$", "", port.get("state", "?")).capitalize()
+            rep.ports.append(RdmaPort(dev, port["n"], st, port.get("phys_state"), None, port.get("link_layer")))
+
+    for no, raw in enumerate(text.splitlines(), 1):
+        s = raw.strip()
+        if not s:
+            continue
+        m = re.match(r"^hca_id:\s*(\S+)$", s)
+        if m:
+            flush()
+            dev, port = m.group(1), None
+            continue
+        m = re.match(r"^port:\s*(\d+)$", s)
+        if m and dev is not None:
+            flush()
+            port = {"n": int(m.group(1))}
+            continue
+        m = re.match(r"^([a-z_]+):\s*(.*)$", s)
+        if not m or dev is None:
+            raise ParseError("ibv_devinfo", no, "'hca_id: DEV', 'port: N' or 'key: value'", s)
+        if port is not None:
+            port[m.group(1)] = m.group(2)
+        elif m.group(1) == "fw_ver":
+            rep.firmware[dev] = m.group(2)
+    flush()
+    if not rep.ports:
+        raise ParseError("ibv_devinfo", None, "at least one 'port: N' block", text.strip()[:80])
+    return rep
