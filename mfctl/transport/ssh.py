@@ -10,6 +10,7 @@ password passed in by the caller from the environment — never from an inventor
 from __future__ import annotations
 
 import logging
+import select
 import shlex
 import socket
 import threading
@@ -74,6 +75,22 @@ def _known_hosts(path: Path) -> paramiko.HostKeys | None:
         return hk
 
 
+_PKEY_CACHE: dict[str, paramiko.PKey] = {}
+
+
+def _private_key(path: str) -> paramiko.PKey:
+    """Load a private key file once per process (any type paramiko knows). Encrypted keys
+    belong in the SSH agent: mfctl never asks for a passphrase."""
+    p = str(Path(path).expanduser())
+    with _KH_LOCK:
+        if p not in _PKEY_CACHE:
+            try:
+                _PKEY_CACHE[p] = paramiko.PKey.from_path(p)
+            except (OSError, paramiko.SSHException, ValueError) as e:
+                raise UnreachableError(f"cannot load SSH key {p}: {e}") from e
+        return _PKEY_CACHE[p]
+
+
 def connect(target: SSHTarget, timeout: float) -> paramiko.SSHClient:
     """Open an authenticated SSH connection. Raises UnreachableError (exit 4)."""
     client = paramiko.SSHClient()
@@ -96,7 +113,7 @@ def connect(target: SSHTarget, timeout: float) -> paramiko.SSHClient:
             sock=sock,
             port=target.port,
             username=target.user,
-            key_filename=str(Path(target.key_file).expanduser()) if target.key_file else None,
+            pkey=_private_key(target.key_file) if target.key_file else None,
             password=target.password,
             allow_agent=target.agent and not target.password,
             look_for_keys=False,
@@ -183,18 +200,18 @@ class SSHPool:
             chan.exec_command(quote_argv(argv))
             out, err = bytearray(), bytearray()
             deadline = t0 + timeout
-            while True:
-                if chan.recv_ready():
+            while True:  # wait on the channel (select), never busy-poll
+                while chan.recv_ready():
                     out += chan.recv(65536)
-                elif chan.recv_stderr_ready():
+                while chan.recv_stderr_ready():
                     err += chan.recv_stderr(65536)
-                elif chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
-                elif time.monotonic() > deadline:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     chan.close()
                     raise TimeoutError(f"command did not finish within {timeout:g} s")
-                else:
-                    time.sleep(0.002)
+                select.select([chan], [], [], min(remaining, 1.0))
             res.rc = chan.recv_exit_status()
             chan.close()
             res.stdout, res.stderr = out.decode(errors="replace"), err.decode(errors="replace")
