@@ -136,7 +136,7 @@ def schedule(playbook: Path = typer.Argument(...), inventory: Path = typer.Optio
         emit_json({"schema": "mfctl.schedule/v1", "profile": str(pp) if fits else None, "choices": rows,
                    "gradient_partitions": parts, "best": best, "best_partitions": bestp["partitions"], "command": cmd})
         return
-    t = Table("fwd r", "bwd r", "predicted iteration s", title=f"{m.name}: FSMoE pipeline degrees "
+    t = Table("fwd r", "bwd r", "predicted iteration s", title=f"{m.name}: best 8 of 16 FSMoE pipeline degrees "
               + ("(profiled)" if fits else "(default costs; run mfctl profile)"))
     for r in sorted(rows, key=lambda r: r["iteration_s"])[:8]:
         t.add_row(str(r["pipeline_degree"]), str(r["bp_pipeline_degree"]), f"{r['iteration_s']:.3f}")
