@@ -24,7 +24,7 @@ def nccl(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCTL_
     from rich.table import Table
 
     from mfctl import settings
-    from mfctl.errors import OperationFailed, UsageError
+    from mfctl.errors import UsageError
     from mfctl.fabric.mapping import circuits_from_cross_connects, region_lanes
     from mfctl.hosts.nccl_tests import parse_perf, perf_argv
     from mfctl.inventory import load_inventory
@@ -43,10 +43,7 @@ def nccl(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCTL_
     with SSHPool(targets_from_inventory(inv), connect_timeout=settings.get_float("connect_timeout"),
                  command_timeout=max(settings.get_float("command_timeout"), 600)) as pool:
         h0 = inv.hosts[0]
-        r = pool.run(h0.name, perf_argv(test, "1M", max_bytes, 2, h0.gpus.count, nodes=len(hosts)))
-    if not r.ok:
-        raise OperationFailed(f"{h0.name}: {test}: {r.error or r.stderr.strip()[:300]}")
-    res = parse_perf(r.stdout)
+        res = parse_perf(pool.run_checked(h0.name, perf_argv(test, "1M", max_bytes, 2, h0.gpus.count, nodes=len(hosts))))
     lane_rate = h0.ocs_lanes()[0][0].lane_rate_gbps * 1e9 / 8 * GOODPUT if h0.ocs_lanes() else 0.0
     eps = sum(n.speed_gbps for n in h0.eps_nics()) * 1e9 / 8 * GOODPUT
     n_circ = sum(1 for c in circuits if h0.name in (c.a.host, c.b.host))

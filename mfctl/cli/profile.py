@@ -43,16 +43,11 @@ def profile(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFC
     with SSHPool(targets_from_inventory(inv), connect_timeout=settings.get_float("connect_timeout"),
                  command_timeout=max(settings.get_float("command_timeout"), 300)) as pool:
         for test in ("alltoall_perf", "all_reduce_perf"):
-            r = pool.run(h, perf_argv(test, "64K", "1G", 2, inv.host(h).gpus.count))
-            if not r.ok:
-                raise OperationFailed(f"{h}: {test}: {r.error or r.stderr.strip()[:200]}")
-            res = parse_perf(r.stdout)
+            res = parse_perf(pool.run_checked(h, perf_argv(test, "64K", "1G", 2, inv.host(h).gpus.count)))
             fits.append(fit_linear(test.removesuffix("_perf"), [x.size_bytes for x in res.rows],
                                    [x.time_us * 1e-6 for x in res.rows if x.time_us is not None], "byte"))
-        r = pool.run(h, ["mfctl-gemm-bench", "--hidden", str(hidden), "--ffn", str(ffn_hidden)])
-        if not r.ok:
-            raise OperationFailed(f"{h}: mfctl-gemm-bench: {r.error or r.stderr.strip()[:200]}")
-        rows = [ln.split() for ln in r.stdout.splitlines() if ln.strip()]
+        gemm = pool.run_checked(h, ["mfctl-gemm-bench", "--hidden", str(hidden), "--ffn", str(ffn_hidden)])
+        rows = [ln.split() for ln in gemm.splitlines() if ln.strip()]
         try:
             flops = [2 * int(m) * int(n) * int(k) for m, n, k, *_ in rows]
             secs = [float(row[3]) * 1e-6 for row in rows]

@@ -180,7 +180,6 @@ def firmware_check(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str 
 
     from mfctl.errors import ConfigError
     from mfctl.hosts import mellanox
-    from mfctl.provision.service import _run
 
     with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool):
         if manifest is None:
@@ -190,7 +189,7 @@ def firmware_check(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str 
         rows = []
         for h in names or [x.name for x in inv.hosts]:
             try:
-                devs = mellanox.parse_mlxfwmanager(_run(pool, h, mellanox.mlxfwmanager_query_argv()))
+                devs = mellanox.parse_mlxfwmanager(pool.run_checked(h, mellanox.mlxfwmanager_query_argv()))
             except MfctlError as e:
                 rows.append({"host": h, "pci": None, "part_number": None, "psid": None, "running": None, "burnt": None,
                              "pinned": None, "status": "unreachable", "error": str(e)})

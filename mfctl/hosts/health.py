@@ -143,6 +143,18 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
             return hh
         inv_host = inv.host(name)
         add = lambda sev, chk, msg: hh.findings.append(Finding(name, sev, chk, msg))  # noqa: E731
+
+        def read(argv, parser, check):
+            """Run and parse; None when the command failed or its output did not parse (a warning)."""
+            r = pool.run(name, argv)
+            if not r.ok:
+                return None
+            try:
+                return parser(r.stdout)
+            except ParseError as e:
+                add("warning", check, str(e))
+                return None
+
         r = pool.run(name, ["dmesg", "--level=err,warn"])
         if r.ok:
             for ln in r.stdout.splitlines():
@@ -150,41 +162,26 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                 if m:
                     x = int(m.group(2))
                     add("critical" if x in XID_CRITICAL else "warning", "gpu", f"XID {x} on {m.group(1)}")
-        ib = pool.run(name, ["ibstat"])
-        if ib.ok:
-            from mfctl.hosts import rdma
+        from mfctl.hosts import rdma
 
-            try:
-                rep = rdma.parse_ibstat(ib.stdout)
-            except ParseError as e:
-                add("warning", "rdma", str(e))
-            else:
-                eps_devs = {n.rdma_device or f"mlx5_{i}" for i, n in enumerate(inv_host.nics) if n.role == "eps"}
-                for p in rep.ports:
-                    if not p.active and p.device in eps_devs:
-                        add("critical", "rdma", f"{p.device} port {p.port} is {p.state} ({p.physical_state}): the EPS RDMA path is down")
-                for e in rep.errors:
-                    add("warning", "rdma", e)
+        rep = read(["ibstat"], rdma.parse_ibstat, "rdma")
+        if rep is not None:
+            eps_devs = {n.rdma_device or f"mlx5_{i}" for i, n in enumerate(inv_host.nics) if n.role == "eps"}
+            for p in rep.ports:
+                if not p.active and p.device in eps_devs:
+                    add("critical", "rdma", f"{p.device} port {p.port} is {p.state} ({p.physical_state}): the EPS RDMA path is down")
+            for e in rep.errors:
+                add("warning", "rdma", e)
         for nic in inv_host.nics:
             for lane in nic.lanes:
-                lr = pool.run(name, ethtool.link_argv(lane.netdev))
-                if lr.ok:
-                    try:
-                        ls = ethtool.parse_link(lr.stdout)
-                    except ParseError as e:
-                        add("warning", "nic", str(e))
-                        continue
+                ls = read(ethtool.link_argv(lane.netdev), ethtool.parse_link, "nic")
+                if ls is not None:
                     want = int(nic.lane_rate_gbps * 1000)
                     if ls.link_detected and ls.speed_mbps and ls.speed_mbps != want:
                         add("warning", "nic", f"{lane.netdev} runs at {ls.speed_mbps} Mb/s, expected {want}")
                 if lane.ocs_tx is not None and lane.netdev in hh.links_up:
-                    mr = pool.run(name, ethtool.module_argv(lane.netdev))
-                    if mr.ok:
-                        try:
-                            mod = ethtool.parse_module(mr.stdout)
-                        except ParseError as e:
-                            add("warning", "optics", str(e))
-                            continue
+                    mod = read(ethtool.module_argv(lane.netdev), ethtool.parse_module, "optics")
+                    if mod is not None:
                         for flag in mod.flags_on:
                             add("critical" if "alarm" in flag else "warning", "optics", f"{lane.netdev}: {flag}")
                         low_w, low_a = mod.thresholds.get("rx_power_low_warning_dbm"), mod.thresholds.get("rx_power_low_alarm_dbm")
@@ -193,13 +190,8 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                                 add("critical", "optics", f"{lane.netdev} channel {ch}: Rx {v} dBm below the alarm threshold {low_a}")
                             elif low_w is not None and v < low_w:
                                 add("warning", "optics", f"{lane.netdev} channel {ch}: Rx {v} dBm below the warning threshold {low_w}")
-            sr = pool.run(name, ethtool.stats_argv(nic.lanes[0].netdev))
-            if sr.ok:
-                try:
-                    st = ethtool.parse_stats(sr.stdout)
-                except ParseError as e:
-                    add("warning", "nic", str(e))
-                    continue
+            st = read(ethtool.stats_argv(nic.lanes[0].netdev), ethtool.parse_stats, "nic")
+            if st is not None:
                 pb = st.prio_bytes()
                 total = sum(pb.values())
                 roce = int(lim["roce_priority"])

@@ -202,7 +202,7 @@ def parse_query_xml(text: str) -> list[GPUDetail]:
         raise ParseError(TOOL + " -q -x", 1, "<nvidia_smi_log>", root.tag)
     out = []
     for g in root.findall("gpu"):
-        def t(path):
+        def t(path, g=g):
             el = g.find(path)
             return el.text.strip() if el is not None and el.text else None
 

@@ -116,17 +116,18 @@ class TL1Client:
                 if remaining <= 0:
                     raise TL1Timeout(f"{self.stream.name}: no reply to {text!r} within {timeout:g} s "
                                      f"(command timeout); last read: {self._last_read[-120:]!r}")
-                try:
-                    data = self.stream.read(min(remaining, 0.5))
-                except ConnectionError as e:
-                    raise TL1ConnectionError(f"{self.stream.name}: link lost waiting for {text!r}: {e}") from e
-                if data:
-                    self._feed(data)
+                self._pull(min(remaining, 0.5), f"link lost waiting for {text!r}")
 
-    def _feed(self, data: bytes) -> None:
-        chunk = data.decode("ascii", errors="replace")
-        self._last_read = (self._last_read + chunk)[-400:]
-        self._items.extend(self.decoder.feed(chunk))
+    def _pull(self, timeout: float, context: str) -> None:
+        """Read what arrives within ``timeout`` and decode it into the item queue."""
+        try:
+            data = self.stream.read(timeout)
+        except ConnectionError as e:
+            raise TL1ConnectionError(f"{self.stream.name}: {context}: {e}") from e
+        if data:
+            chunk = data.decode("ascii", errors="replace")
+            self._last_read = (self._last_read + chunk)[-400:]
+            self._items.extend(self.decoder.feed(chunk))
 
     def _autonomous(self, item: tl1.Autonomous) -> None:
         """Queue an autonomous message; record a gap when ATAGs skip (they count 1..65535)."""
@@ -148,12 +149,7 @@ class TL1Client:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                try:
-                    data = self.stream.read(min(remaining, 0.2))
-                except ConnectionError as e:
-                    raise TL1ConnectionError(f"{self.stream.name}: {e}") from e
-                if data:
-                    self._feed(data)
+                self._pull(min(remaining, 0.2), "link lost while listening")
             keep = collections.deque()
             for item in self._items:
                 if isinstance(item, tl1.Autonomous):

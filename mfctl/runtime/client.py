@@ -2,7 +2,7 @@
 
 Usage from a training loop::
 
-    rt = RuntimeClient("10.0.0.1:7700", host="gpu01", token=os.environ["MFCTL_RUN_TOKEN"])
+    rt = RuntimeClient("192.0.2.1:7700", host="gpu01", token=os.environ["MFCTL_RUN_TOKEN"])
     cfg = rt.connect()                       # -> the controller's welcome (job config, routes)
     for it in range(...):
         for msg in rt.poll():                # at a safe point (iteration boundary)

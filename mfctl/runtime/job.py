@@ -14,6 +14,7 @@ the playbook's ``mock.time_scale`` (1 on hardware).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import queue
 import secrets
@@ -137,7 +138,7 @@ class Job:
         if getattr(self, "store", None):
             self.store.end_run(self.run_id, status, code, summary)
             self.store.close()
-        (self.run_dir / "summary.json").write_text(__import__("json").dumps(summary, indent=2))
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         index_run(self.runs_dir, summary)
         summary["exit_code"] = code
         return summary
@@ -156,7 +157,7 @@ class Job:
         self.inv = inv = load_inventory(inv_path)
         status = Path(inv_path).parent / "status.json"
         if pb.mock.enabled and status.exists():  # a mock started by hand: its time scale must be the playbook's
-            ts = __import__("json").loads(status.read_text()).get("time_scale")
+            ts = json.loads(status.read_text()).get("time_scale")
             if ts is not None and abs(float(ts) - self.scale) > 1e-9:
                 raise ConfigError(f"the mock testbed runs at time scale {ts:g} but the playbook says {self.scale:g} "
                                   f"(mfctl mock up --time-scale {self.scale:g})", path=pb.source)

@@ -225,6 +225,18 @@ class SSHPool:
         res.elapsed_s = time.monotonic() - t0
         return res
 
+    def run_checked(self, host: str, argv: Sequence[str], *, timeout: float | None = None) -> str:
+        """Run argv and return its stdout; raise UnreachableError (no connection, timeout) or
+        OperationFailed (non-zero exit) naming the host, the command and stderr."""
+        from mfctl.errors import OperationFailed
+
+        r = self.run(host, argv, timeout=timeout)
+        if r.error:
+            raise UnreachableError(f"{host}: {' '.join(map(str, argv))}: {r.error}")
+        if r.rc != 0:
+            raise OperationFailed(f"{host}: {' '.join(map(str, argv))}: exit {r.rc}: {(r.stderr or r.stdout).strip()[:300]}")
+        return r.stdout
+
     def run_many(self, hosts: Sequence[str], argv_for: Callable[[str], Sequence[str]], *,
                  timeout: float | None = None, on_done: Callable[[CommandResult], None] | None = None) -> list[CommandResult]:
         """Run a command on many hosts in parallel (at most ``fanout`` at once), in host order."""
