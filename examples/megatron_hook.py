@@ -13,20 +13,20 @@ MFCTL_RUN_TOKEN and MFCTL_HOST)::
 
     from examples.megatron_hook import MFabricHook
     hook = MFabricHook.from_env(hidden=args.hidden_size, bytes_per_element=2, leader=rank == 0)
-    for layer_no, layer in enumerate(moe_layers):
-        hook.attach(layer.token_dispatcher, layer_no)
+    if hook is not None:  # local rank 0 of each host (under Slurm the host is $SLURMD_NODENAME)
+        for layer_no, layer in enumerate(moe_layers):
+            hook.attach(layer.token_dispatcher, layer_no)
     ...
     for iteration in ...:
         train_step(...)
-        hook.end_of_iteration(iteration, seconds=elapsed, tokens=global_batch_tokens)
+        if hook is not None:
+            hook.end_of_iteration(iteration, seconds=elapsed, tokens=global_batch_tokens)
 
 Only ``mfctl.runtime.client`` (standard library) is imported: no mfctl dependencies leak
 into the training environment.
 """
 
 from __future__ import annotations
-
-import os
 
 from mfctl.runtime.client import ControllerLost, RuntimeClient
 
@@ -52,9 +52,12 @@ class MFabricHook:
         self.config = None
 
     @classmethod
-    def from_env(cls, **kw) -> "MFabricHook":
-        c = RuntimeClient(os.environ["MFCTL_CONTROLLER"], host=os.environ["MFCTL_HOST"],
-                          token=os.environ.get("MFCTL_RUN_TOKEN", ""))
+    def from_env(cls, **kw) -> "MFabricHook | None":
+        """The hook of a process started by ``mfctl run`` (SSH or Slurm); None in torchrun's
+        local ranks other than 0 — one runtime client per host."""
+        c = RuntimeClient.from_env()
+        if c is None:
+            return None
         hook = cls(c, **kw)
         hook.config = c.connect()
         hook.routes, hook.epoch = hook.config.get("routes", {}), hook.config.get("epoch", 0)

@@ -6,7 +6,10 @@ Commands (argv after ``shlex.split``):
 - ``ip -j link show [dev IF]`` — iproute2 JSON;
 - ``hostname``, ``true``, ``echo ...``;
 - ``mfctl-simrt ...`` — starts the simulated collective runtime (a real process) and
-  streams its output; closing the channel (SIGHUP on a real pty) stops it.
+  streams its output; closing the channel (SIGHUP on a real pty) stops it;
+- ``torchrun ...`` — the mock torchrun (:mod:`mfctl.mock.slurmshim`), likewise;
+- ``sbatch``, ``squeue``, ``sacct``, ``scancel``, ``scontrol``, ``tail`` — the mock Slurm
+  cluster (:mod:`mfctl.mock.slurm`) whose nodes are the mock hosts.
 Anything else: ``bash: X: command not found``, exit 127.
 
 Optical lanes are UP only when both halves of their duplex circuit are patched on the
@@ -54,6 +57,7 @@ class MockHost:
     gpu_temps: list[int] = field(default_factory=list)
     procs: list[subprocess.Popen] = field(default_factory=list)
     config: "object" = None  # mfctl.mock.nics.HostConfig
+    user: str = "root"  # the SSH login (the Slurm job owner)
 
     # --- link state ----------------------------------------------------------------------
     def _linkup_delay(self, port: int, changed: float) -> float:
@@ -105,7 +109,23 @@ class MockHost:
             channel.sendall((" ".join(argv[1:]) + "\n").encode())
             return 0
         if prog == "mfctl-simrt":
-            return self._simrt(argv[1:], channel, env)
+            return self._spawn([sys.executable, "-m", "mfctl.mock.simruntime", *argv[1:]], channel, env)
+        if prog == "torchrun":  # the mock torchrun: one simulated worker for the node (mfctl.mock.slurmshim)
+            return self._spawn([sys.executable, "-m", "mfctl.mock.slurmshim", *argv], channel, env)
+        slurm = getattr(self.testbed, "slurm", None)
+        if prog == "tail" and slurm is not None:  # job logs on the "shared filesystem" (the mock's home)
+            return self._spawn(["tail", *argv[1:]], channel, env, cwd=slurm.home)
+        if slurm is not None:
+            def read_stdin() -> bytes:
+                channel.settimeout(30)
+                buf = bytearray()
+                while data := channel.recv(65536):
+                    buf += data
+                return bytes(buf)
+            rc = slurm.handle(argv, env, self.user, read_stdin, lambda t: channel.sendall(t.encode()),
+                              lambda t: channel.sendall_stderr(t.encode()))
+            if rc is not None:
+                return rc
         if self.config is not None:
             rc = self.config.handle(argv, lambda t: channel.sendall(t.encode()), lambda t: channel.sendall_stderr(t.encode()))
             if rc is not None:
@@ -217,12 +237,20 @@ class MockHost:
             channel.sendall(txt.encode())
         return 0
 
-    def _simrt(self, args: list[str], channel, extra_env: dict | None = None) -> int:
+    def _spawn(self, cmd: list[str], channel, extra_env: dict | None = None, cwd=None) -> int:
+        """Run a real process for the session and stream its output; a hang-up stops it."""
         env = dict(os.environ)
         env.update(extra_env or {})
         env["PYTHONUNBUFFERED"] = "1"
-        proc = subprocess.Popen([sys.executable, "-m", "mfctl.mock.simruntime", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        slurm = getattr(self.testbed, "slurm", None)
+        if slurm is not None:  # the node's PATH: the mock's torchrun, srun, mfctl-simrt
+            env["PATH"] = f"{slurm.bindir}:{env.get('PATH', '/usr/bin:/bin')}"
+        try:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, cwd=cwd, start_new_session=True)
+        except OSError as e:
+            channel.sendall_stderr(f"bash: {cmd[0]}: {e.strerror}\n".encode())
+            return 127
         self.procs.append(proc)
 
         def watch_channel() -> None:

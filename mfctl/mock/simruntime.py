@@ -33,6 +33,9 @@ def run(args) -> int:
     rt = RuntimeClient(args.controller, host=args.host, token=args.token)
     cfg = rt.connect()
     m, par, tr = cfg["model"], cfg["parallelism"], cfg["training"]
+    for k in ("pipeline_degree", "bp_pipeline_degree"):
+        if getattr(args, k, None):
+            tr[k] = getattr(args, k)
     hosts: list[str] = cfg["hosts"]
     leader = cfg["leader"] == args.host
     trace = load_routing(m["routing"], tr.get("domains"))
@@ -145,10 +148,18 @@ def run(args) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="mfctl-simrt", description="mfctl simulated collective runtime")
-    ap.add_argument("--controller", required=True, help="HOST:PORT of the mfctl controller")
-    ap.add_argument("--host", required=True, help="inventory name of this host")
+    env_host = os.environ.get("MFCTL_HOST") or os.environ.get("SLURMD_NODENAME")
+    ap.add_argument("--controller", default=os.environ.get("MFCTL_CONTROLLER"),
+                    help="HOST:PORT of the mfctl controller (default: $MFCTL_CONTROLLER)")
+    ap.add_argument("--host", default=env_host, help="inventory name of this host (default: $MFCTL_HOST, "
+                    "else $SLURMD_NODENAME)")
     ap.add_argument("--token", default=os.environ.get("MFCTL_RUN_TOKEN", ""))
+    ap.add_argument("--pipeline-degree", type=int, choices=(1, 2, 4, 8), help="forward pipeline degree "
+                    "(as a training script takes it; default: the controller's)")
+    ap.add_argument("--bp-pipeline-degree", type=int, choices=(1, 2, 4, 8), help="backward pipeline degree")
     args = ap.parse_args(argv)
+    if not args.controller or not args.host:
+        ap.error("--controller and --host are required (or MFCTL_CONTROLLER and MFCTL_HOST in the environment)")
     try:
         return run(args)
     except ControllerLost as e:

@@ -27,6 +27,7 @@ from mfctl.inventory import load_inventory
 from mfctl.mock.hosts import MockHost, MockLane
 from mfctl.mock.nics import PROVISIONED_FW, HostConfig, NICState
 from mfctl.mock.ocs_emulator import OCSEmulator, PtyServer, TCPServer, ssh_shell_handler
+from mfctl.mock.slurm import MockSlurm
 from mfctl.mock.sshd import MockSSHServer
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class MockTestbed:
         self.hosts: dict[str, MockHost] = {}
         self.lane_by_rx: dict[int, MockLane] = {}
         self.ocs: OCSEmulator | None = None
+        self.slurm: MockSlurm | None = None
 
     def start(self) -> dict:
         inv = self.source
@@ -65,6 +67,7 @@ class MockTestbed:
         self.ocs = OCSEmulator(inv.ocs.size.inputs, inv.ocs.size.outputs, sid=inv.ocs.name.upper(), user=inv.ocs.user,
                                password=password, insertion_loss_db=inv.ocs.insertion_loss_db,
                                base_ms=inv.ocs.switching_time_ms + 16.1, tx_power_dbm=tx_power)
+        self.slurm = MockSlurm({h.name: h.gpus.count for h in inv.hosts}, self.state, self.time_scale)
         known_hosts = []
         for hi, h in enumerate(inv.hosts):
             lanes = []
@@ -74,7 +77,7 @@ class MockTestbed:
                     lanes.append(ml)
                     if lane.ocs_rx is not None:
                         self.lane_by_rx[lane.ocs_rx] = ml
-            mh = MockHost(h.name, h.gpus.count, h.gpus.model, lanes, testbed=self,
+            mh = MockHost(h.name, h.gpus.count, h.gpus.model, lanes, testbed=self, user=h.ssh.user,
                           gpu_temps=[33 + (hi + g) % 5 for g in range(h.gpus.count)])
             mh.config = HostConfig(mh, self.factory)
             for ni, nic in enumerate(h.nics):
@@ -128,6 +131,8 @@ class MockTestbed:
         return status
 
     def stop(self) -> None:
+        if getattr(self, "slurm", None) is not None:
+            self.slurm.stop_all()
         for mh in self.hosts.values():
             mh.stop_all()
         for s in self.servers.values():

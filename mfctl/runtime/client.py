@@ -19,6 +19,7 @@ Every call has a timeout; a lost controller raises :class:`ControllerLost`.
 
 from __future__ import annotations
 
+import os
 import queue
 import socket
 import threading
@@ -38,6 +39,21 @@ class RuntimeClient:
         self.conn: Connection | None = None
         self.inbox: queue.Queue[dict] = queue.Queue()
         self.lost = threading.Event()
+
+    @classmethod
+    def from_env(cls, environ=None, **kw) -> "RuntimeClient | None":
+        """The client for a process started by ``mfctl run`` (SSH or Slurm launch): controller
+        from ``MFCTL_CONTROLLER``, host from ``MFCTL_HOST`` (else ``SLURMD_NODENAME``: Slurm
+        node names are the inventory's), token from ``MFCTL_RUN_TOKEN``. One client per host:
+        returns None in torchrun's other local ranks (``LOCAL_RANK`` ≠ 0). Raises KeyError
+        when ``MFCTL_CONTROLLER`` or the host is missing."""
+        env = os.environ if environ is None else environ
+        if env.get("LOCAL_RANK", "0") != "0":
+            return None
+        host = env.get("MFCTL_HOST") or env.get("SLURMD_NODENAME")
+        if not host:
+            raise KeyError("MFCTL_HOST (or SLURMD_NODENAME)")
+        return cls(env["MFCTL_CONTROLLER"], host=host, token=env.get("MFCTL_RUN_TOKEN", ""), **kw)
 
     def connect(self) -> dict:
         """Connect, say hello, and return the controller's ``welcome``. Raises ControllerLost."""

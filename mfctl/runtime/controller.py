@@ -71,6 +71,9 @@ class Controller:
                 if msg is None:
                     break
                 self.events.put((host, msg))
+                if msg.get("type") == "bye":  # acknowledged by closing: the worker may exit
+                    conn.close()
+                    break
         except ProtocolError as e:
             log.warning("runtime worker %s: protocol error: %s", host, e)
             try:

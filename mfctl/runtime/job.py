@@ -41,7 +41,8 @@ from mfctl.ocs.journal import Journal, ocs_journal_path
 from mfctl.runtime.controller import Controller
 from mfctl.runtime.launcher import Launcher
 from mfctl.runtime.playbook import Playbook, load_playbook
-from mfctl.runtime.render import render_hosts
+from mfctl.runtime.render import render_hosts, render_slurm, slurm_output
+from mfctl.runtime.slurm import SlurmLaunch
 from mfctl.signals import DeferSignals as _DeferSignals
 from mfctl.transport.ssh import SSHPool, targets_from_inventory
 
@@ -120,12 +121,18 @@ class Job:
         if old_term is not None:
             signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
         status, code, err = "ok", 0, None
+        self._aborting = False
         try:
             self._run()
         except KeyboardInterrupt:
             status, code, err = "interrupted", 130, "interrupted by operator"
+            self._aborting = True
         except MfctlError as e:
             status, code, err = "failed", int(e.exit_code), str(e)
+            self._aborting = True
+        except BaseException:
+            self._aborting = True
+            raise
         finally:
             self._teardown()
             if old_term is not None:
@@ -193,6 +200,9 @@ class Job:
             raise ConfigError(f"{trace.num_experts} experts of {trace.model} do not divide over EP={ep}", path=pb.source)
         if pb.mock.crash_host and pb.mock.crash_host not in {h.name for h in inv.hosts}:
             raise ConfigError(f"mock.crash_host {pb.mock.crash_host!r} is not in the inventory", path=pb.source)
+        sh = pb.runtime.slurm.submit_host
+        if pb.runtime.launcher == "slurm" and sh and sh not in {h.name for h in inv.hosts}:
+            raise ConfigError(f"runtime.slurm.submit_host {sh!r} is not in the inventory", path=pb.source)
         nic = inv.hosts[0].ocs_lanes()[0][0]
         eps_nics = inv.hosts[0].eps_nics()
         self.rates = LinkRates(circuit_Bps=nic.lane_rate_gbps * 1e9 / 8 * GOODPUT,
@@ -336,16 +346,16 @@ class Job:
         self.ctrl = Controller(token=self.token, welcome=self._welcome, expected_hosts=set(hosts),
                                listen=("127.0.0.1" if self.pb.mock.enabled else "0.0.0.0", 0))
         addr = self.ctrl.address_str if self.pb.mock.enabled else f"{_advertised_ip()}:{self.ctrl.address[1]}"
-        self.launcher = Launcher(self.pool, self.run_dir / "logs", on_line=self.obs.log_line)
         self.obs.phase("launch", f"launching the runtime ({self.pb.runtime.launcher}) on {len(hosts)} hosts; controller on {addr}")
         if self.pb.runtime.launcher == "slurm":
-            raise ConfigError("runtime.launcher slurm: submitting is not automated yet; `mfctl run --dry-run` prints the "
-                              "sbatch script", path=self.pb.source)
-        for hl in render_hosts(self.pb, self.inv, addr, self.token):
-            self.journal.append("runtime.launch", host=hl.host, command=hl.command_line(redact=True))
-            w = self.launcher.start(hl.host, hl.full_argv())
-            if w.error:
-                raise UnreachableError(w.error)
+            self._submit_slurm(hosts, addr)
+        else:
+            self.launcher = Launcher(self.pool, self.run_dir / "logs", on_line=self.obs.log_line)
+            for hl in render_hosts(self.pb, self.inv, addr, self.token):
+                self.journal.append("runtime.launch", host=hl.host, command=hl.command_line(redact=True))
+                w = self.launcher.start(hl.host, hl.full_argv())
+                if w.error:
+                    raise UnreachableError(w.error)
         # wait for every worker's hello
         pending = set(hosts)
         deadline = time.monotonic() + 30
@@ -358,6 +368,25 @@ class Job:
         self.journal.append("runtime.launched", hosts=hosts, controller=addr)
         self.t_train0 = time.monotonic()
         self._start_health_sampler()
+
+    def _submit_slurm(self, hosts: list[str], addr: str) -> None:
+        """sbatch the rendered script on the submit host, then wait while the job is queued."""
+        sl = self.pb.runtime.slurm
+        submit_host = sl.submit_host or hosts[0]
+        script = render_slurm(self.pb, self.inv, addr, "<from-environment>", self.run_id)
+        (self.run_dir / "sbatch.sh").write_text(script)
+        self.launcher = SlurmLaunch(self.pool, submit_host, hosts, self.run_dir / "logs", on_line=self.obs.log_line,
+                                    journal=self.journal)
+        job_id = self.launcher.submit(script, slurm_output(self.pb, self.run_id), self.token)
+        self.obs.phase("launch", f"submitted Slurm job {job_id} on {submit_host}; waiting for it to start")
+        shown = []
+
+        def on_wait(state, reason):
+            if (state, reason) not in shown:
+                shown.append((state, reason))
+                self.obs.phase("launch", f"Slurm job {job_id} {state or 'submitted'}{f' ({reason})' if reason else ''}")
+
+        self.launcher.wait_running(sl.queue_timeout_s, on_wait)
 
     def _start_health_sampler(self) -> None:
         """Sample health during the run over the already-open SSH connections."""
@@ -384,7 +413,8 @@ class Job:
             for w in self.launcher.workers.values():
                 if w.done.is_set() and w.host not in self.done_hosts and self.ctrl and w.host not in self.ctrl.workers:
                     if self.ctrl.events.empty():
-                        raise OperationFailed(f"runtime on {w.host} exited (rc {w.rc}) before finishing; "
+                        why = f"{w.error}, " if w.error else ""
+                        raise OperationFailed(f"runtime on {w.host} exited ({why}rc {w.rc}) before finishing; "
                                               f"see {w.log_path}")
             try:
                 return self.ctrl.events.get(timeout=min(remaining, 0.2))
@@ -576,7 +606,10 @@ class Job:
         if getattr(self, "ctrl", None):
             self.ctrl.broadcast(list(self.ctrl.workers), {"type": "stop", "reason": "run ending"})
         if getattr(self, "launcher", None):
-            self.launcher.stop()
+            if isinstance(self.launcher, SlurmLaunch):  # a failed/interrupted run cancels its job at once
+                self.launcher.stop(grace_s=0.0 if self._aborting else 3.0)
+            else:
+                self.launcher.stop()
             self.journal.append("runtime.stopped", workers={h: {"rc": w.rc, "error": w.error}
                                                            for h, w in self.launcher.workers.items()})
         if getattr(self, "ctrl", None):
@@ -605,7 +638,8 @@ class Job:
             "schema": "mfctl.run.summary/v1", "run_id": self.run_id, "status": status, "error": error,
             "playbook": self.pb.name,
             "inventory": getattr(getattr(self, "inv", None), "name", None) or Path(getattr(self, "inv_path", "?")).name,
-            "run_dir": str(self.run_dir), "time_scale": self.scale,
+            "run_dir": str(self.run_dir), "time_scale": self.scale, "launcher": self.pb.runtime.launcher,
+            "slurm_job": getattr(getattr(self, "launcher", None), "job_id", None),
             "iterations": len(rows), "iterations_planned": self.pb.training.iterations,
             "iteration_time_s": {"mean": _r(np.mean(secs)), "p50": _r(np.percentile(secs, 50)),
                                  "min": _r(min(secs)), "max": _r(max(secs))} if secs else None,

@@ -82,6 +82,12 @@ class SlurmSpec(_S):
     partition: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
     account: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
     time_limit: str = Field("04:00:00", pattern=r"^(\d+-)?\d{1,2}:\d{2}:\d{2}$")
+    submit_host: str | None = Field(None, description="inventory host that runs sbatch/squeue/scancel (default: the first)")
+    output_dir: str = Field("mfctl-runs", pattern=r"^[A-Za-z0-9_./~-]+$",
+                            description="job output directory on the cluster's shared filesystem (relative: to the "
+                                        "submit host's home)")
+    queue_timeout_s: float = Field(600.0, gt=0, description="wall seconds the job may wait in the queue before "
+                                   "mfctl cancels it")
 
 
 class RuntimeSpec(_S):
@@ -89,6 +95,9 @@ class RuntimeSpec(_S):
                                                      "torchrun per host, static rendezvous; slurm: sbatch + srun torchrun, c10d")
     command: list[str] = Field(default_factory=lambda: ["mfctl-simrt"], min_length=1, description="sim launcher")
     script: str | None = Field(None, description="training script for torchrun (ssh/slurm)")
+    script_mode: Literal["python", "module", "executable"] = Field(
+        "python", description="how torchrun starts the script: python FILE, python -m MODULE (-m), or the "
+                              "program itself (--no-python)")
     script_args: list[str] = Field(default_factory=list)
     nproc_per_node: int = Field(8, ge=1, le=16)
     rdzv_port: int = Field(29500, ge=1024, le=65535)
@@ -129,6 +138,9 @@ def _check(pb: Playbook):
             problems.append((("runtime", "env", k), f"{k!r} is not an environment variable name"))
     if pb.runtime.launcher in ("ssh", "slurm") and not pb.runtime.script:
         problems.append((("runtime", "launcher"), f"launcher {pb.runtime.launcher} needs runtime.script"))
+    sh = pb.runtime.slurm.submit_host
+    if sh is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", sh):
+        problems.append((("runtime", "slurm", "submit_host"), f"{sh!r} is not a host name"))
     if pb.mock.crash_at_iteration and not pb.mock.crash_host:
         problems.append((("mock", "crash_at_iteration"), "crash_at_iteration needs crash_host"))
     if pb.training.phase_iterations < 1:

@@ -2,7 +2,8 @@
 
 - ``sim``: the simulated runtime (``mfctl-simrt``) on every host (the mock testbed);
 - ``ssh``: one ``torchrun`` per host with a static rendezvous on the first host;
-- ``slurm``: an sbatch script running ``srun torchrun`` with a c10d rendezvous.
+- ``slurm``: an sbatch script running ``srun --label torchrun`` with a c10d rendezvous;
+  the job's output file is under ``runtime.slurm.output_dir`` (see :mod:`mfctl.runtime.slurm`).
 
 NCCL environment: ``NCCL_IB_HCA`` lists the hosts' RDMA devices (all NICs: the OCS lanes
 and the EPS NIC), ``NCCL_SOCKET_IFNAME`` is the management interface — never an optical
@@ -48,6 +49,17 @@ def _script_args(pb) -> list[str]:
     return out
 
 
+def _torchrun_script(rt) -> list[str]:
+    """The script part of a torchrun command line, by ``runtime.script_mode``."""
+    flag = {"python": [], "module": ["-m"], "executable": ["--no-python"]}[rt.script_mode]
+    return [*flag, rt.script]
+
+
+def slurm_output(pb, run_id: str) -> str:
+    """The batch job's output file (``%j``: the job id), under ``runtime.slurm.output_dir``."""
+    return f"{pb.runtime.slurm.output_dir.rstrip('/')}/mfctl-{run_id}-%j.out"
+
+
 def render_hosts(pb, inv, controller: str, token: str) -> list[HostLaunch]:
     """Per-host launches for the ``sim`` and ``ssh`` launchers."""
     rt = pb.runtime
@@ -62,7 +74,7 @@ def render_hosts(pb, inv, controller: str, token: str) -> list[HostLaunch]:
         env = {**nccl_env(pb, h, h.mgmt_netdev), **rt.env, **base}
         argv = ["torchrun", "--nnodes", str(len(hosts)), "--nproc-per-node", str(rt.nproc_per_node),
                 "--node-rank", str(rank), "--master-addr", hosts[0].ssh.address, "--master-port", str(rt.rdzv_port),
-                rt.script, *_script_args(pb)]
+                *_torchrun_script(rt), *_script_args(pb)]
         out.append(HostLaunch(h.name, argv, env))
     return out
 
@@ -74,7 +86,8 @@ def render_slurm(pb, inv, controller: str, token: str, run_id: str) -> str:
     env = {**nccl_env(pb, h0, h0.mgmt_netdev), **rt.env, "MFCTL_CONTROLLER": controller}
     lines = ["#!/bin/bash", f"#SBATCH --job-name=mfctl-{run_id}", f"#SBATCH --nodes={len(inv.hosts)}",
              "#SBATCH --ntasks-per-node=1", f"#SBATCH --gpus-per-node={h0.gpus.count}",
-             f"#SBATCH --nodelist={','.join(h.name for h in inv.hosts)}", f"#SBATCH --time={rt.slurm.time_limit}"]
+             f"#SBATCH --nodelist={','.join(h.name for h in inv.hosts)}", f"#SBATCH --time={rt.slurm.time_limit}",
+             f"#SBATCH --output={slurm_output(pb, run_id)}"]
     if rt.slurm.partition:
         lines.append(f"#SBATCH --partition={rt.slurm.partition}")
     if rt.slurm.account:
@@ -83,7 +96,9 @@ def render_slurm(pb, inv, controller: str, token: str, run_id: str) -> str:
               '# the run token comes from the submitting environment, never from this file',
               'export MFCTL_RUN_TOKEN="${MFCTL_RUN_TOKEN:?set by mfctl}"',
               'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-              " ".join(["srun", "--kill-on-bad-exit=1", "torchrun", "--nnodes", str(len(inv.hosts)), "--nproc-per-node",
-                        str(rt.nproc_per_node), "--rdzv-backend", "c10d", "--rdzv-endpoint", f'"$head:{rt.rdzv_port}"',
-                        "--rdzv-id", run_id, shlex.quote(rt.script), *[shlex.quote(a) for a in _script_args(pb)]])]
+              '# every task: MFCTL_HOST is unset, the runtime client uses $SLURMD_NODENAME (= the inventory name)',
+              " ".join(["srun", "--label", "--kill-on-bad-exit=1", "torchrun", "--nnodes", str(len(inv.hosts)),
+                        "--nproc-per-node", str(rt.nproc_per_node), "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                        f'"$head:{rt.rdzv_port}"', "--rdzv-id", run_id,
+                        *[shlex.quote(a) for a in [*_torchrun_script(rt), *_script_args(pb)]]])]
     return "\n".join(lines) + "\n"

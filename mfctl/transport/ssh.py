@@ -188,8 +188,10 @@ class SSHPool:
             self._clients[host] = c
             return c
 
-    def run(self, host: str, argv: Sequence[str], *, timeout: float | None = None) -> CommandResult:
-        """Run argv on one host. Never raises for remote failures: they are in the result."""
+    def run(self, host: str, argv: Sequence[str], *, timeout: float | None = None,
+            stdin: bytes | None = None) -> CommandResult:
+        """Run argv on one host; ``stdin`` (bytes) is sent and then closed (EOF).
+        Never raises for remote failures: they are in the result."""
         t0 = time.monotonic()
         res = CommandResult(host=host, argv=[str(a) for a in argv])
         timeout = timeout or self.command_timeout
@@ -198,6 +200,9 @@ class SSHPool:
             chan = client.get_transport().open_session(timeout=self.connect_timeout)
             chan.settimeout(timeout)
             chan.exec_command(quote_argv(argv))
+            if stdin is not None:
+                chan.sendall(stdin)
+                chan.shutdown_write()
             out, err = bytearray(), bytearray()
             deadline = t0 + timeout
             while True:  # wait on the channel (select), never busy-poll
@@ -225,12 +230,13 @@ class SSHPool:
         res.elapsed_s = time.monotonic() - t0
         return res
 
-    def run_checked(self, host: str, argv: Sequence[str], *, timeout: float | None = None) -> str:
+    def run_checked(self, host: str, argv: Sequence[str], *, timeout: float | None = None,
+                    stdin: bytes | None = None) -> str:
         """Run argv and return its stdout; raise UnreachableError (no connection, timeout) or
         OperationFailed (non-zero exit) naming the host, the command and stderr."""
         from mfctl.errors import OperationFailed
 
-        r = self.run(host, argv, timeout=timeout)
+        r = self.run(host, argv, timeout=timeout, stdin=stdin)
         if r.error:
             raise UnreachableError(f"{host}: {' '.join(map(str, argv))}: {r.error}")
         if r.rc != 0:

@@ -1,0 +1,170 @@
+"""The programs a mock Slurm job (or a mock host's shell) finds on its PATH:
+``srun``, ``scontrol`` and ``torchrun`` (``python -m mfctl.mock.slurmshim PROG ARGS``).
+
+- ``srun [--label] [--kill-on-bad-exit[=1]] [-N N] COMMAND...`` inside an allocation: one
+  task per allocated node (``--ntasks-per-node=1``), each with ``SLURM_PROCID``,
+  ``SLURM_NODEID``, ``SLURM_LOCALID``, ``SLURMD_NODENAME``; ``--label`` prefixes every
+  output line with the task id (``0: ``); a task failing with ``--kill-on-bad-exit``
+  terminates the others (``srun: error: NODE: task I: Exited with exit code RC``);
+  SIGTERM/SIGINT/SIGHUP are forwarded to every task.
+- ``torchrun`` with the options mfctl renders (``--nnodes``, ``--nproc-per-node``,
+  ``--node-rank``, ``--master-addr/--master-port`` or ``--rdzv-backend/--rdzv-endpoint/
+  --rdzv-id``, ``--no-python``, ``-m``): starts **one** worker per node — the simulated
+  runtime stands for all the node's GPUs — with torchrun's environment (``RANK``,
+  ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``,
+  ``MASTER_PORT``, ``TORCHELASTIC_RUN_ID``). Under Slurm the node rank is ``SLURM_NODEID``
+  (what the c10d rendezvous would assign).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+from ClusterShell.NodeSet import NodeSet
+
+
+def _forward_signals(procs: list[subprocess.Popen]) -> None:
+    def handler(signum, frame):
+        for p in procs:
+            try:
+                os.killpg(p.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, handler)
+
+
+def srun(args: list[str]) -> int:
+    label, kill_bad, i = False, False, 0
+    while i < len(args) and args[i].startswith("-"):
+        a = args[i]
+        if a in ("--label", "-l"):
+            label = True
+        elif a in ("--kill-on-bad-exit", "-K") or a.startswith("--kill-on-bad-exit="):
+            kill_bad = not a.endswith("=0")
+        elif a in ("-N", "--nodes", "-n", "--ntasks", "--ntasks-per-node", "-w", "--nodelist"):
+            i += 1
+        elif a.startswith(("--nodes=", "--ntasks=", "--ntasks-per-node=", "--nodelist=", "--export=", "--mpi=", "--cpu-bind=")):
+            pass
+        else:
+            print(f"srun: unrecognized option '{a}'", file=sys.stderr)
+            return 1
+        i += 1
+    cmd = args[i:]
+    if not cmd:
+        print("srun: fatal: No command given to execute.", file=sys.stderr)
+        return 1
+    if "SLURM_JOB_ID" not in os.environ:
+        print("srun: error: mock srun runs only inside an allocation (sbatch)", file=sys.stderr)
+        return 1
+    nodes = list(NodeSet(os.environ.get("SLURM_JOB_NODELIST", "")))
+    width = len(str(len(nodes) - 1))
+    procs: list[subprocess.Popen] = []
+    _forward_signals(procs)
+    out_lock = threading.Lock()
+    for rank, node in enumerate(nodes):
+        env = dict(os.environ, SLURM_PROCID=str(rank), SLURM_NODEID=str(rank), SLURM_LOCALID="0",
+                   SLURMD_NODENAME=node, SLURM_NTASKS=str(len(nodes)), SLURM_STEP_ID="0", SLURM_STEPID="0",
+                   SLURM_STEP_NODELIST=os.environ.get("SLURM_JOB_NODELIST", ""))
+        try:
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True))
+        except OSError as e:
+            print(f"srun: error: {node}: task {rank}: {cmd[0]}: {e.strerror}", file=sys.stderr)
+            for p in procs:
+                os.killpg(p.pid, signal.SIGKILL)
+            return 2
+
+    def pump(rank: int, p: subprocess.Popen) -> None:
+        prefix = f"{rank:>{width}}: ".encode() if label else b""
+        for line in p.stdout:
+            with out_lock:
+                sys.stdout.buffer.write(prefix + line)
+                sys.stdout.buffer.flush()
+
+    pumps = [threading.Thread(target=pump, args=(r, p), daemon=True) for r, p in enumerate(procs)]
+    for t in pumps:
+        t.start()
+    worst, pending = 0, dict(enumerate(procs))
+    while pending:
+        for rank, p in list(pending.items()):
+            try:
+                rc = p.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                continue
+            del pending[rank]
+            if rc != 0:
+                what = f"Exited with exit code {rc}" if rc > 0 else signal.Signals(-rc).name.title().removeprefix("Sig")
+                print(f"srun: error: {nodes[rank]}: task {rank}: {what}", file=sys.stderr, flush=True)
+                worst = worst or (rc if rc > 0 else 128 - rc)
+                if kill_bad:
+                    for q in pending.values():
+                        try:
+                            os.killpg(q.pid, signal.SIGTERM)
+                        except ProcessLookupError:
+                            pass
+    for t in pumps:
+        t.join(timeout=2)
+    return worst
+
+
+def torchrun(args: list[str]) -> int:
+    opts, i, no_python, module = {}, 0, False, False
+    while i < len(args) and args[i].startswith("-"):
+        a = args[i]
+        if a == "--no-python":
+            no_python = True
+        elif a in ("-m", "--module"):
+            module = True
+        elif "=" in a:
+            k, v = a.split("=", 1)
+            opts[k.lstrip("-").replace("_", "-")] = v
+        elif i + 1 < len(args):
+            opts[a.lstrip("-").replace("_", "-")] = args[i + 1]
+            i += 1
+        i += 1
+    if i >= len(args):
+        print("torchrun: error: the following arguments are required: training_script", file=sys.stderr)
+        return 2
+    script, sargs = args[i], args[i + 1:]
+    nnodes = int(str(opts.get("nnodes", "1")).split(":")[-1])
+    nproc = int(opts.get("nproc-per-node", "1"))
+    node_rank = int(opts.get("node-rank", os.environ.get("SLURM_NODEID", "0")))
+    if "rdzv-endpoint" in opts:
+        addr, _, port = opts["rdzv-endpoint"].rpartition(":")
+    else:
+        addr, port = opts.get("master-addr", "127.0.0.1"), opts.get("master-port", "29500")
+    env = dict(os.environ, RANK=str(node_rank * nproc), LOCAL_RANK="0", WORLD_SIZE=str(nnodes * nproc),
+               LOCAL_WORLD_SIZE=str(nproc), GROUP_RANK=str(node_rank), ROLE_RANK=str(node_rank), MASTER_ADDR=addr,
+               MASTER_PORT=port, TORCHELASTIC_RUN_ID=opts.get("rdzv-id", "none"), PYTHONUNBUFFERED="1")
+    cmd = [script, *sargs] if no_python else [sys.executable, *(["-m"] if module else []), script, *sargs]
+    try:
+        p = subprocess.Popen(cmd, env=env, start_new_session=True)
+    except OSError as e:
+        print(f"torchrun: error: {script}: {e.strerror}", file=sys.stderr)
+        return 2
+    _forward_signals([p])
+    rc = p.wait()
+    return rc if rc >= 0 else 128 - rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    prog, args = argv[0], argv[1:]
+    if prog == "srun":
+        return srun(args)
+    if prog == "torchrun":
+        return torchrun(args)
+    if prog == "scontrol":
+        from mfctl.mock.slurm import scontrol
+        return scontrol(args, os.environ, sys.stdout.write, sys.stderr.write)
+    print(f"{prog}: not a mock Slurm program", file=sys.stderr)
+    return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,236 @@
+"""Submit, follow and cancel a training job through Slurm, over SSH to a submit host.
+
+The flow (``runtime.launcher: slurm``):
+
+1. ``sbatch --parsable`` on the submit host with the rendered script on stdin and the run
+   token in the submitting environment (never in the script file) → the job id;
+2. ``squeue -h -j ID -o %T`` every ``poll_s`` for the state, ``sacct -n -P -X -j ID -o
+   State,ExitCode`` once the job has left the queue;
+3. the job's output file (``srun --label``: every line starts with the task id) is followed
+   with ``tail -F`` in one SSH session and split per host into ``logs/<host>.log``
+   (lines without a label — the batch script's own, ``srun: error: ...`` — go to
+   ``logs/slurm-<ID>.log``), and each line is passed to ``on_line(host, line)``;
+4. :meth:`SlurmLaunch.stop` waits ``grace_s`` for the job to end by itself (the controller
+   has said ``stop``), then ``scancel``\\ s it and waits until Slurm reports it ended.
+
+:class:`SlurmLaunch` has the :class:`~mfctl.runtime.launcher.Launcher` interface the job
+loop uses: ``workers`` (host → :class:`~mfctl.runtime.launcher.Worker`, all done when the
+job ends, with its exit code) and ``stop()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from pathlib import Path
+
+import paramiko
+
+from mfctl.errors import OperationFailed, ParseError
+from mfctl.runtime.launcher import Worker
+from mfctl.transport.ssh import SSHPool, quote_argv
+
+log = logging.getLogger(__name__)
+
+#: Slurm job states that mean the job is over (squeue/sacct ``%T``/``State``).
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+            "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
+QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "RESIZING", "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED"}
+
+
+def parse_sbatch(text: str) -> int:
+    """The job id from ``sbatch --parsable`` (``ID`` or ``ID;CLUSTER``) or plain ``sbatch``
+    (``Submitted batch job ID``). Raises ParseError."""
+    for ln in text.splitlines():
+        m = re.fullmatch(r"\s*(?:Submitted batch job )?(\d+)(?:;[\w.-]+)?\s*", ln)
+        if m:
+            return int(m.group(1))
+    raise ParseError("sbatch", 1, "a job id ('1234', '1234;cluster' or 'Submitted batch job 1234')", text.strip()[:120])
+
+
+def parse_squeue_state(text: str) -> str | None:
+    """The state from ``squeue -h -j ID -o %T``; None when the job is no longer listed."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return None
+    st = lines[0].split()[0]
+    if not re.fullmatch(r"[A-Z_]+", st):
+        raise ParseError("squeue", 1, "a job state such as RUNNING", lines[0][:120])
+    return st
+
+
+def parse_sacct(text: str) -> tuple[str, int, int]:
+    """``(state, exit_code, signal)`` from ``sacct -n -P -X -j ID -o State,ExitCode``
+    (e.g. ``CANCELLED by 1000|0:15``). Raises ParseError."""
+    for n, ln in enumerate(text.splitlines(), 1):
+        if not ln.strip():
+            continue
+        m = re.fullmatch(r"([A-Z_]+)(?: by \d+)?\+?\|(\d+):(\d+)", ln.strip())
+        if not m:
+            raise ParseError("sacct", n, "'STATE|EXIT:SIGNAL' (sacct -n -P -X -o State,ExitCode)", ln[:120])
+        return m.group(1), int(m.group(2)), int(m.group(3))
+    raise ParseError("sacct", 1, "one accounting line for the job", "(nothing)")
+
+
+class SlurmLaunch:
+    """One batch job: submit, follow its output and state, cancel. Every SSH call is bounded
+    by the pool's timeouts; state polls happen in a background thread."""
+
+    def __init__(self, pool: SSHPool, submit_host: str, hosts: list[str], log_dir: Path, *, on_line=None,
+                 poll_s: float = 1.0, journal=None):
+        self.pool, self.submit_host, self.hosts = pool, submit_host, list(hosts)
+        self.log_dir, self.on_line, self.poll_s, self.journal = log_dir, on_line, poll_s, journal
+        self.workers = {h: Worker(h, [], log_dir / f"{h}.log") for h in self.hosts}
+        self.job_id: int | None = None
+        self.state: str | None = None
+        self.reason = ""
+        self.exit_code: int | None = None
+        self._ended = threading.Event()
+        self._tail: paramiko.Channel | None = None
+        self._tail_done = threading.Event()
+
+    # --- submit -----------------------------------------------------------------------------
+    def submit(self, script: str, output: str, token: str) -> int:
+        """Submit ``script``; ``output`` is the job's output file (relative to the submit
+        host's working directory). Raises UnreachableError / OperationFailed / ParseError."""
+        argv = ["env", f"MFCTL_RUN_TOKEN={token}", "sbatch", "--parsable", f"--output={output}"]
+        out = self.pool.run_checked(self.submit_host, argv, stdin=script.encode())
+        self.job_id = parse_sbatch(out)
+        self.output = output.replace("%j", str(self.job_id))
+        if self.journal:
+            self.journal.append("runtime.slurm.submitted", job_id=self.job_id, host=self.submit_host, output=self.output)
+        self._follow()
+        threading.Thread(target=self._poll, daemon=True, name=f"slurm-{self.job_id}").start()
+        return self.job_id
+
+    def wait_running(self, timeout_s: float, on_wait=None) -> None:
+        """Block until the job runs (or already ended). Raises OperationFailed after
+        ``timeout_s`` in the queue (the job is then cancelled by :meth:`stop`)."""
+        deadline = time.monotonic() + timeout_s
+        while self.state is None or self.state in QUEUED:
+            if self._ended.is_set():
+                return
+            if time.monotonic() > deadline:
+                raise OperationFailed(f"Slurm job {self.job_id} still {self.state or 'unknown'} after {timeout_s:g} s "
+                                      f"in the queue{f' ({self.reason})' if self.reason else ''}")
+            if on_wait:
+                on_wait(self.state, self.reason)
+            time.sleep(0.2)
+
+    # --- state ------------------------------------------------------------------------------
+    def _query(self) -> str | None:
+        r = self.pool.run(self.submit_host, ["squeue", "-h", "-j", str(self.job_id), "-o", "%T %r"])
+        if r.ok:
+            st = parse_squeue_state(r.stdout)
+            if st is not None:
+                self.reason = r.stdout.split(None, 1)[1].strip() if len(r.stdout.split()) > 1 else ""
+                return st
+        elif r.error:
+            return self.state  # the submit host is unreachable for now: keep the last state
+        acct = self.pool.run(self.submit_host, ["sacct", "-n", "-P", "-X", "-j", str(self.job_id), "-o", "State,ExitCode"])
+        if acct.ok and acct.stdout.strip():
+            st, code, sig = parse_sacct(acct.stdout)
+            if st in TERMINAL:
+                self.exit_code = code if not sig else 128 + sig
+            return st
+        return self.state
+
+    def _poll(self) -> None:
+        while not self._ended.is_set():
+            try:
+                st = self._query()
+            except ParseError as e:
+                log.warning("Slurm job %s: %s", self.job_id, e)
+                st = self.state
+            if st != self.state:
+                log.info("Slurm job %s: %s -> %s", self.job_id, self.state, st)
+                if self.journal:
+                    self.journal.append("runtime.slurm.state", job_id=self.job_id, state=st, exit_code=self.exit_code)
+            self.state = st
+            if st in TERMINAL:
+                self._ended.set()
+                break
+            self._ended.wait(self.poll_s)
+        self._tail_done.wait(5.0)  # let the log follower catch the last lines
+        for w in self.workers.values():
+            w.rc = self.exit_code
+            if self.state != "COMPLETED":
+                w.error = f"Slurm job {self.job_id} {self.state}"
+            w.done.set()
+
+    # --- logs -------------------------------------------------------------------------------
+    def _follow(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            chan = self.pool.client(self.submit_host).get_transport().open_session(timeout=self.pool.connect_timeout)
+            chan.get_pty(term="dumb", width=200)  # hanging up stops tail
+            chan.exec_command(quote_argv(["tail", "-n", "+1", "-F", self.output]))
+        except Exception as e:  # noqa: BLE001 - no log view is not fatal: the job still runs
+            log.warning("cannot follow %s on %s: %s", self.output, self.submit_host, e)
+            self._tail_done.set()
+            return
+        self._tail = chan
+        threading.Thread(target=self._pump, args=(chan,), daemon=True, name="slurm-log").start()
+
+    def _pump(self, chan) -> None:
+        files = {h: open(w.log_path, "ab") for h, w in self.workers.items()}
+        other = open(self.log_dir / f"slurm-{self.job_id}.log", "ab")
+        partial = b""
+        try:
+            while True:
+                data = chan.recv(65536)
+                if not data:
+                    break
+                partial += data.replace(b"\r\n", b"\n")
+                *lines, partial = partial.split(b"\n")
+                for raw in lines:
+                    line = raw.decode(errors="replace")
+                    m = re.match(r"\s*(\d+): ?(.*)$", line)
+                    host = self.hosts[int(m.group(1))] if m and int(m.group(1)) < len(self.hosts) else None
+                    text = m.group(2) if host else line
+                    if host is None and line.startswith("tail: "):
+                        continue  # tail's own notes ("has appeared; following new file")
+                    f = files[host] if host else other
+                    f.write(text.encode() + b"\n")
+                    f.flush()
+                    if self.on_line:
+                        self.on_line(host or "slurm", text)
+        except (OSError, EOFError, paramiko.SSHException) as e:
+            log.debug("log follower ended: %s", e)
+        finally:
+            for f in (*files.values(), other):
+                f.close()
+            self._tail_done.set()
+
+    # --- stop -------------------------------------------------------------------------------
+    def cancel(self) -> None:
+        """``scancel`` the job (no-op when it has ended)."""
+        if self.job_id is None or self._ended.is_set():
+            return
+        r = self.pool.run(self.submit_host, ["scancel", str(self.job_id)])
+        if self.journal:
+            self.journal.append("runtime.slurm.cancel", job_id=self.job_id, rc=r.rc, error=r.error or r.stderr.strip() or None)
+
+    def stop(self, timeout: float = 30.0, grace_s: float = 3.0) -> None:
+        """Let the job end by itself for ``grace_s``, then cancel it and wait (``timeout``)
+        until Slurm reports it over; then stop following its output."""
+        if self.job_id is not None:
+            if not self._ended.wait(grace_s):
+                self.cancel()
+                if not self._ended.wait(timeout):
+                    self.pool.run(self.submit_host, ["scancel", "--signal=KILL", str(self.job_id)])
+                    log.warning("Slurm job %s did not end within %g s of scancel", self.job_id, timeout)
+                    self._ended.wait(5.0)
+        for w in self.workers.values():
+            w.done.wait(2.0)
+        if self._tail is not None:
+            self._tail_done.wait(2.0)
+            try:
+                self._tail.close()
+            except (OSError, EOFError):
+                pass
+
+    def describe(self) -> str:
+        return f"Slurm job {self.job_id} on {self.submit_host}" + (f" ({self.state})" if self.state else "")

@@ -1,0 +1,211 @@
+"""Launching through Slurm and torchrun: the client's parsers, the mock Slurm cluster over
+real SSH, and whole runs (`runtime.launcher: slurm` and `ssh`) that end — normally, on a
+crashed host, on Ctrl-C — with no process left on any mock host."""
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import DATA, PROTOTYPE, mfctl_cmd
+from mfctl import mockctl
+from mfctl.errors import ParseError
+from mfctl.inventory import load_inventory
+from mfctl.runtime.job import Job
+from mfctl.runtime.playbook import load_playbook
+from mfctl.runtime.slurm import parse_sacct, parse_sbatch, parse_squeue_state
+from mfctl.transport.ssh import SSHPool, targets_from_inventory
+
+SHORT = DATA / "playbooks" / "short.yaml"
+
+
+def _leftovers() -> list[str]:
+    """Command lines of launch processes still alive here (= on any mock host): simulated
+    runtimes, mock srun/torchrun, batch scripts."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if any(k in cmd for k in (b"mfctl.mock.simruntime", b"mfctl.mock.slurmshim", b"slurm-spool/job")):
+                out.append(cmd.replace(b"\0", b" ").decode(errors="replace"))
+    return out
+
+
+def _nothing_left(timeout=10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while _leftovers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not _leftovers()
+
+
+def _playbook(tmp_path, launcher="slurm", **changes) -> Path:
+    doc = yaml.safe_load(SHORT.read_text())
+    doc["inventory"] = str((SHORT.parent / doc["inventory"]).resolve())
+    doc["runtime"] = {"launcher": launcher, "script": "mfctl-simrt", "script_mode": "executable", "health_interval_s": 0}
+    for k, v in changes.items():
+        doc.setdefault(k, {}).update(v)
+    p = tmp_path / "pb.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+# --- parsers ------------------------------------------------------------------------------
+def test_sbatch_squeue_sacct_parsers():
+    assert parse_sbatch("4242\n") == 4242
+    assert parse_sbatch("4242;cluster-a\n") == 4242
+    assert parse_sbatch("Submitted batch job 977\n") == 977
+    with pytest.raises(ParseError, match="sbatch"):
+        parse_sbatch("sbatch: error: Batch job submission failed: Invalid account\n")
+    assert parse_squeue_state("RUNNING None\n") == "RUNNING"
+    assert parse_squeue_state("PENDING Resources\n") == "PENDING"
+    assert parse_squeue_state("\n") is None
+    with pytest.raises(ParseError, match="squeue"):
+        parse_squeue_state("slurm_load_jobs error: Invalid job id specified\n")
+    assert parse_sacct("COMPLETED|0:0\n") == ("COMPLETED", 0, 0)
+    assert parse_sacct("CANCELLED by 1000|0:15\n") == ("CANCELLED", 0, 15)
+    assert parse_sacct("FAILED|17:0\n") == ("FAILED", 17, 0)
+    with pytest.raises(ParseError, match="sacct.*line 1"):
+        parse_sacct("JobID|State\n")
+
+
+# --- the mock Slurm cluster over SSH ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    d = tmp_path_factory.mktemp("slurm")
+    st = mockctl.start(PROTOTYPE, d / "mock", time_scale=10)
+    inv = load_inventory(st["inventory"])
+    with SSHPool(targets_from_inventory(inv)) as pool:
+        yield pool, d / "mock"
+    mockctl.stop(d / "mock")
+
+
+def _wait_state(pool, job, want, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = pool.run("gpu01", ["sacct", "-n", "-P", "-X", "-j", str(job), "-o", "State,ExitCode"])
+        st = parse_sacct(r.stdout)
+        if st[0] == want:
+            return st
+        time.sleep(0.1)
+    raise AssertionError(f"job {job} not {want}: {st}")
+
+
+def test_mock_sbatch_runs_the_script_with_the_job_environment(cluster):
+    pool, state = cluster
+    script = ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --nodelist=gpu02,gpu03\n#SBATCH --output=out/%x-%j.txt\n"
+              "#SBATCH --job-name=probe\nset -euo pipefail\necho nodes=$SLURM_JOB_NODELIST n=$SLURM_NNODES\n"
+              "scontrol show hostnames\nsrun --label printenv SLURMD_NODENAME\n")
+    out = pool.run_checked("gpu01", ["sbatch", "--parsable"], stdin=script.encode())
+    job = parse_sbatch(out)
+    assert _wait_state(pool, job, "COMPLETED") == ("COMPLETED", 0, 0)
+    text = (state / "home" / "out" / f"probe-{job}.txt").read_text()
+    assert "nodes=gpu[02-03] n=2" in text
+    assert "gpu02\ngpu03\n" in text
+    assert "0: gpu02" in text and "1: gpu03" in text
+    r = pool.run("gpu01", ["squeue", "-h", "-j", str(job), "-o", "%T"])  # left the queue
+    assert r.ok and r.stdout == ""
+
+
+def test_mock_sbatch_rejects_bad_jobs_like_slurm(cluster):
+    pool, _ = cluster
+    r = pool.run("gpu01", ["sbatch"], stdin=b"echo no interpreter line\n")
+    assert r.rc == 1 and "must start with #!" in r.stderr
+    r = pool.run("gpu01", ["sbatch", "--nodelist=gpu09"], stdin=b"#!/bin/bash\ntrue\n")
+    assert r.rc == 1 and "Invalid node name specified" in r.stderr
+    r = pool.run("gpu01", ["sbatch", "--nodes=9"], stdin=b"#!/bin/bash\ntrue\n")
+    assert r.rc == 1 and "Requested node configuration is not available" in r.stderr
+    r = pool.run("gpu01", ["scancel", "99999"])
+    assert r.rc == 1 and "Invalid job id specified" in r.stderr
+    r = pool.run("gpu01", ["sbatch", "--bogus"], stdin=b"#!/bin/bash\ntrue\n")
+    assert r.rc == 1 and "unrecognized option" in r.stderr
+
+
+def test_mock_scancel_and_time_limit_end_jobs_and_their_processes(cluster):
+    pool, _ = cluster
+    script = b"#!/bin/bash\n#SBATCH --nodes=4\nsrun --label --kill-on-bad-exit=1 sleep 300\n"
+    job = parse_sbatch(pool.run_checked("gpu01", ["sbatch", "--parsable"], stdin=script))
+    r = pool.run("gpu01", ["squeue", "-h", "-j", str(job), "-o", "%i %T %D %N"])
+    assert r.stdout.split() == [str(job), "RUNNING", "4", "gpu[01-04]"]
+    pool.run_checked("gpu01", ["scancel", str(job)])
+    state, code, sig = _wait_state(pool, job, "CANCELLED")
+    assert state == "CANCELLED"
+    assert _nothing_left()
+    # a 1-minute limit at time scale 10 ends after 6 s of wall time
+    t0 = time.monotonic()
+    job = parse_sbatch(pool.run_checked("gpu01", ["sbatch", "--parsable", "--time=1"], stdin=script))
+    assert _wait_state(pool, job, "TIMEOUT", timeout=20)[0] == "TIMEOUT"
+    assert 5.5 < time.monotonic() - t0 < 15
+    assert _nothing_left()
+
+
+# --- whole runs ------------------------------------------------------------------------------
+def _journal(run_dir) -> list[dict]:
+    return [json.loads(ln) for ln in (Path(run_dir) / "journal.jsonl").read_text().splitlines()]
+
+
+def test_run_through_slurm_end_to_end(tmp_path):
+    s = Job(load_playbook(_playbook(tmp_path)), runs_dir=str(tmp_path / "runs")).run()
+    assert s["exit_code"] == 0, s["error"]
+    assert s["launcher"] == "slurm" and s["iterations"] == 12 and s["reconfigurations"]
+    run = Path(s["run_dir"])
+    assert "srun --label --kill-on-bad-exit=1 torchrun" in (run / "sbatch.sh").read_text()
+    for h in ("gpu01", "gpu02", "gpu03", "gpu04"):  # the labelled output, split per host
+        text = (run / "logs" / f"{h}.log").read_text()
+        assert f"mfctl simulated runtime on {h}" in text and text.count("iteration ") >= 12
+    ops = [(r["op"], r.get("state")) for r in _journal(run) if r["op"].startswith("runtime.slurm")]
+    assert ops[0] == ("runtime.slurm.submitted", None) and ("runtime.slurm.state", "COMPLETED") in ops
+    assert not any(op == "runtime.slurm.cancel" for op, _ in ops)  # it ended by itself
+    assert _nothing_left()
+
+
+def test_slurm_run_with_a_crashed_host_is_cancelled_and_leaves_nothing(tmp_path):
+    pb = load_playbook(_playbook(tmp_path, mock={"crash_host": "gpu02", "crash_at_iteration": 4}))
+    s = Job(pb, runs_dir=str(tmp_path / "runs")).run()
+    assert s["exit_code"] == 1 and "gpu02" in s["error"]
+    ops = [r for r in _journal(s["run_dir"]) if r["op"].startswith("runtime.slurm")]
+    end = [r["state"] for r in ops if r["op"] == "runtime.slurm.state"][-1]
+    assert end in ("FAILED", "CANCELLED")  # srun --kill-on-bad-exit ends the step, or mfctl scancels
+    assert _nothing_left()
+
+
+def test_ctrl_c_cancels_the_slurm_job(tmp_path, cli_env):
+    pb = _playbook(tmp_path, training={"iterations": 300})
+    p = subprocess.Popen(mfctl_cmd("run", pb, "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=cli_env)
+    runs = Path(cli_env["MFCTL_RUNS_DIR"])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        logs = list(runs.glob("*/logs/gpu01.log"))
+        if logs and logs[0].read_text().count("iteration ") >= 2:
+            break
+        time.sleep(0.1)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err[-2000:]
+    s = json.loads(out)
+    assert s["status"] == "interrupted" and s["slurm_job"]
+    ops = [r for r in _journal(s["run_dir"]) if r["op"].startswith("runtime.slurm")]
+    assert any(r["op"] == "runtime.slurm.cancel" and r["rc"] == 0 for r in ops)
+    assert [r["state"] for r in ops if r["op"] == "runtime.slurm.state"][-1] == "CANCELLED"
+    assert _nothing_left()
+
+
+def test_torchrun_over_ssh_on_the_mock_and_a_crash_leaves_nothing(tmp_path):
+    s = Job(load_playbook(_playbook(tmp_path, "ssh")), runs_dir=str(tmp_path / "runs")).run()
+    assert s["exit_code"] == 0, s["error"]
+    launches = [r for r in _journal(s["run_dir"]) if r["op"] == "runtime.launch"]
+    assert len(launches) == 4 and all("torchrun --nnodes 4" in r["command"] and "--no-python mfctl-simrt" in r["command"]
+                                      and "'MFCTL_RUN_TOKEN=<redacted>'" in r["command"] for r in launches)
+    assert "RANK" not in launches[0]["command"]  # torchrun sets the ranks, not mfctl
+    assert _nothing_left()
+    s = Job(load_playbook(_playbook(tmp_path, "ssh", mock={"crash_host": "gpu04", "crash_at_iteration": 3})),
+            runs_dir=str(tmp_path / "runs")).run()
+    assert s["exit_code"] == 1 and "gpu04" in s["error"]
+    assert _nothing_left()
