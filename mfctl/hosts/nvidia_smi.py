@@ -174,7 +174,7 @@ def parse_query_text(text: str) -> list[GPUDetail]:
             or (sec.get("GPU Power Readings") or sec.get("Power Readings") or {}).get("Average Power Draw")
         ecc = ((sec.get("ECC Errors") or {}).get("Volatile") or {})
         unc = ecc.get("DRAM Uncorrectable") or ecc.get("Double Bit", {}).get("Total") if isinstance(ecc, dict) else None
-        rr = sec.get("Remapped Rows") or {}
+        rr = sec.get("Remapped Rows") if isinstance(sec.get("Remapped Rows"), dict) else {}  # "Remapped Rows : N/A"
         pm = sec.get("Persistence Mode")
         out.append(GPUDetail(key[4:], sec.get("Product Name"), _f(temp), _f(power),
                              None if pm in (None, "N/A") else pm == "Enabled",
