@@ -1,7 +1,10 @@
 """Pre-flight health sweep over SSH: GPUs (nvidia-smi query CSV) and NIC links (ip -j link).
 
 Thresholds are declared once in :data:`THRESHOLDS` (A100 datasheet class: slowdown near
-85 °C; any uncorrected volatile ECC error is critical).
+85 °C; any uncorrected volatile ECC error is critical). Row remapping (NVIDIA's A100 memory
+error management): a pending remap needs a GPU reset (warning), a remap failure is an RMA
+criterion (critical). Clocks: an active HW/SW slowdown reason, or an SM clock far below its
+maximum on a GPU that is not idle, is a warning. ``[N/A]`` readings are never judged.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ THRESHOLDS = {
     "gpu_temp_crit_c": 87.0,
     "wrong_priority_share": 0.01,  # RoCE bytes outside the lossless priority, as a share of all bytes
     "roce_priority": 3.0,
+    "sm_clock_min_share": 0.5,  # SM clock below this share of clocks.max.sm on a busy GPU, with no reason given
 }
 
 
@@ -62,8 +66,10 @@ class HostHealth:
                 "elapsed_s": round(self.elapsed_s, 4)}
 
 
-def check_host(inv_host, gpu_res, link_res) -> HostHealth:
-    """Judge one host from its two command results (parsers never run commands)."""
+def check_host(inv_host, gpu_res, link_res, limits: dict[str, float] | None = None) -> HostHealth:
+    """Judge one host from its two command results (parsers never run commands); ``limits``
+    are :func:`thresholds` overrides."""
+    lim = thresholds(limits)
     hh = HostHealth(inv_host.name, elapsed_s=max(gpu_res.elapsed_s, link_res.elapsed_s),
                     reachable=not (gpu_res.error and link_res.error))
     add = lambda sev, chk, msg: hh.findings.append(Finding(inv_host.name, sev, chk, msg))  # noqa: E731
@@ -85,12 +91,23 @@ def check_host(inv_host, gpu_res, link_res) -> HostHealth:
         if gpus and len(gpus) != inv_host.gpus.count:
             add("critical", "gpu", f"{len(gpus)} GPUs visible, inventory says {inv_host.gpus.count}")
         for g in gpus:
-            if g.temperature_c is not None and g.temperature_c >= THRESHOLDS["gpu_temp_crit_c"]:
+            if g.temperature_c is not None and g.temperature_c >= lim["gpu_temp_crit_c"]:
                 add("critical", "gpu", f"GPU {g.index} at {g.temperature_c} °C")
-            elif g.temperature_c is not None and g.temperature_c >= THRESHOLDS["gpu_temp_warn_c"]:
+            elif g.temperature_c is not None and g.temperature_c >= lim["gpu_temp_warn_c"]:
                 add("warning", "gpu", f"GPU {g.index} at {g.temperature_c} °C")
             if g.ecc_uncorrected:
                 add("critical", "gpu", f"GPU {g.index} has {g.ecc_uncorrected} uncorrected ECC errors")
+            if g.remap_failure:
+                add("critical", "gpu", f"GPU {g.index}: row remapping failed (memory repair exhausted: RMA)")
+            elif g.remap_pending:
+                add("warning", "gpu", f"GPU {g.index}: row remap pending (reset the GPU to apply it)")
+            clk = "" if g.sm_clock_mhz is None else f" (SM {g.sm_clock_mhz:g}" + (
+                f" of {g.sm_clock_max_mhz:g} MHz)" if g.sm_clock_max_mhz else " MHz)")
+            if g.clock_events:
+                add("warning", "gpu", f"GPU {g.index} clocks slowed by {', '.join(g.clock_events)}{clk}")
+            elif (g.idle is False and g.sm_clock_mhz is not None and g.sm_clock_max_mhz
+                  and g.sm_clock_mhz < lim["sm_clock_min_share"] * g.sm_clock_max_mhz):
+                add("warning", "gpu", f"GPU {g.index} SM clock far below its maximum{clk}")
 
     if not link_res.ok:
         add("critical", "nic", link_res.error or f"ip exited {link_res.rc}: {link_res.stderr.strip()[:200]}")
@@ -113,12 +130,12 @@ def check_host(inv_host, gpu_res, link_res) -> HostHealth:
     return hh
 
 
-def sweep(pool, inv, hosts: list[str] | None = None) -> list[HostHealth]:
-    """Run the sweep on ``hosts`` (default all) in parallel over the pool."""
+def sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, float] | None = None) -> list[HostHealth]:
+    """Run the sweep on ``hosts`` (default all) in parallel over the pool (``limits``: threshold overrides)."""
     names = hosts or [h.name for h in inv.hosts]
     gpu = pool.run_many(names, lambda h: nvidia_smi.query_argv())
     link = pool.run_many(names, lambda h: iproute.link_argv())
-    return [check_host(inv.host(n), g, l) for n, g, l in zip(names, gpu, link)]
+    return [check_host(inv.host(n), g, l, limits) for n, g, l in zip(names, gpu, link)]
 
 
 XID_CRITICAL = {48, 63, 64, 74, 79, 92, 94, 95}  # NVIDIA XID catalogue: ECC DBE, row remap failure, NVLink, fell off the bus, …
@@ -135,7 +152,7 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
     from mfctl.hosts import ethtool
 
     lim = thresholds(limits)
-    base = {h.host: h for h in sweep(pool, inv, hosts)}
+    base = {h.host: h for h in sweep(pool, inv, hosts, limits)}
 
     def deeper(name: str) -> HostHealth:
         hh = base[name]

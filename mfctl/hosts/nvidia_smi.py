@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from mfctl.errors import ParseError
 
 TOOL = "nvidia-smi"
+CLOCK_EVENTS = ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"]
 HEALTH_FIELDS = ["index", "name", "temperature.gpu", "power.draw", "utilization.gpu",
-                 "ecc.errors.uncorrected.volatile.total", "persistence_mode"]
+                 "ecc.errors.uncorrected.volatile.total", "persistence_mode", "remapped_rows.pending",
+                 "remapped_rows.failure", "clocks.sm", "clocks.max.sm", "clocks_event_reasons.gpu_idle",
+                 *[f"clocks_event_reasons.{r}" for r in CLOCK_EVENTS]]
 _MISSING = re.compile(r"^\[?(N/A|Not Supported|Unknown Error|Requested functionality has been deprecated|GPU is lost|Insufficient Permissions)\]?$|^ERR!$", re.I)
 _NUM = re.compile(r"^(-?\d+(?:\.\d+)?)(?:\s*(W|%|MiB|MHz|C|us|ms))?$")
 
@@ -68,14 +71,27 @@ class GPUStatus:
     utilization_pct: float | None
     ecc_uncorrected: int | None
     persistence: bool | None
+    remap_pending: bool | None = None  # None: not reported ([N/A], e.g. MIG mode or pre-Ampere)
+    remap_failure: bool | None = None
+    sm_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    idle: bool | None = None  # the "GPU idle" clock event reason (idle clocks are low by design)
+    clock_events: list[str] | None = None  # active slowdown reasons (CLOCK_EVENTS); None: none reported
 
     @classmethod
     def from_row(cls, row: dict) -> "GPUStatus":
-        pm = row.get("persistence_mode")
+        def flag(key, yes):
+            v = row.get(key)
+            return None if v is None else str(v).lower() == yes
+
+        events = {r: flag(f"clocks_event_reasons.{r}", "active") for r in CLOCK_EVENTS}
         return cls(index=int(row["index"]), name=row.get("name"), temperature_c=row.get("temperature.gpu"),
                    power_w=row.get("power.draw"), utilization_pct=row.get("utilization.gpu"),
                    ecc_uncorrected=row.get("ecc.errors.uncorrected.volatile.total"),
-                   persistence=None if pm is None else str(pm).lower() == "enabled")
+                   persistence=flag("persistence_mode", "enabled"), remap_pending=flag("remapped_rows.pending", "yes"),
+                   remap_failure=flag("remapped_rows.failure", "yes"), sm_clock_mhz=row.get("clocks.current.sm"),
+                   sm_clock_max_mhz=row.get("clocks.max.sm"), idle=flag("clocks_event_reasons.gpu_idle", "active"),
+                   clock_events=None if all(v is None for v in events.values()) else [r for r, v in events.items() if v])
 
 
 @dataclass
@@ -174,7 +190,7 @@ def parse_query_text(text: str) -> list[GPUDetail]:
             or (sec.get("GPU Power Readings") or sec.get("Power Readings") or {}).get("Average Power Draw")
         ecc = ((sec.get("ECC Errors") or {}).get("Volatile") or {})
         unc = ecc.get("DRAM Uncorrectable") or ecc.get("Double Bit", {}).get("Total") if isinstance(ecc, dict) else None
-        rr = sec.get("Remapped Rows") or {}
+        rr = sec.get("Remapped Rows") if isinstance(sec.get("Remapped Rows"), dict) else {}  # "Remapped Rows : N/A"
         pm = sec.get("Persistence Mode")
         out.append(GPUDetail(key[4:], sec.get("Product Name"), _f(temp), _f(power),
                              None if pm in (None, "N/A") else pm == "Enabled",

@@ -3,6 +3,7 @@
 Commands (argv after ``shlex.split``):
 - ``nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits]`` — nvidia-smi's CSV
   (header with units in brackets, ``[N/A]`` for unsupported values);
+- ``nvidia-smi -q [-x]``, ``topo -m``, ``nvlink -s`` — see :mod:`mfctl.mock.gputools`;
 - ``ip -j link show [dev IF]`` — iproute2 JSON;
 - ``hostname``, ``true``, ``echo ...``;
 - ``mfctl-simrt ...`` — starts the simulated collective runtime (a real process) and
@@ -32,6 +33,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from mfctl.mock import gputools
+from mfctl.mock.gputools import GPUFaults
+
 log = logging.getLogger(__name__)
 
 LINKUP_MEAN_S = 5.67
@@ -58,6 +62,7 @@ class MockHost:
     procs: list[subprocess.Popen] = field(default_factory=list)
     config: "object" = None  # mfctl.mock.nics.HostConfig
     user: str = "root"  # the SSH login (the Slurm job owner)
+    faults: GPUFaults = field(default_factory=GPUFaults)  # GPU fault knobs (tests set them on an in-process mock)
 
     # --- link state ----------------------------------------------------------------------
     def _linkup_delay(self, port: int, changed: float) -> float:
@@ -133,20 +138,28 @@ class MockHost:
         channel.sendall_stderr(f"bash: line 1: {prog}: command not found\n".encode())
         return 127
 
-    GPU_FIELDS = {
-        "index": ("index", lambda s, i: str(i)),
-        "name": ("name", lambda s, i: s.gpu_model),
-        "uuid": ("uuid", lambda s, i: f"GPU-{hashlib.md5(f'{s.name}{i}'.encode()).hexdigest()[:8]}-0000-0000-0000-000000000000"),
-        "temperature.gpu": ("temperature.gpu", lambda s, i: str(s.gpu_temps[i])),
-        "power.draw": ("power.draw [W]", lambda s, i: f"{62.5 + 3 * i:.2f} W"),
-        "utilization.gpu": ("utilization.gpu [%]", lambda s, i: "0 %"),
-        "memory.used": ("memory.used [MiB]", lambda s, i: "4 MiB"),
-        "memory.total": ("memory.total [MiB]", lambda s, i: "81920 MiB"),
-        "ecc.errors.uncorrected.volatile.total": ("ecc.errors.uncorrected.volatile.total", lambda s, i: "0"),
-        "persistence_mode": ("persistence_mode", lambda s, i: "Enabled" if s.config is None or s.config.gpu_persistence else "Disabled"),
-        "mig.mode.current": ("mig.mode.current", lambda s, i: "Enabled" if s.config is not None and s.config.gpu_mig else "Disabled"),
-        "clocks.sm": ("clocks.current.sm [MHz]", lambda s, i: "1410 MHz"),
-        "pstate": ("pstate", lambda s, i: "P0"),
+    GPU_FIELDS = {  # query name → (header, value of gputools.gpu(host, i))
+        "index": ("index", lambda g: str(g.index)),
+        "name": ("name", lambda g: g.name),
+        "uuid": ("uuid", lambda g: g.uuid),
+        "pci.bus_id": ("pci.bus_id", lambda g: g.bus),
+        "temperature.gpu": ("temperature.gpu", lambda g: str(g.temp)),
+        "temperature.memory": ("temperature.memory", lambda g: str(g.temp + 8)),
+        "power.draw": ("power.draw [W]", lambda g: f"{g.power:.2f} W"),
+        "utilization.gpu": ("utilization.gpu [%]", lambda g: "[N/A]" if g.util is None else f"{g.util} %"),
+        "memory.used": ("memory.used [MiB]", lambda g: f"{gputools.MEM_USED_MIB} MiB"),
+        "memory.total": ("memory.total [MiB]", lambda g: f"{gputools.MEM_TOTAL_MIB} MiB"),
+        "ecc.errors.uncorrected.volatile.total": ("ecc.errors.uncorrected.volatile.total", lambda g: str(g.ecc_uncorrected)),
+        "persistence_mode": ("persistence_mode", lambda g: "Enabled" if g.persistence else "Disabled"),
+        "mig.mode.current": ("mig.mode.current", lambda g: "Enabled" if g.mig else "Disabled"),
+        "clocks.sm": ("clocks.current.sm [MHz]", lambda g: f"{g.sm} MHz"),
+        "clocks.max.sm": ("clocks.max.sm [MHz]", lambda g: f"{gputools.SM_MAX_MHZ} MHz"),
+        "pstate": ("pstate", lambda g: "P0"),
+        "remapped_rows.uncorrectable": ("remapped_rows.uncorrectable", lambda g: gputools.csv_na(g.remap_uncorrectable)),
+        "remapped_rows.pending": ("remapped_rows.pending", lambda g: gputools.csv_na(g.remap_pending)),
+        "remapped_rows.failure": ("remapped_rows.failure", lambda g: gputools.csv_na(g.remap_failure)),
+        **{f"clocks_event_reasons.{r}": (f"clocks_event_reasons.{r}", lambda g, r=r: "Active" if r in g.reasons else "Not Active")
+           for r in ("gpu_idle", "hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")},
     }
 
     def _nvidia_smi(self, args: list[str], channel) -> int:
@@ -158,9 +171,12 @@ class MockHost:
                     return 2
                 setattr(self.config, attr, v == "1")
                 what = "persistence mode" if flag == "-pm" else "MIG mode"
-                channel.sendall("".join(f"{'Enabled' if v == '1' else 'Disabled'} {what} for GPU 00000000:{7 + i:02X}:00.0.\n"
+                channel.sendall("".join(f"{'Enabled' if v == '1' else 'Disabled'} {what} for GPU {gputools.bus_id(i)}.\n"
                                         for i in range(self.gpus)).encode() + b"All done.\n")
                 return 0
+        rc = gputools.nvidia_smi(self, args, lambda t: channel.sendall(t.encode()), lambda t: channel.sendall_stderr(t.encode()))
+        if rc is not None:
+            return rc
         q = next((a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")), None)
         fmt = next((a.split("=", 1)[1] for a in args if a.startswith("--format=")), "")
         if q is None or not fmt.startswith("csv"):
@@ -179,7 +195,8 @@ class MockHost:
                 hdr = [h.split(" [")[0] for h in hdr]
             lines.append(", ".join(hdr))
         for i in range(self.gpus):
-            vals = [self.GPU_FIELDS[f][1](self, i) for f in fields]
+            g = gputools.gpu(self, i)
+            vals = [self.GPU_FIELDS[f][1](g) for f in fields]
             if "nounits" in opts:
                 vals = [v.rsplit(" ", 1)[0] if v.endswith((" W", " %", " MiB", " MHz")) else v for v in vals]
             lines.append(", ".join(vals))

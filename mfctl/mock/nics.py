@@ -1,7 +1,9 @@
 """Mock NIC, transceiver, firmware and GPU-settings state of a host, answered in the real
 tools' formats: devlink -j, ethtool (link and -m SFF-8636), ip -j addr / ip link set /
 ip addr replace, mlxconfig -e q / set, mlxfwreset, mlxfwmanager --query / -u, mlnx_qos,
-sha256sum, nvidia-smi -pm / -mig.
+sha256sum, nvidia-smi -pm / -mig; the GPU (dcgmi, dcgm-exporter via curl, dmesg) and RDMA
+(ibstat, ibstatus, ibv_devinfo, ibdev2netdev, show_gids, mlxlink) tools are in
+:mod:`mfctl.mock.gputools` and :mod:`mfctl.mock.rdmatools`.
 
 Semantics modelled: mlxconfig values are pending until mlxfwreset; firmware burnt with
 mlxfwmanager becomes active after mlxfwreset; a lane's received power follows the OCS
@@ -17,6 +19,8 @@ import json
 import math
 import random
 from dataclasses import dataclass, field
+
+from mfctl.mock import gputools, rdmatools
 
 FACTORY_FW = "22.31.1014"
 PROVISIONED_FW = "22.39.1002"  # the version firmware/manifest.yaml pins
@@ -91,9 +95,12 @@ class HostConfig:
         fn = {"devlink": self._devlink, "ethtool": self._ethtool, "mlxconfig": self._mlxconfig,
               "mlxfwreset": self._mlxfwreset, "mlxfwmanager": self._mlxfwmanager, "mlnx_qos": self._mlnx_qos,
               "sha256sum": self._sha256sum, "all_reduce_perf": self._nccl, "alltoall_perf": self._nccl,
-              "mfctl-gemm-bench": self._gemm, "dmesg": lambda a, o, e: 0, "ibstat": self._ibstat}.get(prog)
+              "mfctl-gemm-bench": self._gemm}.get(prog)
         if fn in (self._nccl,):
             return fn(argv, out, err)
+        tool = gputools.COMMANDS.get(prog) or rdmatools.COMMANDS.get(prog)
+        if tool is not None:
+            return tool(self.host, argv[1:], out, err)
         return None if fn is None else fn(argv[1:], out, err)
 
     def _devlink(self, args, out, err):
@@ -373,23 +380,6 @@ class HostConfig:
             flops = 2 * m * ffn * hidden
             t = (12e-6 + flops / (0.65 * 312e12)) * rnd.uniform(0.98, 1.02)
             out(f"{m} {ffn} {hidden} {t * 1e6:.2f} {flops / t / 1e12:.1f}\n")
-        return 0
-
-    def _ibstat(self, args, out, err):
-        txt = ""
-        k = 0
-        for nic in self.nics.values():
-            for nd in nic.netdevs:
-                lane = self._lane_for(nd)
-                up = lane is not None and (lane.ocs_tx is None or self.host.lane_up(lane))
-                txt += (f"CA 'mlx5_{k}'\n\tCA type: MT4125\n\tNumber of ports: 1\n\tFirmware version: {nic.fw}\n"
-                        f"\tHardware version: 0\n\tNode GUID: 0xb8cef60300{k:06x}\n\tSystem image GUID: 0xb8cef60300{k:06x}\n"
-                        f"\tPort 1:\n\t\tState: {'Active' if up else 'Down'}\n\t\tPhysical state: {'LinkUp' if up else 'Disabled'}\n"
-                        f"\t\tRate: {int(nic.speed_gbps / len(nic.netdevs)) if up else 40}\n\t\tBase lid: 0\n\t\tLMC: 0\n"
-                        f"\t\tSM lid: 0\n\t\tCapability mask: 0x00010000\n\t\tPort GUID: 0xbacef6fffe{k:06x}\n"
-                        f"\t\tLink layer: Ethernet\n")
-                k += 1
-        out(txt)
         return 0
 
     def _sha256sum(self, args, out, err):

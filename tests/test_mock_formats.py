@@ -1,0 +1,217 @@
+"""The mock hosts' GPU and RDMA tools over real SSH, parsed with mfctl's own parsers: every
+format agrees with the nvidia-smi query CSV and `ip -j link`, lane states follow the OCS, and
+injected GPU faults reach the health sweep. One in-process mock testbed for the module."""
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+from conftest import PROTOTYPE, mfctl_cmd
+
+from mfctl.hosts import dcgm, dcgmi, health, iproute, nvidia_smi, rdma
+from mfctl.inventory import load_inventory
+from mfctl.mock.gputools import GPUFaults
+from mfctl.mock.testbed import MockTestbed
+from mfctl.ocs.driver import driver_from_inventory
+from mfctl.transport.ssh import SSHPool, targets_from_inventory
+
+EXPORTER = ["curl", "-s", "http://localhost:9400/metrics"]
+
+
+@pytest.fixture(scope="module")
+def mock(tmp_path_factory):
+    """(testbed, inventory, pool, env); gpu01/nic0 <-> gpu02/nic0 patched on the OCS and up."""
+    root = tmp_path_factory.mktemp("mockfmt")
+    tb = MockTestbed(PROTOTYPE, root / "mock", time_scale=100)
+    st = tb.start()
+    inv = load_inventory(st["inventory"])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MFCTL_STATE_DIR", str(root / "state"))
+        with driver_from_inventory(inv) as drv:
+            drv.apply({1: 388, 4: 385}, reason="test: one duplex circuit")
+    pool = SSHPool(targets_from_inventory(inv))
+    deadline = time.monotonic() + 10
+    while not rdma.parse_ibdev2netdev(pool.run("gpu01", ["ibdev2netdev"]).stdout)["mlx5_0"][2]:
+        assert time.monotonic() < deadline, "the lit lane never came up"
+        time.sleep(0.02)
+    env = {"MFCTL_STATE_DIR": str(root / "state"), "MFCTL_RUNS_DIR": str(root / "runs"), "MFCTL_LOG_FILE": str(root / "log")}
+    yield tb, inv, pool, env
+    pool.close()
+    tb.stop()
+
+
+def out(pool, host, argv) -> str:
+    r = pool.run(host, argv)
+    assert r.ok, (argv, r.rc, r.stderr, r.error)
+    return r.stdout
+
+
+def csv_rows(pool, host, fields=nvidia_smi.HEALTH_FIELDS + ["uuid", "pci.bus_id"]):
+    return nvidia_smi.parse_query_csv(out(pool, host, nvidia_smi.query_argv(fields)))
+
+
+def test_gpu_formats_agree_with_the_query_csv(mock):
+    _, _, pool, _ = mock
+    rows = csv_rows(pool, "gpu02")
+    temps = [r["temperature.gpu"] for r in rows]
+    assert len(rows) == 8 and len(set(temps)) > 1 and rows[0]["remapped_rows.pending"] == "No"
+    for parsed in (nvidia_smi.parse_query_text(out(pool, "gpu02", ["nvidia-smi", "-q"])),
+                   nvidia_smi.parse_query_xml(out(pool, "gpu02", ["nvidia-smi", "-q", "-x"]))):
+        assert [g.bus_id for g in parsed] == [r["pci.bus_id"] for r in rows]
+        assert [g.temperature_c for g in parsed] == temps and [g.power_w for g in parsed] == [r["power.draw"] for r in rows]
+        assert {(g.name, g.persistence, g.mig_current, g.ecc_uncorrected_volatile, g.remapped_rows_pending,
+                 g.remapped_rows_failure) for g in parsed} == {("NVIDIA A100-SXM4-80GB", True, "Disabled", 0, False, False)}
+    nv = nvidia_smi.parse_nvlink_status(out(pool, "gpu02", nvidia_smi.nvlink_argv()))
+    assert nv.unsupported is None and sorted(nv.gpus) == list(range(8))
+    assert all(links == {k: 25.0 for k in range(12)} for links in nv.gpus.values())
+    assert set(nv.names.values()) == {"NVIDIA A100-SXM4-80GB"}
+    topo = nvidia_smi.parse_topo(out(pool, "gpu02", ["nvidia-smi", "topo", "-m"]))
+    assert topo.devices == [f"GPU{i}" for i in range(8)] + [f"NIC{j}" for j in range(4)]
+    assert topo.links["GPU0"]["GPU7"] == "NV12" and topo.links["GPU3"]["GPU3"] == "X"
+    assert topo.links["GPU0"]["NIC0"] == "PXB" and topo.links["GPU0"]["NIC3"] == "SYS"  # nic0 NUMA 0, nic3 NUMA 1
+    assert topo.numa_affinity["GPU0"] == "0" and topo.numa_affinity["GPU7"] == "1"
+    disc = dcgmi.parse_discovery(out(pool, "gpu02", ["dcgmi", "discovery", "-l"]))
+    assert [(d.gpu_id, d.name, d.pci_bus_id, d.uuid) for d in disc] == \
+        [(r["index"], r["name"], r["pci.bus_id"], r["uuid"]) for r in rows]
+    samples = dcgm.parse_exporter(out(pool, "gpu02", EXPORTER))
+    by = {(s.metric, s.gpu): s for s in samples}
+    assert [by["DCGM_FI_DEV_GPU_TEMP", str(i)].value for i in range(8)] == temps
+    assert by["DCGM_FI_DEV_POWER_USAGE", "1"].value == rows[1]["power.draw"]
+    assert by["DCGM_FI_DEV_XID_ERRORS", "0"].value == 0 and by["DCGM_FI_DEV_GPU_TEMP", "0"].labels["Hostname"] == "gpu02"
+    assert out(pool, "gpu02", ["dmesg", "--level=err,warn"]) == ""  # healthy: an empty kernel log
+    assert pool.run("gpu02", ["curl", "-s", "http://localhost:9999/metrics"]).rc == 7
+
+
+def test_dcgmi_diag_levels(mock):
+    _, _, pool, _ = mock
+    res = {lvl: dcgmi.parse_diag(out(pool, "gpu02", ["dcgmi", "diag", "-r", lvl])) for lvl in "123"}
+    assert all(r.metadata["DCGM Version"] == "3.3.3" and not r.failed for r in res.values())
+    assert "Persistence Mode" in res["1"].tests and "PCIe" not in res["1"].tests
+    assert res["2"].tests["GPU Memory"] == "Pass - All" and "Targeted Power" not in res["2"].tests
+    assert res["3"].tests["Targeted Power"] == "Pass - All"
+    assert res["3"].metadata["GPU Device IDs Detected"] == ",".join(["20b2"] * 8)
+    assert pool.run("gpu02", ["dcgmi", "diag", "-r", "9"]).rc != 0
+
+
+def test_rdma_formats_follow_the_ocs_lanes(mock):
+    _, _, pool, _ = mock
+    links = iproute.parse_links(out(pool, "gpu01", iproute.link_argv()))
+    want = {"mlx5_0": True, "mlx5_1": False, "mlx5_2": False, "mlx5_3": True}  # nic0 lit on the OCS, nic1/nic2 dark, nic3 EPS
+    m = rdma.parse_ibdev2netdev(out(pool, "gpu01", ["ibdev2netdev"]))
+    assert {d: up for d, (_, _, up) in m.items()} == want
+    assert all(links[nd].up == up for _, nd, up in m.values()) and m["mlx5_0"][1] == "ens1f0np0"
+    for argv, parser in ((["ibstat"], rdma.parse_ibstat), (["ibstatus"], rdma.parse_ibstatus),
+                         (["ibv_devinfo"], rdma.parse_ibv_devinfo)):
+        rep = parser(out(pool, "gpu01", argv))
+        assert {p.device: p.active for p in rep.ports} == want, argv
+        assert {p.link_layer for p in rep.ports} == {"Ethernet"}
+    assert [(p.device, p.state) for p in rdma.parse_ibstatus(out(pool, "gpu01", ["ibstatus"])).ports][:2] == \
+        [("mlx5_0", "Active"), ("mlx5_1", "Down")]
+    one = rdma.parse_ibv_devinfo(out(pool, "gpu01", ["ibv_devinfo", "-d", "mlx5_1"]))
+    assert [(p.device, p.state) for p in one.ports] == [("mlx5_1", "Down")] and one.firmware == {"mlx5_1": "22.39.1002"}
+    assert pool.run("gpu01", ["ibv_devinfo", "-d", "mlx5_9"]).rc != 0
+    assert "4096 (5)" in out(pool, "gpu01", ["ibv_devinfo", "-d", "mlx5_0"])  # active_mtu from the netdev's MTU 9000
+    up = dcgmi.parse_mlxlink(out(pool, "gpu01", ["mlxlink", "-d", "mlx5_0"]))
+    dark = dcgmi.parse_mlxlink(out(pool, "gpu01", ["mlxlink", "-d", "0000:12:00.0"]))  # by PCI address: nic1
+    assert (up["State"], up["Physical state"], up["Speed"]) == ("Active", "LinkUp", "100GbE")
+    assert dark["State"] != "Active" and dark["Speed"] == "N/A"
+    # GIDs: link-local from the MAC, then RoCE v1/v2 IPv4 GIDs once an address is set
+    b = [int(x, 16) for x in next(o["address"] for o in json.loads(out(pool, "gpu01", iproute.link_argv()))
+                                  if o["ifname"] == "ens1f0np0").split(":")]
+    assert out(pool, "gpu01", ["ip", "addr", "replace", "10.10.1.1/24", "dev", "ens1f0np0"]) == ""
+    gids = rdma.parse_show_gids(out(pool, "gpu01", ["show_gids"]))
+    mine = [g for g in gids if g.netdev == "ens1f0np0"]
+    assert [(g.index, g.version, g.ipv4) for g in mine] == [(0, "v1", None), (1, "v2", None), (2, "v1", "10.10.1.1"),
+                                                             (3, "v2", "10.10.1.1")]
+    assert mine[2].gid.endswith("ffff:0a0a:0101") and {g.device for g in mine} == {"mlx5_0"}
+    assert rdma.roce_v2_ipv4_gid_index(gids, "ens1f0np0") == 3 and rdma.roce_v2_ipv4_gid_index(gids, "ens2f0np0") is None
+    assert mine[0].gid == f"fe80:0000:0000:0000:{b[0] ^ 2:02x}{b[1]:02x}:{b[2]:02x}ff:fe{b[3]:02x}:{b[4]:02x}{b[5]:02x}"
+
+
+def test_injected_gpu_faults_reach_every_format_and_the_sweep(mock):
+    tb, inv, pool, env = mock
+    host = tb.hosts["gpu03"]
+    try:
+        line = host.faults.xid(2, 79)
+        host.faults.remap_failure.add(5)
+        host.faults.remap_pending.add(1)
+        host.faults.slowdown[3] = "hw_thermal_slowdown"
+        host.faults.sm_clock_mhz[4] = 420
+        assert out(pool, "gpu03", ["dmesg", "--level=err,warn"]).strip().endswith(line)
+        assert out(pool, "gpu03", ["dmesg", "--level=info"]) == ""
+        rows = {r["index"]: r for r in csv_rows(pool, "gpu03")}
+        assert (rows[5]["remapped_rows.failure"], rows[1]["remapped_rows.pending"], rows[0]["remapped_rows.pending"]) == ("Yes", "Yes", "No")
+        assert rows[3]["clocks_event_reasons.hw_thermal_slowdown"] == "Active" and rows[3]["clocks_event_reasons.hw_slowdown"] == "Active"
+        assert rows[3]["clocks.current.sm"] == 705 and rows[4]["clocks.current.sm"] == 420 and rows[4]["clocks.max.sm"] == 1410
+        for parsed in (nvidia_smi.parse_query_text(out(pool, "gpu03", ["nvidia-smi", "-q"])),
+                       nvidia_smi.parse_query_xml(out(pool, "gpu03", ["nvidia-smi", "-q", "-x"]))):
+            assert [i for i, g in enumerate(parsed) if g.remapped_rows_failure] == [5]
+            assert [i for i, g in enumerate(parsed) if g.remapped_rows_pending] == [1]
+        by = {(s.metric, s.gpu): s.value for s in dcgm.parse_exporter(out(pool, "gpu03", EXPORTER))}
+        assert by["DCGM_FI_DEV_XID_ERRORS", "2"] == 79 and by["DCGM_FI_DEV_ROW_REMAP_FAILURE", "5"] == 1
+        assert by["DCGM_FI_DEV_SM_CLOCK", "3"] == 705
+        diag = dcgmi.parse_diag(out(pool, "gpu03", ["dcgmi", "diag", "-r", "3"]))
+        assert {"Page Retirement/Row Remap", "GPU Memory", "Targeted Power"} <= set(diag.failed)
+
+        [hh] = health.full_sweep(pool, inv, ["gpu03"])
+        got = {(f.severity, f.message) for f in hh.findings if f.check == "gpu"}
+        assert got == {("critical", "XID 79 on 0000:47:00"),
+                       ("critical", "GPU 5: row remapping failed (memory repair exhausted: RMA)"),
+                       ("warning", "GPU 1: row remap pending (reset the GPU to apply it)"),
+                       ("warning", "GPU 3 clocks slowed by hw_slowdown, hw_thermal_slowdown (SM 705 of 1410 MHz)"),
+                       ("warning", "GPU 4 SM clock far below its maximum (SM 420 of 1410 MHz)")}
+        assert hh.worst == "critical"
+        [hh] = health.full_sweep(pool, inv, ["gpu03"], {"sm_clock_min_share": 0.25})  # the threshold is the table's
+        assert not any("far below" in f.message for f in hh.findings)
+        # and the CLI, end to end over its own SSH connections
+        r = subprocess.run(mfctl_cmd("health", "-i", inv.source, "--hosts", "gpu03", "--json"), capture_output=True,
+                           text=True, env={**os.environ, **env}, timeout=120, check=False)
+        assert r.returncode == 1, r.stderr
+        doc = json.loads(r.stdout)
+        assert not doc["healthy"] and doc["thresholds"]["sm_clock_min_share"] == 0.5
+        assert {"severity": "critical", "check": "gpu", "message": "XID 79 on 0000:47:00", "host": "gpu03"} in \
+            [f for t in doc["targets"] for f in t["findings"]]
+    finally:
+        host.faults = GPUFaults()
+    [hh] = health.full_sweep(pool, inv, ["gpu03"])
+    assert not [f for f in hh.findings if f.check == "gpu"]
+
+
+def test_mig_mode_reports_missing_data_not_values(mock):
+    _, inv, pool, _ = mock
+    assert pool.run("gpu04", ["nvidia-smi", "-mig", "1"]).ok
+    try:
+        rows = csv_rows(pool, "gpu04")
+        assert {(r["remapped_rows.pending"], r["remapped_rows.failure"], r["utilization.gpu"]) for r in rows} == {(None, None, None)}
+        g = nvidia_smi.GPUStatus.from_row(rows[0])
+        assert (g.remap_pending, g.remap_failure, g.utilization_pct, g.temperature_c) == (None, None, None, rows[0]["temperature.gpu"])
+        xml = nvidia_smi.parse_query_xml(out(pool, "gpu04", ["nvidia-smi", "-q", "-x"]))
+        assert {(x.mig_current, x.remapped_rows_pending) for x in xml} == {("Enabled", None)}
+        assert nvidia_smi.parse_query_text(out(pool, "gpu04", ["nvidia-smi", "-q"]))[0].remapped_rows_failure is None
+        nv = nvidia_smi.parse_nvlink_status(out(pool, "gpu04", nvidia_smi.nvlink_argv()))
+        assert nv.unsupported and all(links == {} for links in nv.gpus.values())
+        by = {(s.metric, s.gpu): s.value for s in dcgm.parse_exporter(out(pool, "gpu04", EXPORTER))}
+        assert by["DCGM_FI_DEV_GPU_UTIL", "0"] is None and by["DCGM_FI_DEV_GPU_TEMP", "0"] == rows[0]["temperature.gpu"]
+        [hh] = health.sweep(pool, inv, ["gpu04"])
+        assert not [f for f in hh.findings if f.check == "gpu"]
+    finally:
+        assert pool.run("gpu04", ["nvidia-smi", "-mig", "0"]).ok
+
+
+def test_gpu_status_treats_na_as_missing_and_reads_the_real_capture():
+    hdr = ("index, name, temperature.gpu, remapped_rows.pending, remapped_rows.failure, clocks.current.sm [MHz], "
+           "clocks.max.sm [MHz], clocks_event_reasons.gpu_idle, clocks_event_reasons.hw_slowdown")
+    [g] = [nvidia_smi.GPUStatus.from_row(r) for r in nvidia_smi.parse_query_csv(
+        hdr + "\n0, NVIDIA A10G, 30, [N/A], [N/A], [N/A], [N/A], [Not Supported], [N/A]\n")]
+    assert (g.remap_pending, g.remap_failure, g.sm_clock_mhz, g.sm_clock_max_mhz, g.idle, g.clock_events) == (None,) * 6
+    [g] = [nvidia_smi.GPUStatus.from_row(r) for r in nvidia_smi.parse_query_csv(
+        hdr + "\n0, NVIDIA A100-SXM4-80GB, 30, No, No, 210 MHz, 1410 MHz, Active, Not Active\n")]
+    assert (g.remap_pending, g.sm_clock_mhz, g.idle, g.clock_events) == (False, 210, True, [])  # idle: low clocks are fine
+    from conftest import DATA
+
+    [h] = [nvidia_smi.GPUStatus.from_row(r) for r in nvidia_smi.parse_query_csv(
+        (DATA / "nvidia-smi" / "h100-query-gpu-csv-load-drv590.txt").read_text())]
+    assert (h.remap_pending, h.remap_failure, h.sm_clock_mhz, h.sm_clock_max_mhz, h.idle, h.clock_events) == \
+        (False, False, 1980, 1980, False, [])
