@@ -215,3 +215,21 @@ def test_gpu_status_treats_na_as_missing_and_reads_the_real_capture():
         (DATA / "nvidia-smi" / "h100-query-gpu-csv-load-drv590.txt").read_text())]
     assert (h.remap_pending, h.remap_failure, h.sm_clock_mhz, h.sm_clock_max_mhz, h.idle, h.clock_events) == \
         (False, False, 1980, 1980, False, [])
+
+
+def test_sweep_falls_back_to_an_older_drivers_field_names(mock):
+    """Before R535 the clock reasons are clocks_throttle_reasons.*: nvidia-smi rejects the whole
+    query for one unknown field, so the sweep asks again with the names the driver knows."""
+    tb, inv, pool, _ = mock
+    host = tb.hosts["gpu04"]
+    host.driver = 470
+    host.faults.slowdown[2] = "hw_slowdown"
+    try:
+        r = pool.run("gpu04", nvidia_smi.query_argv())
+        assert r.rc == 2 and nvidia_smi.unknown_field(r.stdout)
+        hh = health.sweep(pool, inv, ["gpu04"])[0]
+        gpu = [f for f in hh.findings if f.check == "gpu"]
+        assert hh.gpus == 8 and [f.severity for f in gpu] == ["warning"] and "hw_slowdown" in gpu[0].message
+    finally:
+        host.driver = 535
+        host.faults.slowdown.clear()

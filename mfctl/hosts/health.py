@@ -134,6 +134,10 @@ def sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, float] | 
     """Run the sweep on ``hosts`` (default all) in parallel over the pool (``limits``: threshold overrides)."""
     names = hosts or [h.name for h in inv.hosts]
     gpu = pool.run_many(names, lambda h: nvidia_smi.query_argv())
+    for fields in nvidia_smi.QUERY_FALLBACKS[1:]:  # an older driver: ask again with the fields it knows
+        older = [i for i, r in enumerate(gpu) if r.rc not in (0, None) and nvidia_smi.unknown_field(r.stdout + r.stderr)]
+        for i, r in zip(older, pool.run_many([names[i] for i in older], lambda h: nvidia_smi.query_argv(fields))):
+            gpu[i] = r
     link = pool.run_many(names, lambda h: iproute.link_argv())
     return [check_host(inv.host(n), g, l, limits) for n, g, l in zip(names, gpu, link)]
 

@@ -21,6 +21,18 @@ HEALTH_FIELDS = ["index", "name", "temperature.gpu", "power.draw", "utilization.
                  "ecc.errors.uncorrected.volatile.total", "persistence_mode", "remapped_rows.pending",
                  "remapped_rows.failure", "clocks.sm", "clocks.max.sm", "clocks_event_reasons.gpu_idle",
                  *[f"clocks_event_reasons.{r}" for r in CLOCK_EVENTS]]
+#: Drivers before R535 name the clock event reasons ``clocks_throttle_reasons.*``; nvidia-smi
+#: rejects a whole query with one unknown field ("Field ... is not a valid field to query").
+LEGACY_HEALTH_FIELDS = [f.replace("clocks_event_reasons.", "clocks_throttle_reasons.") for f in HEALTH_FIELDS]
+#: Fields every driver since R450 knows (no row remapping before Ampere drivers, no clock reasons).
+BASIC_HEALTH_FIELDS = ["index", "name", "temperature.gpu", "power.draw", "utilization.gpu",
+                       "ecc.errors.uncorrected.volatile.total", "persistence_mode", "clocks.sm", "clocks.max.sm"]
+QUERY_FALLBACKS = [HEALTH_FIELDS, LEGACY_HEALTH_FIELDS, BASIC_HEALTH_FIELDS]
+
+
+def unknown_field(text: str) -> bool:
+    """True when nvidia-smi refused a query for a field this driver does not know."""
+    return "is not a valid field to query" in text
 _MISSING = re.compile(r"^\[?(N/A|Not Supported|Unknown Error|Requested functionality has been deprecated|GPU is lost|Insufficient Permissions)\]?$|^ERR!$", re.I)
 _NUM = re.compile(r"^(-?\d+(?:\.\d+)?)(?:\s*(W|%|MiB|MHz|C|us|ms))?$")
 
@@ -58,7 +70,8 @@ def parse_query_csv(text: str) -> list[dict[str, object]]:
         vals = next(csv.reader([ln], skipinitialspace=True))
         if len(vals) != len(header):
             raise ParseError(TOOL, n, f"{len(header)} comma-separated values", ln)
-        rows.append({h: _value(v) for h, v in zip(header, vals)})
+        # keys as current drivers name them (clocks_throttle_reasons.* before R535)
+        rows.append({h.replace("clocks_throttle_reasons.", "clocks_event_reasons."): _value(v) for h, v in zip(header, vals)})
     return rows
 
 

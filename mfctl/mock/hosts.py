@@ -158,9 +158,11 @@ class MockHost:
         "remapped_rows.uncorrectable": ("remapped_rows.uncorrectable", lambda g: gputools.csv_na(g.remap_uncorrectable)),
         "remapped_rows.pending": ("remapped_rows.pending", lambda g: gputools.csv_na(g.remap_pending)),
         "remapped_rows.failure": ("remapped_rows.failure", lambda g: gputools.csv_na(g.remap_failure)),
-        **{f"clocks_event_reasons.{r}": (f"clocks_event_reasons.{r}", lambda g, r=r: "Active" if r in g.reasons else "Not Active")
-           for r in ("gpu_idle", "hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")},
+        **{f"clocks_{kind}_reasons.{r}": (f"clocks_{kind}_reasons.{r}", lambda g, r=r: "Active" if r in g.reasons else "Not Active")
+           for r in ("gpu_idle", "hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+           for kind in ("event", "throttle")},
     }
+    driver: int = 535  # the mock driver branch: before 535 only clocks_throttle_reasons.* exist
 
     def _nvidia_smi(self, args: list[str], channel) -> int:
         for flag, attr in (("-pm", "gpu_persistence"), ("-mig", "gpu_mig")):
@@ -184,7 +186,7 @@ class MockHost:
             return 2
         fields = [f.strip() for f in q.split(",") if f.strip()]
         for f in fields:
-            if f not in self.GPU_FIELDS:
+            if f not in self.GPU_FIELDS or (self.driver < 535 and f.startswith("clocks_event_reasons.")):
                 channel.sendall(f'Field "{f}" is not a valid field to query.\n\n'.encode())
                 return 2
         opts = set(fmt.split(",")[1:])
