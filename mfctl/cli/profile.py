@@ -79,7 +79,7 @@ def schedule(playbook: Path = typer.Argument(...), inventory: Path = typer.Optio
 
     from mfctl.fabric import mapping
     from mfctl.fabric.planner import LinkRates, plan
-    from mfctl.fabric.stepmodel import StepSpec, iteration_time
+    from mfctl.fabric.stepmodel import StepSpec, grad_allreduce_exposed_s, grad_sync_bytes, iteration_time
     from mfctl.fabric.traffic import expert_to_rank, load_routing, rank_to_server
     from mfctl.inventory import load_inventory
     from mfctl.runtime.job import GOODPUT
@@ -110,10 +110,9 @@ def schedule(playbook: Path = typer.Argument(...), inventory: Path = typer.Optio
     eta = 0.65
     if "gemm" in fits:
         eta = min(1.0, fits["gemm"]["rate_per_s"] / 312e12)
-    # gradient all-reduce of this GPU's parameters (bf16), split into p partitions overlapped with backward:
-    # the last partition and p start-up costs stay exposed (FSMoE §5)
-    params = m.layers * (4 * m.hidden ** 2 + tr.num_experts / pb.parallelism.ep * 3 * m.hidden * m.ffn_hidden) / pb.parallelism.tp
-    ar = fits.get("all_reduce", {"alpha_s": 22e-6, "beta_s_per_unit": 1 / 11.5e9})
+    # the gradient all-reduce over the EPS, split into p partitions overlapped with backward (FSMoE §5)
+    world = sum(inv.host(h).gpus.count for h in reg.hosts)
+    alpha_ar = fits.get("all_reduce", {}).get("alpha_s", 22e-6)
     rows = []
     for rf, rb in itertools.product((1, 2, 4, 8), repeat=2):
         spec = StepSpec(hidden=m.hidden, ffn_hidden=m.ffn_hidden, gated=m.gated, bytes_per_element=m.bytes_per_element,
@@ -121,12 +120,15 @@ def schedule(playbook: Path = typer.Argument(...), inventory: Path = typer.Optio
                         eta_expert=eta, alpha_a2a_s=alpha_a2a, pipeline_degree=rf, bp_pipeline_degree=rb)
         it = iteration_time(layers, C, er, rs, pb.training.micro_batches, spec, rates).seconds
         rows.append({"pipeline_degree": rf, "bp_pipeline_degree": rb, "iteration_s": it})
-    parts = [{"partitions": p, "exposed_allreduce_s": ar["alpha_s"] * p + ar["beta_s_per_unit"] * 2 * params / p}
+    grad_bytes = grad_sync_bytes(spec, m.layers, tr.num_experts, world)
+    parts = [{"partitions": p, "exposed_allreduce_s": grad_allreduce_exposed_s(grad_bytes, p, n, gps, rates.eps_Bps, alpha_ar)}
              for p in (1, 2, 4, 8, 16)]
-    best = min(rows, key=lambda r: r["iteration_s"])
     bestp = min(parts, key=lambda r: r["exposed_allreduce_s"])
+    for r in rows:  # the step time includes the exposed gradient all-reduce of the best partitioning
+        r["iteration_s"] += bestp["exposed_allreduce_s"]
+    best = min(rows, key=lambda r: r["iteration_s"])
     cmd = (f"mfctl run {playbook} --pipeline-degree {best['pipeline_degree']} "
-           f"--bp-pipeline-degree {best['bp_pipeline_degree']}")
+           f"--bp-pipeline-degree {best['bp_pipeline_degree']} --grad-partitions {bestp['partitions']}")
     if json_out:
         emit_json({"schema": "mfctl.schedule/v1", "profile": str(pp) if fits else None, "choices": rows,
                    "gradient_partitions": parts, "best": best, "best_partitions": bestp["partitions"], "command": cmd})
@@ -137,7 +139,7 @@ def schedule(playbook: Path = typer.Argument(...), inventory: Path = typer.Optio
         t.add_row(str(r["pipeline_degree"]), str(r["bp_pipeline_degree"]), f"{r['iteration_s']:.3f}")
     con = out_console()
     con.print(t)
-    con.print(f"gradient all-reduce partitions: best {bestp['partitions']} "
-              f"({bestp['exposed_allreduce_s'] * 1e3:.1f} ms exposed; 1 partition: {parts[0]['exposed_allreduce_s'] * 1e3:.1f} ms)",
-              highlight=False)
+    con.print(f"gradient all-reduce ({grad_bytes / 2**30:.2f} GiB per GPU over the EPS), exposed ms by partitions: "
+              + ", ".join(f"{p['partitions']}: {p['exposed_allreduce_s'] * 1e3:.1f}" for p in parts)
+              + f" → best {bestp['partitions']} (included above)", highlight=False)
     con.print(f"run with: {cmd}", highlight=False)

@@ -125,6 +125,7 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
         logs: bool = typer.Option(False, "--logs", help="Stream every host's runtime output, prefixed with the host."),
         pipeline_degree: int = typer.Option(None, "--pipeline-degree", help="Override the forward pipeline degree (1, 2, 4, 8)."),
         bp_pipeline_degree: int = typer.Option(None, "--bp-pipeline-degree", help="Override the backward pipeline degree."),
+        grad_partitions: int = typer.Option(None, "--grad-partitions", help="Override the gradient all-reduce partitions (1, 2, 4, 8, 16)."),
         json_out: bool = JSON_OPT):
     """Run a reconfigurable MoE training job (starts and stops the mock testbed if the playbook says so)."""
     from mfctl.runtime.job import Job
@@ -137,6 +138,11 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
                 from mfctl.errors import UsageError
                 raise UsageError(f"--{name.replace('_', '-')} must be 1, 2, 4 or 8")
             setattr(pb.training, name, v)
+    if grad_partitions is not None:
+        if grad_partitions not in (1, 2, 4, 8, 16):
+            from mfctl.errors import UsageError
+            raise UsageError("--grad-partitions must be 1, 2, 4, 8 or 16")
+        pb.training.grad_partitions = grad_partitions
     job = Job(pb, inventory_override=str(inventory) if inventory else None, runs_dir=str(runs_dir) if runs_dir else None,
               skip_health=skip_health)
     job.prepare()  # a bad inventory/playbook combination fails here, before anything starts (exit 3)

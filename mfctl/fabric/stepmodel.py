@@ -11,8 +11,10 @@ Per MoE layer and micro-batch:
 - FSMoE pipelining of degree r: ``T(r) = 2a + c + (r−1)·max(2a, c)`` with per-chunk
   ``a = α + t_a2a/r``, ``c = α_e + t_exp/r`` (FSMoE, arXiv 2501.10714); r is chosen per
   layer from {1, 2, 4, 8} when ``pipeline_degree = 0``.
-Gradient all-reduce and the optimizer step are not modelled (they use the EPS and do
-not change with the OCS topology).
+Gradient all-reduce (:func:`grad_allreduce_exposed_s`): once per iteration, over the EPS
+(it does not change with the OCS topology), split into p partitions overlapped with the
+backward pass, of which p start-up costs and the last partition stay exposed (FSMoE §5).
+The optimizer step is not modelled.
 """
 
 from __future__ import annotations
@@ -118,3 +120,29 @@ def iteration_time(tokens_by_layer: list[np.ndarray], C: np.ndarray, expert_rank
         ocs += lt.ocs_bytes
     m = micro_batches
     return IterationTime(seconds=tot * m, a2a_s=a2a * m, compute_s=comp * m, inter_bytes=inter * m, ocs_bytes=ocs * m)
+
+
+def grad_sync_bytes(spec: StepSpec, layers: int, num_experts: int, world: int) -> float:
+    """Gradient bytes one GPU all-reduces per iteration: the dense (attention) parameters,
+    ``layers·4·H²/TP`` (data-parallel degree ``world/TP``), plus the expert parameters
+    ``layers·(E/EP)·g·H·F/TP`` when experts are replicated (``world/(EP·TP) > 1``)."""
+    g = 3 if spec.gated else 2
+    dense = layers * 4 * spec.hidden ** 2 / spec.tp
+    experts = layers * (num_experts / spec.ep) * g * spec.hidden * spec.ffn_hidden / spec.tp
+    return (dense + (experts if world // (spec.ep * spec.tp) > 1 else 0.0)) * spec.bytes_per_element
+
+
+def grad_allreduce_exposed_s(grad_bytes: float, partitions: int, servers: int, gpus_per_server: int,
+                             eps_Bps: float, alpha_s: float = 22e-6) -> float:
+    """Exposed time (s) of the per-iteration gradient all-reduce in ``partitions`` buckets.
+
+    A ring all-reduce over ``servers`` on the EPS moves ``2(n−1)/n`` of every server's
+    gradients (``gpus_per_server · grad_bytes``) through its EPS NICs (``eps_Bps``, bytes/s):
+    ``T = 2(n−1)/n · G·b / eps_Bps``. Split into p partitions overlapped with backward, the
+    last partition and p start-ups (``alpha_s`` each) stay exposed: ``p·α + T/p`` (FSMoE
+    §5, arXiv 2501.10714). One server: NVLink only, 0 here."""
+    if servers <= 1 or partitions < 1:
+        return 0.0
+    t = 2 * (servers - 1) / servers * gpus_per_server * grad_bytes / eps_Bps
+    return partitions * alpha_s + t / partitions
+

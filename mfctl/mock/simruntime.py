@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from mfctl.fabric.planner import LinkRates
-from mfctl.fabric.stepmodel import StepSpec, layer_time
+from mfctl.fabric.stepmodel import StepSpec, grad_allreduce_exposed_s, grad_sync_bytes, layer_time
 from mfctl.fabric.traffic import expert_to_rank, load_routing, rank_matrix, rank_to_server, server_matrix
 from mfctl.fabric.workload import Workload
 from mfctl.runtime.client import ControllerLost, RuntimeClient
@@ -33,7 +33,7 @@ def run(args) -> int:
     rt = RuntimeClient(args.controller, host=args.host, token=args.token)
     cfg = rt.connect()
     m, par, tr = cfg["model"], cfg["parallelism"], cfg["training"]
-    for k in ("pipeline_degree", "bp_pipeline_degree"):
+    for k in ("pipeline_degree", "bp_pipeline_degree", "grad_partitions"):
         if getattr(args, k, None):
             tr[k] = getattr(args, k)
     hosts: list[str] = cfg["hosts"]
@@ -60,6 +60,9 @@ def run(args) -> int:
     world = n * cfg["gpus_per_server"]
     dp = world // tp
     tokens_per_iter = dp * tr["seq_len"] * tr["micro_batch"] * tr["micro_batches"]
+    # the gradient all-reduce over the EPS at the end of backward: only its exposed part counts
+    grad_s = grad_allreduce_exposed_s(grad_sync_bytes(spec, m["layers"], trace.num_experts, world),
+                                      int(tr.get("grad_partitions", 8)), n, cfg["gpus_per_server"], rates.eps_Bps)
     _log(f"> mfctl simulated runtime on {args.host}: {m['name']} EP={ep} TP={tp} DP={dp}, {world} GPUs, "
          f"routing {trace.model} ({trace.num_experts} experts, top-{trace.top_k}), time scale {scale:g}x")
     lost = False
@@ -132,6 +135,11 @@ def run(args) -> int:
             delay = wall_target - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+        secs += grad_s
+        wall_target += grad_s / scale
+        delay = wall_target - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
         safe(rt.iteration, it, seconds=secs, tokens=tokens_per_iter, epoch=epoch, paused=paused_any,
                      a2a_s=a2a, compute_s=comp, inter_bytes=inter, ocs_bytes=ocs)
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -157,6 +165,7 @@ def main(argv=None) -> int:
     ap.add_argument("--pipeline-degree", type=int, choices=(1, 2, 4, 8), help="forward pipeline degree "
                     "(as a training script takes it; default: the controller's)")
     ap.add_argument("--bp-pipeline-degree", type=int, choices=(1, 2, 4, 8), help="backward pipeline degree")
+    ap.add_argument("--grad-partitions", type=int, choices=(1, 2, 4, 8, 16), help="gradient all-reduce partitions")
     args = ap.parse_args(argv)
     if not args.controller or not args.host:
         ap.error("--controller and --host are required (or MFCTL_CONTROLLER and MFCTL_HOST in the environment)")

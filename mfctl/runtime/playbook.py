@@ -51,6 +51,8 @@ class Training(_S):
     seed: int = 1
     pipeline_degree: Literal[0, 1, 2, 4, 8] = Field(0, description="FSMoE forward pipeline degree (0: best per layer)")
     bp_pipeline_degree: Literal[0, 1, 2, 4, 8] = Field(0, description="backward pipeline degree (0: best per layer)")
+    grad_partitions: Literal[1, 2, 4, 8, 16] = Field(8, description="gradient all-reduce partitions overlapped with "
+                                                     "backward (FSMoE §5; 8 ≈ bucketed DDP)")
 
 
 class Topology(_S):

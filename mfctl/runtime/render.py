@@ -46,6 +46,7 @@ def _script_args(pb) -> list[str]:
         out += ["--pipeline-degree", str(tr.pipeline_degree)]
     if tr.bp_pipeline_degree:
         out += ["--bp-pipeline-degree", str(tr.bp_pipeline_degree)]
+    out += ["--grad-partitions", str(tr.grad_partitions)]
     return out
 
 
