@@ -63,17 +63,20 @@ def load_yaml_with_lines(path: str | Path) -> tuple[Any, dict[Loc, int]]:
         raise ConfigError(f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})", path=src, line=line) from None
     if "\x00" in text:
         raise ConfigError("not a text file (contains NUL bytes)", path=src, line=text[: text.index("\x00")].count("\n") + 1)
+    loader = _Loader(text)  # a safe loader (CSafeLoader / SafeLoader); parsed once, constructed from the nodes
     try:
-        node = yaml.compose(text, Loader=_Loader)
+        node = loader.get_single_node()
         if node is None:
             raise ConfigError("file is empty", path=src)
         lines: dict[Loc, int] = {}
         _walk(node, (), lines, src, [MAX_NODES])
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader (CSafeLoader / SafeLoader)
+        data = loader.construct_document(node)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         what = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError(f"YAML: {what}", path=src, line=mark.line + 1 if mark else None) from None
+    finally:
+        loader.dispose()
     return data, lines
 
 
