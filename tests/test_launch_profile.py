@@ -3,6 +3,7 @@ profile fits, schedule."""
 
 import json
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -140,13 +141,21 @@ def test_the_simulated_run_honours_pipeline_degrees_and_gradient_partitions(tmp_
     from mfctl.fabric.stepmodel import StepSpec, grad_allreduce_exposed_s, grad_sync_bytes
     from mfctl.runtime.job import Job
 
+    import sqlite3
+
     def run(name, **training):
+        """{iteration: seconds} of the leader, for iterations not paused by a reconfiguration."""
         pb = load_playbook(ROOT / "tests" / "data" / "playbooks" / "short.yaml")
         for k, v in training.items():
             setattr(pb.training, k, v)
         s = Job(pb, runs_dir=str(tmp_path / name)).run()
         assert s["exit_code"] == 0, s["error"]
-        return s["iteration_time_by_epoch_s"]
+        with sqlite3.connect(Path(s["run_dir"]) / "metrics.db") as db:
+            return {i: (e, sec) for i, e, sec in db.execute(
+                "SELECT iteration, epoch, seconds FROM iterations WHERE host = 'gpu01' AND paused = 0")}
+
+    def diffs(a, b):  # per iteration, where both runs ran on the same topology epoch
+        return [a[i][1] - b[i][1] for i in sorted(set(a) & set(b)) if a[i][0] == b[i][0]]
 
     one = run("p1", pipeline_degree=4, bp_pipeline_degree=8, grad_partitions=1)
     sixteen = run("p16", pipeline_degree=4, bp_pipeline_degree=8, grad_partitions=16)
@@ -154,6 +163,6 @@ def test_the_simulated_run_honours_pipeline_degrees_and_gradient_partitions(tmp_
     b = grad_sync_bytes(StepSpec(), 32, 8, 32)
     saved = grad_allreduce_exposed_s(b, 1, 4, 8, 12.5e9 * 0.92) - grad_allreduce_exposed_s(b, 16, 4, 8, 12.5e9 * 0.92)
     assert saved == pytest.approx(1.05, abs=0.01)
-    last = max(one, key=int)
-    assert one[last] - sixteen[last] == pytest.approx(saved, abs=0.002)
-    assert unpipelined[last] > sixteen[last] + 0.3  # FSMoE pipelining hides part of the all-to-all
+    d = diffs(one, sixteen)
+    assert len(d) >= 8 and np.median(d) == pytest.approx(saved, abs=0.002)
+    assert np.median(diffs(unpipelined, sixteen)) > 0.3  # FSMoE pipelining hides part of the all-to-all

@@ -82,3 +82,77 @@ def test_connection_refused_is_unreachable():
     with pytest.raises(UnreachableError) as e:
         connect(t, timeout=2)
     assert e.value.exit_code == 4 and "127.0.0.1:1" in str(e.value)
+
+
+# --- the command path (libssh2) checks host keys like the paramiko path --------------------------
+def test_pool_commands_accept_new_record_hashed_entries_match_and_changed_keys_are_refused(server, tmp_path):
+    srv, target, _, hk = server
+    kh = tmp_path / "kh_pool"
+    target.known_hosts, target.host_key_policy = str(kh), "accept-new"
+    with SSHPool([target]) as pool:
+        assert pool.run("h1", ["echo", "first"]).stdout == "first\n"
+    assert kh.read_text() == f"[127.0.0.1]:{srv.port} {hk.get_name()} {hk.get_base64()}\n"
+    # an OpenSSH-hashed entry (HashKnownHosts yes) for the same key is recognised
+    hashed = paramiko.HostKeys.hash_host(f"[127.0.0.1]:{srv.port}")
+    kh.write_text(f"{hashed} {hk.get_name()} {hk.get_base64()}\n")
+    target.host_key_policy = "strict"
+    with SSHPool([target]) as pool:
+        assert pool.run("h1", ["echo", "hashed"]).ok
+    other = paramiko.ECDSAKey.generate(bits=256)
+    kh.write_text(f"[127.0.0.1]:{srv.port} {other.get_name()} {other.get_base64()}\n")
+    for policy in ("strict", "accept-new"):  # a changed key is refused under both policies
+        target.host_key_policy = policy
+        with SSHPool([target]) as pool:
+            r = pool.run("h1", ["echo", "x"])
+            assert not r.ok and "CHANGED" in r.error
+    assert other.get_base64() in kh.read_text() and hk.get_base64() not in kh.read_text()
+
+
+def test_pool_commands_big_output_on_both_streams_stdin_and_recovery_after_a_timeout(tmp_path):
+    """Megabytes on stdout and stderr at once do not deadlock; stdin reaches the command;
+    after a timeout the next command gets a fresh session."""
+    hk, ck = paramiko.ECDSAKey.generate(bits=256), paramiko.ECDSAKey.generate(bits=256)
+    kf = tmp_path / "id"
+    ck.write_private_key_file(str(kf))
+
+    def on_exec(cmd, chan):
+        argv = shlex.split(cmd)
+        if argv[0] == "both":
+            for _ in range(64):
+                chan.sendall_stderr(b"e" * 65536)
+                chan.sendall(b"o" * 65536)
+            return 3
+        if argv[0] == "cat":
+            data = bytearray()
+            while d := chan.recv(65536):
+                data += d
+            chan.sendall(bytes(data[::-1]))
+            return 0
+        if argv[0] == "sleep":
+            import time
+            time.sleep(float(argv[1]))
+        return 0
+
+    srv = MockSSHServer("h2", hk, users={"ops"}, authorized_keys=[ck], on_exec=on_exec)
+    kh = tmp_path / "kh"
+    kh.write_text(f"[127.0.0.1]:{srv.port} {hk.get_name()} {hk.get_base64()}\n")
+    t = SSHTarget(name="h2", address="127.0.0.1", port=srv.port, user="ops", key_file=str(kf), agent=False,
+                  known_hosts=str(kh))
+    try:
+        with SSHPool([t], command_timeout=20) as pool:
+            r = pool.run("h2", ["both"])
+            assert (r.rc, len(r.stdout), len(r.stderr)) == (3, 64 * 65536, 64 * 65536)
+            payload = b"".join(b"line %07d\n" % i for i in range(80000))  # ~1 MiB
+            r = pool.run("h2", ["cat"], stdin=payload)
+            assert r.ok and r.stdout == payload[::-1].decode()
+            slow = pool.run("h2", ["sleep", "3"], timeout=0.3)
+            assert "timeout" in slow.error and slow.elapsed_s < 1.5
+            assert pool.run("h2", ["both"]).rc == 3  # a new session after the timed-out one
+    finally:
+        srv.close()
+
+
+def test_pool_command_to_a_refused_port_is_unreachable_data():
+    with SSHPool([SSHTarget(name="nowhere", address="127.0.0.1", port=1)], connect_timeout=2) as pool:
+        r = pool.run("nowhere", ["true"])
+    assert not r.ok and r.rc is None and "127.0.0.1:1" in r.error

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import weakref
 from typing import Callable
 
 import paramiko
@@ -96,7 +97,7 @@ class MockSSHServer:
         self.port = self.sock.getsockname()[1]
         self.refuse = False  # fault injection: close connections at once
         self._stop = threading.Event()
-        self._transports: list[paramiko.Transport] = []
+        self._transports: weakref.WeakSet[paramiko.Transport] = weakref.WeakSet()  # live ones only: no leak
         threading.Thread(target=self._accept, daemon=True, name=f"sshd-{name}").start()
 
     def _accept(self) -> None:
@@ -115,7 +116,7 @@ class MockSSHServer:
         try:
             t = paramiko.Transport(conn)
             t.add_server_key(self.host_key)
-            self._transports.append(t)
+            self._transports.add(t)
             t.start_server(server=_Server(self))
         except (paramiko.SSHException, OSError, EOFError) as e:
             log.debug("%s: handshake failed: %s", self.name, e)
@@ -153,5 +154,5 @@ class MockSSHServer:
             self.sock.close()
         except OSError:
             pass
-        for t in self._transports:
+        for t in list(self._transports):
             t.close()

@@ -305,6 +305,7 @@ class Job:
             t_back = time.monotonic()
             for r in results:
                 if not r.ok:
+                    log.info("link poll on %s failed: %s", r.host, r.error or f"exit {r.rc}: {r.stderr.strip()[:200]}")
                     continue
                 try:
                     links = iproute.parse_links(r.stdout)

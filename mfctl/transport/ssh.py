@@ -1,4 +1,5 @@
-"""SSH to hosts and devices with paramiko: strict host keys, timeouts, pooling, fan-out.
+"""SSH to hosts and devices: strict host keys, timeouts, pooling, fan-out (paramiko for
+interactive sessions, libssh2 for commands: :class:`SSHPool`).
 
 Host keys are checked against the inventory's ``known_hosts`` file. The default policy is
 ``strict`` (unknown host → :class:`UnreachableError`); ``accept-new`` records a key seen
@@ -10,7 +11,6 @@ password passed in by the caller from the environment — never from an inventor
 from __future__ import annotations
 
 import logging
-import select
 import shlex
 import socket
 import threading
@@ -18,27 +18,33 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
-
-import paramiko
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from mfctl.errors import UnreachableError
 
+if TYPE_CHECKING:
+    import paramiko
+
 log = logging.getLogger(__name__)
 
+# paramiko is imported where it is used: ``mfctl exec`` and the health sweep run commands over
+# libssh2 only and do not pay paramiko's import (~0.1 s of every cold start).
 
-class AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
-    """Record an unknown host's key in known_hosts (opt-in, ``host_key_policy: accept-new``)."""
 
-    def __init__(self, known_hosts: Path):
-        self.known_hosts = known_hosts
+def _accept_new_policy(known_hosts: Path):
+    """A paramiko policy recording an unknown host's key in known_hosts (opt-in,
+    ``host_key_policy: accept-new``)."""
+    import paramiko
 
-    def missing_host_key(self, client, hostname, key):  # noqa: D401 - paramiko API
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.known_hosts, "a") as f:
-            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-        log.warning("accepted new host key for %s (%s)", hostname, key.get_name())
+    class AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
+        def missing_host_key(self, client, hostname, key):  # noqa: D401 - paramiko API
+            client.get_host_keys().add(hostname, key.get_name(), key)
+            known_hosts.parent.mkdir(parents=True, exist_ok=True)
+            with open(known_hosts, "a") as f:
+                f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+            log.warning("accepted new host key for %s (%s)", hostname, key.get_name())
+
+    return AcceptNewPolicy()
 
 
 @dataclass
@@ -56,12 +62,14 @@ class SSHTarget:
     host_key_policy: str = "strict"
 
 
-_KH_CACHE: dict[str, tuple[float, paramiko.HostKeys]] = {}
+_KH_CACHE: dict[str, tuple[float, "paramiko.HostKeys"]] = {}
 _KH_LOCK = threading.Lock()
 
 
 def _known_hosts(path: Path) -> paramiko.HostKeys | None:
     """Parsed known_hosts, cached per path and modification time (thread-safe)."""
+    import paramiko
+
     try:
         mtime = path.stat().st_mtime
     except FileNotFoundError:
@@ -75,12 +83,14 @@ def _known_hosts(path: Path) -> paramiko.HostKeys | None:
         return hk
 
 
-_PKEY_CACHE: dict[str, paramiko.PKey] = {}
+_PKEY_CACHE: dict[str, "paramiko.PKey"] = {}
 
 
 def _private_key(path: str) -> paramiko.PKey:
     """Load a private key file once per process (any type paramiko knows). Encrypted keys
     belong in the SSH agent: mfctl never asks for a passphrase."""
+    import paramiko
+
     p = str(Path(path).expanduser())
     with _KH_LOCK:
         if p not in _PKEY_CACHE:
@@ -93,6 +103,8 @@ def _private_key(path: str) -> paramiko.PKey:
 
 def connect(target: SSHTarget, timeout: float) -> paramiko.SSHClient:
     """Open an authenticated SSH connection. Raises UnreachableError (exit 4)."""
+    import paramiko
+
     client = paramiko.SSHClient()
     kh = Path(target.known_hosts).expanduser()
     known = _known_hosts(kh)
@@ -102,7 +114,7 @@ def connect(target: SSHTarget, timeout: float) -> paramiko.SSHClient:
         for keytype, key in (known.lookup(name) or {}).items():
             client.get_host_keys().add(name, keytype, key)
     if target.host_key_policy == "accept-new":
-        client.set_missing_host_key_policy(AcceptNewPolicy(kh))
+        client.set_missing_host_key_policy(_accept_new_policy(kh))
     else:
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
     try:
@@ -168,7 +180,12 @@ def quote_argv(argv: Sequence[str]) -> str:
 
 
 class SSHPool:
-    """One reusable, authenticated connection per host; thread-safe; bounded fan-out."""
+    """One reusable, authenticated connection per host; thread-safe; bounded fan-out.
+
+    Commands (:meth:`run`, :meth:`run_many`, :meth:`run_checked`) go over libssh2 sessions
+    (:mod:`mfctl.transport.libssh2`: C handshakes, the fan-out path); :meth:`client` gives a
+    paramiko connection for interactive and streaming sessions (a pty, ``tail -F``, a CLI).
+    Both check host keys the same way."""
 
     def __init__(self, targets: Iterable[SSHTarget], *, connect_timeout: float = 10.0,
                  command_timeout: float = 30.0, fanout: int = 32):
@@ -177,7 +194,9 @@ class SSHPool:
         self.command_timeout = command_timeout
         self.fanout = max(1, fanout)
         self._clients: dict[str, paramiko.SSHClient] = {}
+        self._exec: dict = {}  # host → libssh2.ExecSession
         self._locks: dict[str, threading.Lock] = {n: threading.Lock() for n in self.targets}
+        self._exec_locks: dict[str, threading.Lock] = {n: threading.Lock() for n in self.targets}
 
     def client(self, host: str) -> paramiko.SSHClient:
         with self._locks[host]:
@@ -188,45 +207,37 @@ class SSHPool:
             self._clients[host] = c
             return c
 
+    def _exec_session(self, host: str):
+        from mfctl.transport.libssh2 import ExecSession
+
+        with self._exec_locks[host]:
+            s = self._exec.get(host)
+            if s is None:
+                s = self._exec[host] = ExecSession(self.targets[host], self.connect_timeout)
+            return s
+
     def run(self, host: str, argv: Sequence[str], *, timeout: float | None = None,
             stdin: bytes | None = None) -> CommandResult:
         """Run argv on one host; ``stdin`` (bytes) is sent and then closed (EOF).
         Never raises for remote failures: they are in the result."""
+        from ssh2.exceptions import SSH2Error
+
+        from mfctl.transport.libssh2 import CommandTimeout
+
         t0 = time.monotonic()
         res = CommandResult(host=host, argv=[str(a) for a in argv])
         timeout = timeout or self.command_timeout
         try:
-            client = self.client(host)
-            chan = client.get_transport().open_session(timeout=self.connect_timeout)
-            chan.settimeout(timeout)
-            chan.exec_command(quote_argv(argv))
-            if stdin is not None:
-                chan.sendall(stdin)
-                chan.shutdown_write()
-            out, err = bytearray(), bytearray()
-            deadline = t0 + timeout
-            while True:  # wait on the channel (select), never busy-poll
-                while chan.recv_ready():
-                    out += chan.recv(65536)
-                while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(65536)
-                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    chan.close()
-                    raise TimeoutError(f"command did not finish within {timeout:g} s")
-                select.select([chan], [], [], min(remaining, 1.0))
-            res.rc = chan.recv_exit_status()
-            chan.close()
-            res.stdout, res.stderr = out.decode(errors="replace"), err.decode(errors="replace")
+            rc, out, err = self._exec_session(host).run(quote_argv(argv), timeout, stdin)
+            res.rc, res.stdout, res.stderr = rc, out.decode(errors="replace"), err.decode(errors="replace")
         except UnreachableError as e:
             res.error = str(e)
-        except TimeoutError as e:
-            res.error = f"{host}: timeout: {e}"
-        except (paramiko.SSHException, OSError, EOFError) as e:
-            res.error = f"{host}: SSH error: {e}"
-            self.drop(host)
+        except CommandTimeout:
+            res.error = f"{host}: timeout: command did not finish within {timeout:g} s"
+            self._drop_exec(host)  # the session may hold the abandoned channel's data
+        except (SSH2Error, OSError) as e:
+            res.error = f"{host}: SSH error: {str(e) or type(e).__name__}"
+            self._drop_exec(host)
         res.elapsed_s = time.monotonic() - t0
         return res
 
@@ -255,13 +266,19 @@ class SSHPool:
         with ThreadPoolExecutor(max_workers=min(self.fanout, max(1, len(hosts)))) as ex:
             return list(ex.map(one, hosts))
 
+    def _drop_exec(self, host: str) -> None:
+        s = self._exec.pop(host, None)
+        if s is not None:
+            s.close()
+
     def drop(self, host: str) -> None:
         c = self._clients.pop(host, None)
         if c is not None:
             c.close()
+        self._drop_exec(host)
 
     def close(self) -> None:
-        for h in list(self._clients):
+        for h in set(self._clients) | set(self._exec):
             self.drop(h)
 
     def __enter__(self) -> "SSHPool":

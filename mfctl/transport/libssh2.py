@@ -1,0 +1,213 @@
+"""One-shot remote commands over libssh2 (``ssh2-python``): the fan-out path.
+
+:class:`mfctl.transport.ssh.SSHPool` runs commands (``run``/``run_many``: ``mfctl exec``,
+the health sweep, provisioning, link polls) on these sessions, and keeps paramiko for the
+long-lived interactive sessions (runtime launch with a pty, log following, the OCS CLI).
+libssh2 does the handshake in C with the GIL released, so 128 hosts connect in parallel
+threads at a fraction of paramiko's CPU cost (``benchmarks/fanout.py``).
+
+The security rules are those of :mod:`mfctl.transport.ssh`: the host key is checked
+against the inventory's ``known_hosts`` (libssh2's OpenSSH-format parser: plain, hashed
+and ``[host]:port`` entries); ``strict`` refuses an unknown host, ``accept-new`` records a
+first-seen key and still refuses a changed one; authentication by key file, SSH agent, or a
+password handed in by the caller from the environment.
+
+Every call is bounded: ``connect_timeout`` (s) for TCP, handshake and authentication;
+``timeout`` (s) for a command from start to exit status.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import select
+import socket
+import threading
+import time
+from pathlib import Path
+
+from ssh2 import exceptions as E
+from ssh2 import knownhost as KH
+from ssh2 import session as S
+from ssh2.error_codes import LIBSSH2_ERROR_EAGAIN
+
+from mfctl.errors import UnreachableError
+
+log = logging.getLogger(__name__)
+
+# libssh2 host key type → (known_hosts key name, knownhost type mask)
+_KEYTYPES = {
+    S.LIBSSH2_HOSTKEY_TYPE_RSA: ("ssh-rsa", KH.LIBSSH2_KNOWNHOST_KEY_SSHRSA),
+    S.LIBSSH2_HOSTKEY_TYPE_DSS: ("ssh-dss", KH.LIBSSH2_KNOWNHOST_KEY_SSHDSS),
+    S.LIBSSH2_HOSTKEY_TYPE_ECDSA_256: ("ecdsa-sha2-nistp256", KH.LIBSSH2_KNOWNHOST_KEY_ECDSA_256),
+    S.LIBSSH2_HOSTKEY_TYPE_ECDSA_384: ("ecdsa-sha2-nistp384", KH.LIBSSH2_KNOWNHOST_KEY_ECDSA_384),
+    S.LIBSSH2_HOSTKEY_TYPE_ECDSA_521: ("ecdsa-sha2-nistp521", KH.LIBSSH2_KNOWNHOST_KEY_ECDSA_521),
+    S.LIBSSH2_HOSTKEY_TYPE_ED25519: ("ssh-ed25519", KH.LIBSSH2_KNOWNHOST_KEY_ED25519),
+}
+_KH_WRITE = threading.Lock()
+
+
+class CommandTimeout(TimeoutError):
+    pass
+
+
+class ExecSession:
+    """An authenticated libssh2 session to one host; commands run one at a time (a lock)."""
+
+    def __init__(self, target, connect_timeout: float):
+        self.target = target
+        self.lock = threading.Lock()
+        t = target
+        try:
+            self.sock = socket.create_connection((t.address, t.port), timeout=connect_timeout)
+        except (socket.timeout, TimeoutError) as e:
+            raise UnreachableError(f"{t.name}: connect to {t.address}:{t.port} timed out after {connect_timeout:g} s") from e
+        except OSError as e:
+            raise UnreachableError(f"{t.name}: cannot connect to {t.address}:{t.port}: {e.strerror or e}") from e
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.session = S.Session()
+        self.session.set_timeout(int(connect_timeout * 1000))
+        try:
+            self.session.handshake(self.sock)
+            self._check_host_key()
+            self._authenticate()
+        except UnreachableError:
+            self.close()
+            raise
+        except E.Timeout as e:
+            self.close()
+            raise UnreachableError(f"{t.name}: SSH to {t.address}:{t.port} timed out after {connect_timeout:g} s") from e
+        except (E.SSH2Error, OSError) as e:
+            self.close()
+            raise UnreachableError(f"{t.name}: SSH to {t.address}:{t.port} failed: {_describe(e)}") from e
+
+    # --- connection -------------------------------------------------------------------------
+    def _check_host_key(self) -> None:
+        t = self.target
+        key, ktype = self.session.hostkey()
+        name, mask = _KEYTYPES.get(ktype, (None, None))
+        if name is None:
+            raise UnreachableError(f"{t.name}: unsupported host key type {ktype}")
+        kh_path = Path(t.known_hosts).expanduser()
+        kh = self.session.knownhost_init()
+        if kh_path.exists():
+            try:
+                kh.readfile(str(kh_path))
+            except E.KnownHostReadFileError as e:
+                raise UnreachableError(f"{t.name}: cannot read {kh_path}: {_describe(e)}") from e
+        typemask = KH.LIBSSH2_KNOWNHOST_TYPE_PLAIN | KH.LIBSSH2_KNOWNHOST_KEYENC_RAW | mask
+        try:
+            kh.checkp(t.address.encode(), t.port, key, typemask)
+            return
+        except E.KnownHostCheckMisMatchError as e:
+            raise UnreachableError(f"{t.name}: host key CHANGED for {t.address}:{t.port} — refusing to connect") from e
+        except E.KnownHostCheckNotFoundError:
+            pass
+        hostname = t.address if t.port == 22 else f"[{t.address}]:{t.port}"
+        if t.host_key_policy != "accept-new":
+            raise UnreachableError(f"{t.name}: host key of {hostname} is not in {kh_path} "
+                                   "(add it, or set host_key_policy: accept-new)")
+        with _KH_WRITE:
+            kh_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(kh_path, "a") as f:
+                f.write(f"{hostname} {name} {base64.b64encode(key).decode()}\n")
+        log.warning("accepted new host key for %s (%s)", hostname, name)
+
+    def _authenticate(self) -> None:
+        t = self.target
+        if t.password:
+            self.session.userauth_password(t.user, t.password)
+        elif t.key_file:
+            key = str(Path(t.key_file).expanduser())
+            if not Path(key).is_file():
+                raise UnreachableError(f"cannot load SSH key {key}: no such file")
+            self.session.userauth_publickey_fromfile(t.user, key)
+        elif t.agent:
+            self.session.agent_auth(t.user)
+        else:
+            raise UnreachableError(f"{t.name}: no way to authenticate (no key file, agent or password)")
+        if not self.session.userauth_authenticated():
+            raise UnreachableError(f"{t.name}: authentication as {t.user} failed")
+
+    # --- commands ---------------------------------------------------------------------------
+    def _wait(self, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise CommandTimeout
+        d = self.session.block_directions()
+        if not d:  # the last call did not block (a stream read 0 bytes): wait briefly for more input
+            select.select([self.sock], [], [], min(remaining, 0.02))
+            return
+        r = [self.sock] if d & S.LIBSSH2_SESSION_BLOCK_INBOUND else []
+        w = [self.sock] if d & S.LIBSSH2_SESSION_BLOCK_OUTBOUND else []
+        select.select(r, w, [], min(remaining, 1.0))
+
+    def _call(self, fn, deadline: float, *args):
+        """Call a non-blocking libssh2 function until it stops answering EAGAIN."""
+        while True:
+            rc = fn(*args)
+            if rc != LIBSSH2_ERROR_EAGAIN:
+                return rc
+            self._wait(deadline)
+
+    def run(self, command: str, timeout: float, stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
+        """Run ``command`` (already quoted for the remote shell); return ``(rc, stdout, stderr)``.
+        Raises CommandTimeout after ``timeout`` seconds, ssh2 exceptions on a broken session."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            self.session.set_blocking(False)
+            chan = self._call(self.session.open_session, deadline)
+            if isinstance(chan, int):
+                raise E.ChannelError(f"open_session failed ({chan})")
+            try:
+                self._call(chan.execute, deadline, command)
+                if stdin:
+                    view = memoryview(stdin)
+                    while view:
+                        rc, n = chan.write(bytes(view[:32768]))
+                        if rc == LIBSSH2_ERROR_EAGAIN:
+                            self._wait(deadline)
+                            continue
+                        view = view[n:]
+                if stdin is not None:
+                    self._call(chan.send_eof, deadline)
+                out, err = bytearray(), bytearray()
+                while True:
+                    progressed = False
+                    for reader, buf in ((chan.read, out), (chan.read_stderr, err)):
+                        while True:
+                            n, data = reader()
+                            if n > 0:
+                                buf += data
+                                progressed = True
+                                continue
+                            break
+                    if chan.eof():
+                        break
+                    if not progressed:
+                        self._wait(deadline)
+                self._call(chan.close, deadline)
+                self._call(chan.wait_closed, deadline)  # the exit status has arrived by now
+                return chan.get_exit_status(), bytes(out), bytes(err)
+            except CommandTimeout:
+                try:
+                    chan.close()
+                except E.SSH2Error:
+                    pass
+                raise
+
+    def close(self) -> None:
+        try:
+            self.session.set_blocking(True)
+            self.session.set_timeout(1000)
+            self.session.disconnect()
+        except (E.SSH2Error, OSError):
+            pass
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def _describe(e: Exception) -> str:
+    return str(e) or type(e).__name__
