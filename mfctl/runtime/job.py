@@ -298,11 +298,13 @@ class Job:
         deadline = time.monotonic() + self.pb.runtime.linkup_timeout_s / self.scale
         poll = max(0.005, 0.25 / self.scale)
         self._last_up_at = time.monotonic()
+        self._link_polls = []  # wall seconds per poll round (diagnostics for the warning)
         while want:
             hosts = sorted(want)
             t_sent = time.monotonic()
             results = self.pool.run_many(hosts, lambda h: iproute.link_argv())
             t_back = time.monotonic()
+            self._link_polls.append(t_back - t_sent)
             for r in results:
                 if not r.ok:
                     log.info("link poll on %s failed: %s", r.host, r.error or f"exit {r.rc}: {r.stderr.strip()[:200]}")
@@ -557,7 +559,9 @@ class Job:
         t_linkup = (self._last_up_at - t1) * 1000 * self.scale
         usable = [c for c in new if not {f"{c.a.host}:{c.a.netdev}", f"{c.b.host}:{c.b.netdev}"} & set(failed)]
         if failed:
-            self._warn(f"epoch {e}: lanes did not come up: {', '.join(failed)} — their pairs use the EPS")
+            lp = getattr(self, "_link_polls", None) or [0.0]
+            self._warn(f"epoch {e}: lanes did not come up: {', '.join(failed)} — their pairs use the EPS "
+                       f"({len(lp)} polls, slowest {max(lp) * 1e3:.0f} ms wall)")
         reg.circuits = new
         # 4. publish routes → resumed
         t2 = time.monotonic()

@@ -131,16 +131,20 @@ class ExecSession:
 
     # --- commands ---------------------------------------------------------------------------
     def _wait(self, deadline: float) -> None:
+        """Wait until the socket is ready in the direction libssh2 blocked on, for a slice that
+        grows from 1 ms to 50 ms while a command keeps waiting (reset by :meth:`run`).
+
+        The slice is capped because libssh2 can answer EAGAIN with a packet already read into
+        its own buffer (seen with ``channel_wait_closed``): a select on the socket alone would
+        then sleep until its timeout although everything has arrived."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise CommandTimeout
+        self._slice = min(self._slice * 2, 0.05)
         d = self.session.block_directions()
-        if not d:  # the last call did not block (a stream read 0 bytes): wait briefly for more input
-            select.select([self.sock], [], [], min(remaining, 0.02))
-            return
-        r = [self.sock] if d & S.LIBSSH2_SESSION_BLOCK_INBOUND else []
+        r = [self.sock] if d & S.LIBSSH2_SESSION_BLOCK_INBOUND or not d else []
         w = [self.sock] if d & S.LIBSSH2_SESSION_BLOCK_OUTBOUND else []
-        select.select(r, w, [], min(remaining, 1.0))
+        select.select(r, w, [], min(remaining, self._slice))
 
     def _call(self, fn, deadline: float, *args):
         """Call a non-blocking libssh2 function until it stops answering EAGAIN."""
@@ -155,6 +159,7 @@ class ExecSession:
         Raises CommandTimeout after ``timeout`` seconds, ssh2 exceptions on a broken session."""
         deadline = time.monotonic() + timeout
         with self.lock:
+            self._slice = 0.0005
             self.session.set_blocking(False)
             chan = self._call(self.session.open_session, deadline)
             if isinstance(chan, int):
