@@ -152,6 +152,7 @@ def serve(inventory_path: str, state_dir: str, time_scale: float, factory: bool 
     state.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(filename=str(state / "mock.log"), level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("paramiko").setLevel(logging.WARNING)  # not 5 lines per SSH connection
     tb = MockTestbed(inventory_path, state, time_scale=time_scale, factory=factory)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
