@@ -142,7 +142,12 @@ def sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, float] | 
     return [check_host(inv.host(n), g, l, limits) for n, g, l in zip(names, gpu, link)]
 
 
-XID_CRITICAL = {48, 63, 64, 74, 79, 92, 94, 95}  # NVIDIA XID catalogue: ECC DBE, row remap failure, NVLink, fell off the bus, …
+#: XIDs whose resolution in NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors) is a GPU reset or
+#: service, not an application restart: 48 double-bit ECC, 64 row-remapper failure, 74 NVLink error,
+#: 79 fallen off the bus, 95 uncontained ECC. Others (63 "new row marked for remapping, reset GPU to
+#: activate" — the pending remap the query CSV also reports —, 92 high single-bit ECC rate, 94 contained
+#: ECC error, application faults) are warnings.
+XID_CRITICAL = {48, 64, 74, 79, 95}
 
 
 def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, float] | None = None,
