@@ -156,3 +156,27 @@ def test_pool_command_to_a_refused_port_is_unreachable_data():
     with SSHPool([SSHTarget(name="nowhere", address="127.0.0.1", port=1)], connect_timeout=2) as pool:
         r = pool.run("nowhere", ["true"])
     assert not r.ok and r.rc is None and "127.0.0.1:1" in r.error
+
+
+def test_pool_commands_skip_unusable_known_hosts_lines_and_name_a_bad_key(server, tmp_path):
+    """Like OpenSSH, lines that cannot be used (garbage, markers, unknown key types) are
+    skipped, not fatal; a key file that is not a usable private key is named in the error."""
+    srv, target, _, hk = server
+    kh = tmp_path / "kh_messy"
+    kh.write_bytes(b"# comment\n\n\x00\xffgarbage line\n@cert-authority *.example ssh-ed25519 AAAAC3Nza\n"
+                   b"other.example sk-ecdsa-sha2-nistp256@openssh.com AAAAInvalid\n"
+                   + f"[127.0.0.1]:{srv.port} {hk.get_name()} {hk.get_base64()}\n".encode())
+    target.known_hosts = str(kh)
+    with SSHPool([target]) as pool:
+        assert pool.run("h1", ["echo", "ok"]).stdout == "ok\n"
+    for content, why in ((b"not a key\n", "not a PEM/OpenSSH private key"),
+                         (b"-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n", "could not be used")):
+        bad = tmp_path / "badkey"
+        bad.write_bytes(content)
+        target.key_file = str(bad)
+        with SSHPool([target]) as pool:
+            r = pool.run("h1", ["echo", "x"])
+        assert not r.ok and str(bad) in r.error and why in r.error
+    target.key_file = str(tmp_path)  # a directory
+    with SSHPool([target]) as pool:
+        assert "Is a directory" in pool.run("h1", ["true"]).error

@@ -90,11 +90,12 @@ class ExecSession:
             raise UnreachableError(f"{t.name}: unsupported host key type {ktype}")
         kh_path = Path(t.known_hosts).expanduser()
         kh = self.session.knownhost_init()
-        if kh_path.exists():
+        hostname = t.address if t.port == 22 else f"[{t.address}]:{t.port}"
+        for line in _known_hosts_lines(kh_path, hostname):
             try:
-                kh.readfile(str(kh_path))
-            except E.KnownHostReadFileError as e:
-                raise UnreachableError(f"{t.name}: cannot read {kh_path}: {_describe(e)}") from e
+                kh.readline(line)
+            except E.KnownHostReadLineError:
+                pass  # like OpenSSH: a line libssh2 cannot use (a marker, an unknown key type) is skipped
         typemask = KH.LIBSSH2_KNOWNHOST_TYPE_PLAIN | KH.LIBSSH2_KNOWNHOST_KEYENC_RAW | mask
         try:
             kh.checkp(t.address.encode(), t.port, key, typemask)
@@ -103,7 +104,6 @@ class ExecSession:
             raise UnreachableError(f"{t.name}: host key CHANGED for {t.address}:{t.port} — refusing to connect") from e
         except E.KnownHostCheckNotFoundError:
             pass
-        hostname = t.address if t.port == 22 else f"[{t.address}]:{t.port}"
         if t.host_key_policy != "accept-new":
             raise UnreachableError(f"{t.name}: host key of {hostname} is not in {kh_path} "
                                    "(add it, or set host_key_policy: accept-new)")
@@ -118,10 +118,18 @@ class ExecSession:
         if t.password:
             self.session.userauth_password(t.user, t.password)
         elif t.key_file:
-            key = str(Path(t.key_file).expanduser())
-            if not Path(key).is_file():
-                raise UnreachableError(f"cannot load SSH key {key}: no such file")
-            self.session.userauth_publickey_fromfile(t.user, key)
+            key = Path(t.key_file).expanduser()
+            try:
+                head = key.read_bytes()[:64]
+            except OSError as e:
+                raise UnreachableError(f"{t.name}: cannot load SSH key {key}: {e.strerror or e}") from e
+            if b"PRIVATE KEY-----" not in head:
+                raise UnreachableError(f"{t.name}: SSH key {key} is not a PEM/OpenSSH private key file")
+            try:
+                self.session.userauth_publickey_fromfile(t.user, str(key))
+            except (E.FileError, E.PublicKeyInitError) as e:
+                raise UnreachableError(f"{t.name}: SSH key {key} could not be used ({_describe(e)}): a damaged key, or "
+                                       "one with a passphrase (mfctl never asks: load it into the SSH agent)") from e
         elif t.agent:
             self.session.agent_auth(t.user)
         else:
@@ -216,3 +224,34 @@ class ExecSession:
 
 def _describe(e: Exception) -> str:
     return str(e) or type(e).__name__
+
+
+_KH_LINES: dict[str, tuple[float, list[tuple[bytes | None, bytes]]]] = {}
+
+
+def _known_hosts_lines(path: Path, hostname: str) -> list[bytes]:
+    """The known_hosts lines that can match ``hostname``: every hashed entry (``|1|…``) and
+    the plain entries naming it (``host`` or ``[host]:port``, comma-separated patterns).
+    The file is read once per process and modification time; comments, blank lines and
+    markers (``@cert-authority``, ``@revoked``: not used by mfctl) are left out."""
+    try:
+        mtime = path.stat().st_mtime
+    except OSError:
+        return []
+    with _KH_WRITE:
+        hit = _KH_LINES.get(str(path))
+        if hit is None or hit[0] != mtime:
+            entries = []
+            try:
+                raw = path.read_bytes()
+            except OSError as e:
+                raise UnreachableError(f"cannot read known_hosts {path}: {e.strerror or e}") from e
+            for line in raw.splitlines():
+                line = line.strip()
+                if not line or line.startswith((b"#", b"@")):
+                    continue
+                hosts = line.split(None, 1)[0]
+                entries.append((None if hosts.startswith(b"|") else hosts, line))
+            _KH_LINES[str(path)] = hit = (mtime, entries)
+    name = hostname.encode()
+    return [line for hosts, line in hit[1] if hosts is None or name in hosts.split(b",")]
