@@ -11,17 +11,25 @@ class DeferSignals:
     as KeyboardInterrupt when the block ends (only in the main thread; elsewhere a no-op).
     The block must be bounded in time: every OCS command has a timeout."""
 
-    def __init__(self):
+    def __init__(self, reraise: bool = True, on_signal=None):
+        """``reraise=False``: a signal received inside is dropped (clean-up that must finish);
+        ``on_signal(signum)`` is called when one arrives (e.g. to tell the operator to wait)."""
         self.pending = None
         self._old = None
+        self.reraise, self.on_signal = reraise, on_signal
 
     def __enter__(self) -> "DeferSignals":
         self.pending = None
         if threading.current_thread() is not threading.main_thread():
             return self
         self._old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        def hold(signum, frame):
+            self.pending = signum
+            if self.on_signal:
+                self.on_signal(signum)
+
         for s in self._old:
-            signal.signal(s, lambda signum, frame: setattr(self, "pending", signum))
+            signal.signal(s, hold)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -29,5 +37,5 @@ class DeferSignals:
             for s, h in self._old.items():
                 signal.signal(s, h)
             self._old = None
-        if self.pending is not None and exc[0] is None:
+        if self.pending is not None and exc[0] is None and self.reraise:
             raise KeyboardInterrupt

@@ -49,6 +49,14 @@ def test_exec_folds_and_exit_codes(mock):
     assert [f["hosts"] for f in json.loads(r.stdout)["folded"]] == ["gpu01", "gpu02", "gpu03", "gpu04"]
     assert run("gpu01", "--", "no-such-tool").returncode == 1
     assert run("gpu09", "--", "true").returncode == 2
+    assert run("@all", "--", "true").returncode == 2  # host sets are inventory names, not ClusterShell groups
+    r = run("all", "--timeout", "0.5", "--", "sleep", "300")  # an option after HOSTS is not sent as the command
+    assert r.returncode == 2 and "options go before HOSTS" in r.stderr
+    # identical failures fold although each names its host; the exit code is the worst outcome
+    r = run("--json", "--timeout", "0.5", "all", "--", "sleep", "300")
+    out = json.loads(r.stdout)
+    assert r.returncode == 4 and [(f["hosts"], f["error"]) for f in out["folded"]] == [
+        ("gpu[01-04]", "timeout: command did not finish within 0.5 s")]
 
 
 def test_health_sweep_findings_folding_and_junit(mock, tmp_path):

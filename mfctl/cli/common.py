@@ -23,9 +23,10 @@ def out_console():
 
 
 def err_console():
+    """Progress and warnings on stderr; unwrapped when stderr is not a terminal (CI logs)."""
     from rich.console import Console
 
-    return Console(stderr=True)
+    return Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=240, soft_wrap=True)
 
 
 def print_error(message: str, prefix: str = "error") -> None:
@@ -76,5 +77,23 @@ def handle_errors(fn):
         except KeyboardInterrupt:
             err_console().print("[yellow]interrupted[/]")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        except BrokenPipeError:  # `mfctl ... | head`: the reader left, which is not a failure
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+            raise typer.Exit(0) from None
+        except OSError as e:
+            if e.filename is None:
+                raise
+            # a path the operator gave (--junit, --out, --runs-dir, ...) cannot be written or read
+            from mfctl.errors import UsageError
+
+            err = UsageError(f"{e.filename}: {e.strerror or e}")
+            logging.getLogger("mfctl").error("%s", err)
+            if kwargs.get("json_out"):
+                emit_json({"schema": "mfctl.error/v1", "error": err.to_dict()})
+            else:
+                print_error(str(err))
+            raise typer.Exit(int(err.exit_code)) from None
 
     return wrapper

@@ -19,7 +19,7 @@ def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02 o
              json_out: bool = JSON_OPT):
     """Run COMMAND on HOSTS in parallel (each word quoted for the remote shell); identical results are folded.
     Exit code: 0 all ok, 1 a command failed somewhere, 4 a host was unreachable or timed out."""
-    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+    from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetExternalError, NodeSetParseError
 
     from mfctl import settings
     from mfctl.errors import UsageError
@@ -27,6 +27,11 @@ def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02 o
     from mfctl.inventory import load_inventory
     from mfctl.transport.ssh import SSHPool, targets_from_inventory
 
+    own = {"--inventory", "-i", "--fanout", "--connect-timeout", "--timeout", "--json"}
+    misplaced = command[:command.index("--")] if "--" in command[1:] else command[:1] if command[0] in own else []
+    if misplaced and command[0] != "--":
+        raise UsageError(f"options go before HOSTS: mfctl exec [OPTIONS] HOSTS -- COMMAND "
+                         f"(found {' '.join(misplaced)!r} after {hosts!r})")
     if command and command[0] == "--":
         command = command[1:]
     if not command:
@@ -37,8 +42,8 @@ def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02 o
         names = known
     else:
         try:
-            names = list(NodeSet(hosts))
-        except NodeSetParseError as e:
+            names = list(NodeSet(hosts, resolver=RESOLVER_NOGROUP))  # inventory names only, no @groups
+        except (NodeSetParseError, NodeSetExternalError) as e:
             raise UsageError(f"bad host set {hosts!r}: {e}") from None
     unknown = [h for h in names if h not in known]
     if unknown or not names:
@@ -48,19 +53,24 @@ def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02 o
                  fanout=fanout or int(settings.get("fanout"))) as pool:
         results = pool.run_many(names, lambda h: command)
     worst = 4 if any(r.error for r in results) else (1 if any(r.rc != 0 for r in results) else 0)
-    groups = fold(results, lambda r: r.host, lambda r: (r.rc, r.stdout, r.stderr, r.error))
+    # an error names its host ("gpu01: timeout: ..."): without the name, identical failures fold too
+    groups = fold(results, lambda r: r.host, lambda r: (r.rc, r.stdout, r.stderr, _unnamed(r)))
     if json_out:
         emit_json({"schema": "mfctl.exec/v1", "command": command, "exit_code": worst,
                    "results": [r.to_dict() for r in results],
-                   "folded": [{"hosts": hs, "rc": r.rc, "stdout": r.stdout, "stderr": r.stderr, "error": r.error}
+                   "folded": [{"hosts": hs, "rc": r.rc, "stdout": r.stdout, "stderr": r.stderr, "error": _unnamed(r)}
                               for hs, r in groups]})
     else:
         con = out_console()
         for hs, r in groups:
-            status = f"error: {r.error}" if r.error else f"rc={r.rc}"
+            status = f"error: {_unnamed(r)}" if r.error else f"rc={r.rc}"
             con.print(f"[bold]---- {hs} ({status}) ----[/]", highlight=False)
             if r.stdout:
                 con.print(r.stdout.rstrip("\n"), highlight=False, markup=False)
             if r.stderr:
                 print_error(r.stderr.rstrip("\n"), f"stderr {hs}")
     raise typer.Exit(worst)
+
+
+def _unnamed(r) -> str | None:
+    return r.error.removeprefix(f"{r.host}: ") if r.error else None

@@ -17,7 +17,8 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
            junit: Path = typer.Option(None, "--junit", help="Also write a JUnit XML report here (for CI)."),
            json_out: bool = JSON_OPT):
     """Sweep every host in parallel (nvidia-smi, dmesg XIDs, ip/ethtool links, ethtool -S priorities,
-    ethtool -m DOM) and the OCS; identical findings are folded. Exit 0 healthy, 1 when anything is critical."""
+    ethtool -m DOM) and the OCS; identical findings are folded. Exit 0 healthy, 1 when anything is critical
+    (an unreachable host is), 4 when no host could be reached."""
     from ClusterShell.NodeSet import NodeSet, NodeSetParseError
     from rich.table import Table
 

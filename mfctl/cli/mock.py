@@ -17,7 +17,8 @@ STATE_OPT = typer.Option(None, "--state-dir", help="Where the mock keeps keys, k
 
 @app.command()
 @handle_errors
-def up(inventory: Path = typer.Argument(Path("inventory/mfabric-prototype.yaml"), help="Testbed to mock."),
+def up(inventory: Path = typer.Argument(Path("inventory/mfabric-prototype.yaml"),
+                                       help="Testbed to mock (the default is looked up here, then in the mfctl checkout)."),
        state_dir: Path = STATE_OPT,
        time_scale: float = typer.Option(1.0, envvar="MFCTL_MOCK_TIME_SCALE", help="Simulated seconds per wall second (link-up, runtime)."),
        factory: bool = typer.Option(False, "--factory", help="Hosts start unprovisioned (for mfctl provision)."),
@@ -25,6 +26,10 @@ def up(inventory: Path = typer.Argument(Path("inventory/mfabric-prototype.yaml")
     """Start the mock testbed in the background and write an inventory pointing at it."""
     from mfctl import mockctl
 
+    default = Path("inventory/mfabric-prototype.yaml")
+    if inventory == default and not inventory.exists():  # called from elsewhere: the checkout's prototype
+        shipped = Path(mockctl.__file__).resolve().parents[1] / default
+        inventory = shipped if shipped.exists() else inventory
     st = mockctl.start(inventory, state_dir, time_scale=time_scale, factory=factory)
     if json_out:
         emit_json({"schema": "mfctl.mock.status/v1", "running": True, **st})

@@ -86,6 +86,13 @@ def render_summary(s: dict) -> None:
                   + " rel. error")
     if s["health"]["hosts"]:
         t.add_row("health", f"{s['health']['ok']}/{s['health']['hosts']} hosts ok (sweep {s['health']['sweep_s']:.2f} s)")
+    if s.get("fsmoe"):
+        f = s["fsmoe"]
+        deg = lambda r: str(r) if r else "best per layer"  # noqa: E731
+        t.add_row("FSMoE", f"pipeline degree fwd {deg(f['pipeline_degree'])}, bwd {deg(f['bp_pipeline_degree'])}; "
+                           f"gradient all-reduce in {f['grad_partitions']} partitions")
+    if s.get("slurm_job"):
+        t.add_row("launch", f"Slurm job {s['slurm_job']}")
     t.add_row("time", f"{s['simulated_train_s']:.1f} s testbed time in {s['wall_train_s']:.1f} s wall (x{s['time_scale']:g})")
     if s.get("note"):
         t.add_row("note", s["note"])
@@ -136,12 +143,12 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
         if v is not None:
             if v not in (1, 2, 4, 8):
                 from mfctl.errors import UsageError
-                raise UsageError(f"--{name.replace('_', '-')} must be 1, 2, 4 or 8")
+                raise UsageError(f"--{name.replace('_', '-')} must be 1, 2, 4 or 8, not {v}")
             setattr(pb.training, name, v)
     if grad_partitions is not None:
         if grad_partitions not in (1, 2, 4, 8, 16):
             from mfctl.errors import UsageError
-            raise UsageError("--grad-partitions must be 1, 2, 4, 8 or 16")
+            raise UsageError(f"--grad-partitions must be 1, 2, 4, 8 or 16, not {grad_partitions}")
         pb.training.grad_partitions = grad_partitions
     job = Job(pb, inventory_override=str(inventory) if inventory else None, runs_dir=str(runs_dir) if runs_dir else None,
               skip_health=skip_health)

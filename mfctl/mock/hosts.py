@@ -108,7 +108,16 @@ class MockHost:
         if prog == "hostname":
             channel.sendall(f"{self.name}\n".encode())
             return 0
-        if prog == "true":
+        if prog in ("true", "false"):
+            return 0 if prog == "true" else 1
+        if prog == "sleep":  # interruptible: a client that gives up closes the channel
+            try:
+                end = time.monotonic() + float(argv[1]) / self.testbed.time_scale
+            except (IndexError, ValueError):
+                channel.sendall_stderr(b"sleep: missing or invalid operand\n")
+                return 1
+            while time.monotonic() < end and not channel.closed:
+                time.sleep(0.02)
             return 0
         if prog == "echo":
             channel.sendall((" ".join(argv[1:]) + "\n").encode())

@@ -98,7 +98,7 @@ def srun(args: list[str]) -> int:
                 continue
             del pending[rank]
             if rc != 0:
-                what = f"Exited with exit code {rc}" if rc > 0 else signal.Signals(-rc).name.title().removeprefix("Sig")
+                what = f"Exited with exit code {rc}" if rc > 0 else signal.strsignal(-rc)  # "Terminated", "Killed"
                 print(f"srun: error: {nodes[rank]}: task {rank}: {what}", file=sys.stderr, flush=True)
                 worst = worst or (rc if rc > 0 else 128 - rc)
                 if kill_bad:

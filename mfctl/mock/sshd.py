@@ -133,7 +133,8 @@ class MockSSHServer:
                 pass
             rc = 255
         try:
-            channel.send_exit_status(int(rc or 0))
+            rc = int(rc or 0)
+            channel.send_exit_status(128 - rc if rc < 0 else rc & 0xFF)  # killed by signal N: 128 + N, as a shell says
             channel.shutdown_write()
             channel.close()
         except (OSError, EOFError):

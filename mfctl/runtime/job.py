@@ -125,30 +125,40 @@ class Job:
         try:
             self._run()
         except KeyboardInterrupt:
-            status, code, err = "interrupted", 130, "interrupted by operator"
+            status, code, err = "interrupted", 130, "stopped by the operator (SIGINT/SIGTERM)"
             self._aborting = True
         except MfctlError as e:
             status, code, err = "failed", int(e.exit_code), str(e)
             self._aborting = True
         except BaseException:
             self._aborting = True
-            raise
-        finally:
-            self._teardown()
+            with _DeferSignals(reraise=False, on_signal=self._still_cleaning_up):
+                self._teardown()
             if old_term is not None:
                 signal.signal(signal.SIGTERM, old_term)
+            raise
+        # a second Ctrl-C must not cut the clean-up short: the runtime, the Slurm job, the OCS
+        # read-back, the mock and the run's records are finished first
+        with _DeferSignals(reraise=False, on_signal=self._still_cleaning_up):
+            self._teardown()
+            summary = self.summary(status, err)
+            log.info("run %s %s after %d iterations, %d reconfiguration(s)%s", self.run_id, status, len(self.iter_rows),
+                     len(self.reconfigs), f": {err}" if err else "")
             logging.getLogger("mfctl").removeHandler(fh)
-        summary = self.summary(status, err)
-        log.info("run %s %s after %d iterations, %d reconfiguration(s)%s", self.run_id, status, len(self.iter_rows),
-                 len(self.reconfigs), f": {err}" if err else "")
-        self.journal.append("run.end", status=status, exit_code=code, error=err)
-        if getattr(self, "store", None):
-            self.store.end_run(self.run_id, status, code, summary)
-            self.store.close()
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        index_run(self.runs_dir, summary)
+            self.journal.append("run.end", status=status, exit_code=code, error=err)
+            if getattr(self, "store", None):
+                self.store.end_run(self.run_id, status, code, summary)
+                self.store.close()
+            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+            index_run(self.runs_dir, summary)
+        if old_term is not None:  # after the block, which puts back the handlers it found
+            signal.signal(signal.SIGTERM, old_term)
         summary["exit_code"] = code
         return summary
+
+    def _still_cleaning_up(self, signum: int) -> None:
+        self.obs.warning("still cleaning up (runtime, Slurm job, OCS read-back, mock) — the run's records are "
+                         "written when it is done")
 
     # ---------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -385,7 +395,7 @@ class Job:
         shown = []
 
         def on_wait(state, reason):
-            if (state, reason) not in shown:
+            if state and (state, reason) not in shown:
                 shown.append((state, reason))
                 self.obs.phase("launch", f"Slurm job {job_id} {state or 'submitted'}{f' ({reason})' if reason else ''}")
 
@@ -612,6 +622,8 @@ class Job:
             self.ctrl.broadcast(list(self.ctrl.workers), {"type": "stop", "reason": "run ending"})
         if getattr(self, "launcher", None):
             if isinstance(self.launcher, SlurmLaunch):  # a failed/interrupted run cancels its job at once
+                if self._aborting and not self.launcher.ended:
+                    self.obs.phase("stop", f"cancelling Slurm job {self.launcher.job_id} (scancel)")
                 self.launcher.stop(grace_s=0.0 if self._aborting else 3.0)
             else:
                 self.launcher.stop()
@@ -645,6 +657,9 @@ class Job:
             "inventory": getattr(getattr(self, "inv", None), "name", None) or Path(getattr(self, "inv_path", "?")).name,
             "run_dir": str(self.run_dir), "time_scale": self.scale, "launcher": self.pb.runtime.launcher,
             "slurm_job": getattr(getattr(self, "launcher", None), "job_id", None),
+            "fsmoe": {"pipeline_degree": self.pb.training.pipeline_degree,  # 0: best per layer
+                      "bp_pipeline_degree": self.pb.training.bp_pipeline_degree,
+                      "grad_partitions": self.pb.training.grad_partitions},
             "iterations": len(rows), "iterations_planned": self.pb.training.iterations,
             "iteration_time_s": {"mean": _r(np.mean(secs)), "p50": _r(np.percentile(secs, 50)),
                                  "min": _r(min(secs)), "max": _r(max(secs))} if secs else None,

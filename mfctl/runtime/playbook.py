@@ -142,7 +142,7 @@ def _check(pb: Playbook):
         problems.append((("runtime", "launcher"), f"launcher {pb.runtime.launcher} needs runtime.script"))
     sh = pb.runtime.slurm.submit_host
     if sh is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", sh):
-        problems.append((("runtime", "slurm", "submit_host"), f"{sh!r} is not a host name"))
+        problems.append((("runtime", "slurm", "submit_host"), f"runtime.slurm.submit_host: {sh!r} is not a host name"))
     if pb.mock.crash_at_iteration and not pb.mock.crash_host:
         problems.append((("mock", "crash_at_iteration"), "crash_at_iteration needs crash_host"))
     if pb.training.phase_iterations < 1:

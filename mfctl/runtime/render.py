@@ -69,7 +69,7 @@ def render_hosts(pb, inv, controller: str, token: str) -> list[HostLaunch]:
     for rank, h in enumerate(hosts):
         base = {"MFCTL_CONTROLLER": controller, "MFCTL_RUN_TOKEN": token, "MFCTL_HOST": h.name}
         if rt.launcher == "sim":
-            argv = [*rt.command, "--controller", controller, "--host", h.name]
+            argv = [*rt.command, "--controller", controller, "--host", h.name, *_script_args(pb)]
             out.append(HostLaunch(h.name, argv, {"MFCTL_RUN_TOKEN": token}))
             continue
         env = {**nccl_env(pb, h, h.mgmt_netdev), **rt.env, **base}

@@ -90,6 +90,7 @@ class SlurmLaunch:
         self._ended = threading.Event()
         self._tail: paramiko.Channel | None = None
         self._tail_done = threading.Event()
+        self._last_data = time.monotonic()
 
     # --- submit -----------------------------------------------------------------------------
     def submit(self, script: str, output: str, token: str) -> int:
@@ -145,7 +146,7 @@ class SlurmLaunch:
                 log.warning("Slurm job %s: %s", self.job_id, e)
                 st = self.state
             if st != self.state:
-                log.info("Slurm job %s: %s -> %s", self.job_id, self.state, st)
+                log.info("Slurm job %s: %s -> %s", self.job_id, self.state or "submitted", st)
                 if self.journal:
                     self.journal.append("runtime.slurm.state", job_id=self.job_id, state=st, exit_code=self.exit_code)
             self.state = st
@@ -153,7 +154,7 @@ class SlurmLaunch:
                 self._ended.set()
                 break
             self._ended.wait(self.poll_s)
-        self._tail_done.wait(5.0)  # let the log follower catch the last lines
+        self._drain_log()
         for w in self.workers.values():
             w.rc = self.exit_code
             if self.state != "COMPLETED":
@@ -161,6 +162,21 @@ class SlurmLaunch:
             w.done.set()
 
     # --- logs -------------------------------------------------------------------------------
+    def _drain_log(self, quiet_s: float = 0.3, limit_s: float = 3.0) -> None:
+        """The job is over: follow its output until it has been quiet for ``quiet_s`` (at most
+        ``limit_s``), then hang up ``tail -F``, which never ends by itself."""
+        t_end = time.monotonic() + limit_s
+        while not self._tail_done.is_set() and time.monotonic() < t_end:
+            if time.monotonic() - self._last_data > quiet_s:
+                break
+            time.sleep(0.05)
+        if self._tail is not None:
+            try:
+                self._tail.close()
+            except (OSError, EOFError):
+                pass
+        self._tail_done.wait(2.0)
+
     def _follow(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -176,13 +192,14 @@ class SlurmLaunch:
 
     def _pump(self, chan) -> None:
         files = {h: open(w.log_path, "ab") for h, w in self.workers.items()}
-        other = open(self.log_dir / f"slurm-{self.job_id}.log", "ab")
+        other = None  # logs/slurm-<job>.log: the batch script's own lines, created when there are any
         partial = b""
         try:
             while True:
                 data = chan.recv(65536)
                 if not data:
                     break
+                self._last_data = time.monotonic()
                 partial += data.replace(b"\r\n", b"\n")
                 *lines, partial = partial.split(b"\n")
                 for raw in lines:
@@ -192,6 +209,8 @@ class SlurmLaunch:
                     text = m.group(2) if host else line
                     if host is None and line.startswith("tail: "):
                         continue  # tail's own notes ("has appeared; following new file")
+                    if host is None and other is None:
+                        other = open(self.log_dir / f"slurm-{self.job_id}.log", "ab")
                     f = files[host] if host else other
                     f.write(text.encode() + b"\n")
                     f.flush()
@@ -200,7 +219,7 @@ class SlurmLaunch:
         except (OSError, EOFError, paramiko.SSHException) as e:
             log.debug("log follower ended: %s", e)
         finally:
-            for f in (*files.values(), other):
+            for f in (*files.values(), *([other] if other else [])):
                 f.close()
             self._tail_done.set()
 
@@ -231,6 +250,11 @@ class SlurmLaunch:
                 self._tail.close()
             except (OSError, EOFError):
                 pass
+
+    @property
+    def ended(self) -> bool:
+        """Slurm has reported the job over (COMPLETED, FAILED, CANCELLED, TIMEOUT, ...)."""
+        return self._ended.is_set()
 
     def describe(self) -> str:
         return f"Slurm job {self.job_id} on {self.submit_host}" + (f" ({self.state})" if self.state else "")
