@@ -187,10 +187,13 @@ def test_ctrl_c_cancels_the_slurm_job(tmp_path, cli_env):
             break
         time.sleep(0.1)
     p.send_signal(signal.SIGINT)
+    time.sleep(0.15)
+    p.send_signal(signal.SIGINT)  # an impatient operator: clean-up still finishes
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, err[-2000:]
     s = json.loads(out)
     assert s["status"] == "interrupted" and s["slurm_job"]
+    assert (Path(s["run_dir"]) / "summary.json").exists() and mockctl.status(Path(s["run_dir"]) / "mock") is None
     ops = [r for r in _journal(s["run_dir"]) if r["op"].startswith("runtime.slurm")]
     assert any(r["op"] == "runtime.slurm.cancel" and r["rc"] == 0 for r in ops)
     assert [r["state"] for r in ops if r["op"] == "runtime.slurm.state"][-1] == "CANCELLED"
