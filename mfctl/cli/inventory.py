@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console, print_error
 
 app = typer.Typer(help="Validate and show testbed inventories.", no_args_is_help=True)
 
@@ -28,11 +28,38 @@ def validate(path: Path = INV_ARG, json_out: bool = JSON_OPT):
 
     inv = load_inventory(path)
     facts = _facts(inv)
+    notes = _local_files(inv)
     if json_out:
-        emit_json({"schema": "mfctl.inventory.validate/v1", "valid": True, "path": str(path), **facts})
+        emit_json({"schema": "mfctl.inventory.validate/v1", "valid": True, "path": str(path), **facts, "warnings": notes})
         return
     typer.echo(f"{path}: valid — {facts['hosts']} hosts, {facts['gpus']} GPUs, {facts['ocs_lanes']} optical lanes "
                f"on {facts['ocs']}, {len(inv.regions)} region(s)")
+    for n in notes:
+        print_error(n, "warning")
+
+
+def _local_files(inv) -> list[str]:
+    """Warnings about the files this machine needs to reach the testbed: the known_hosts file and
+    each SSH key file (missing, unreadable, not a private key). Not errors: an inventory may be
+    validated away from the machine that runs it."""
+    from mfctl.transport.ssh import targets_from_inventory
+
+    out, seen = [], set()
+    for t in targets_from_inventory(inv):
+        kh = Path(t.known_hosts).expanduser()
+        if str(kh) not in seen:
+            seen.add(str(kh))
+            if not kh.is_file():
+                out.append(f"known_hosts {kh} does not exist (strict host-key checking will refuse every host)")
+        if t.key_file and t.key_file not in seen:
+            seen.add(t.key_file)
+            try:
+                head = Path(t.key_file).read_bytes()[:64]
+                if b"PRIVATE KEY-----" not in head:
+                    out.append(f"SSH key {t.key_file} ({t.name}) is not a PEM/OpenSSH private key file")
+            except OSError as e:
+                out.append(f"SSH key {t.key_file} ({t.name}): {e.strerror or e}")
+    return out
 
 
 @app.command()
