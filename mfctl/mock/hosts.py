@@ -191,7 +191,8 @@ class MockHost:
         q = next((a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")), None)
         fmt = next((a.split("=", 1)[1] for a in args if a.startswith("--format=")), "")
         if q is None or not fmt.startswith("csv"):
-            channel.sendall_stderr(b"mock nvidia-smi: only --query-gpu=... --format=csv is modelled\n")
+            channel.sendall_stderr(b"mock nvidia-smi: modelled are --query-gpu=... --format=csv[,noheader][,nounits], -q, -q -x, "
+                                   b"topo -m, nvlink -s, -pm 0|1 and -mig 0|1 (not the default table or -i)\n")
             return 2
         fields = [f.strip() for f in q.split(",") if f.strip()]
         for f in fields:
