@@ -41,8 +41,9 @@ def status(state_dir: Path | None = None) -> dict | None:
 
 
 def start(inventory: str | Path, state_dir: Path | None = None, *, time_scale: float = 1.0,
-          timeout: float = 30.0, factory: bool = False) -> dict:
-    """Start the mock for ``inventory``; return its status. Raises OperationFailed."""
+          timeout: float = 30.0, factory: bool = False, inject: list[str] = ()) -> dict:
+    """Start the mock for ``inventory`` with the fault specs ``inject`` (:mod:`mfctl.mock.inject`);
+    return its status. Raises ConfigError (bad inventory or fault spec) or OperationFailed."""
     sd = Path(state_dir or default_state_dir()).resolve()
     if status(sd):
         raise LockError(f"a mock testbed is already running from {sd} (mfctl mock down first)")
@@ -52,7 +53,8 @@ def start(inventory: str | Path, state_dir: Path | None = None, *, time_scale: f
     sd.mkdir(parents=True, exist_ok=True)
     log = open(sd / "mock.stderr", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "mfctl.mock", "serve", "--inventory", str(Path(inventory).resolve()),
-                             "--state-dir", str(sd), "--time-scale", str(time_scale)] + (["--factory"] if factory else []),
+                             "--state-dir", str(sd), "--time-scale", str(time_scale)] + (["--factory"] if factory else [])
+                            + [x for spec in inject for x in ("--inject", spec)],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -61,6 +63,8 @@ def start(inventory: str | Path, state_dir: Path | None = None, *, time_scale: f
             return st
         if proc.poll() is not None:
             err = (sd / "mock.stderr").read_text()[-2000:]
+            if proc.returncode == 3:  # the mock refused its configuration (e.g. a fault spec)
+                raise ConfigError(err.strip().removeprefix("mock: "))
             raise OperationFailed(f"mock testbed exited with {proc.returncode}: {err}")
         time.sleep(0.05)
     proc.terminate()

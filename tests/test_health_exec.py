@@ -93,3 +93,27 @@ def test_bench_nccl_compares_with_the_topology(mock, tmp_path):
     assert r.returncode == 0 and out["circuits_on_host"] == 2
     assert out["expected_busbw_gbs"] == pytest.approx(3 * 11.5, rel=1e-6)  # two 100G circuits + one 100G EPS NIC
     assert out["ratio_to_expected"] == pytest.approx(1.0, abs=0.1) and len(out["rows"]) >= 10
+
+
+def test_faults_injected_from_the_command_line_reach_the_health_sweep(tmp_path, cli_env):
+    """`mfctl mock up --inject` — a separate-process mock with faults, seen through the CLI."""
+    state = tmp_path / "faulty"
+    up = lambda *a: subprocess.run(mfctl_cmd("mock", "up", PROTOTYPE, "--state-dir", state, "--time-scale", "100", *a),  # noqa: E731
+                                   capture_output=True, text=True, env=cli_env, timeout=60)
+    r = up("--inject", "gpu07:gpu1=xid79")
+    assert r.returncode == 3 and "no host 'gpu07'" in r.stderr
+    r = up("--inject", "gpu02:gpu9=xid79")
+    assert r.returncode == 3 and "gpuN (0..7)" in r.stderr
+    r = up("--inject", "gpu02:gpu3=xid79", "--inject", "gpu01:gpu1=remap-pending", "--inject", "gpu03:ssh=refuse")
+    assert r.returncode == 0, r.stderr
+    try:
+        inv = r.stdout.split("inventory: ")[1].strip()
+        r = subprocess.run(mfctl_cmd("health", "-i", inv, "--json"), capture_output=True, text=True, env=cli_env, timeout=60)
+        out = json.loads(r.stdout)
+        assert r.returncode == 1
+        by = {t["host"]: t for t in out["targets"]}
+        assert any("XID 79" in f["message"] and f["severity"] == "critical" for f in by["gpu02"]["findings"])
+        assert any("remap" in f["message"] and f["severity"] == "warning" for f in by["gpu01"]["findings"])
+        assert by["gpu03"]["status"] == "critical" and not by["gpu04"]["findings"]
+    finally:
+        subprocess.run(mfctl_cmd("mock", "down", "--state-dir", state), env=cli_env, capture_output=True)

@@ -22,6 +22,10 @@ def up(inventory: Path = typer.Argument(Path("inventory/mfabric-prototype.yaml")
        state_dir: Path = STATE_OPT,
        time_scale: float = typer.Option(1.0, envvar="MFCTL_MOCK_TIME_SCALE", help="Simulated seconds per wall second (link-up, runtime)."),
        factory: bool = typer.Option(False, "--factory", help="Hosts start unprovisioned (for mfctl provision)."),
+       inject: list[str] = typer.Option([], "--inject", metavar="SPEC",
+                                        help="A fault, repeatable: gpu02:gpu3=xid79, gpu02:gpu1=remap-pending, "
+                                             "gpu01:gpu0=ecc:4, gpu01:gpu2=slowdown, gpu01:gpu4=sm-clock:420, "
+                                             "gpu01:gpu0=nvlink-down:3, gpu03:ssh=refuse, ocs:port7=deny."),
        json_out: bool = JSON_OPT):
     """Start the mock testbed in the background and write an inventory pointing at it."""
     from mfctl import mockctl
@@ -30,7 +34,7 @@ def up(inventory: Path = typer.Argument(Path("inventory/mfabric-prototype.yaml")
     if inventory == default and not inventory.exists():  # called from elsewhere: the checkout's prototype
         shipped = Path(mockctl.__file__).resolve().parents[1] / default
         inventory = shipped if shipped.exists() else inventory
-    st = mockctl.start(inventory, state_dir, time_scale=time_scale, factory=factory)
+    st = mockctl.start(inventory, state_dir, time_scale=time_scale, factory=factory, inject=inject)
     if json_out:
         emit_json({"schema": "mfctl.mock.status/v1", "running": True, **st})
         return

@@ -15,9 +15,10 @@ def main(argv=None) -> int:
     s.add_argument("--state-dir", required=True)
     s.add_argument("--time-scale", type=float, default=1.0)
     s.add_argument("--factory", action="store_true", help="hosts start unprovisioned")
+    s.add_argument("--inject", action="append", default=[], metavar="SPEC", help="a fault (mfctl.mock.inject)")
     a = ap.parse_args(argv)
     try:
-        return serve(a.inventory, a.state_dir, a.time_scale, a.factory)
+        return serve(a.inventory, a.state_dir, a.time_scale, a.factory, a.inject)
     except MfctlError as e:
         print(f"mock: {e}", file=sys.stderr)
         return int(e.exit_code)

@@ -36,8 +36,10 @@ LANE_TX_DBM = 1.0  # a 100G-CWDM4/LR4-class lane's launch power, dBm (module dat
 
 
 class MockTestbed:
-    def __init__(self, inventory_path: str | Path, state_dir: str | Path, *, time_scale: float = 1.0, factory: bool = False):
-        self.factory = factory  # hosts start unprovisioned (MTU 1500, old firmware, no RoCE QoS, ...)
+    def __init__(self, inventory_path: str | Path, state_dir: str | Path, *, time_scale: float = 1.0, factory: bool = False,
+                 inject: list[str] = ()):
+        self.factory = factory
+        self.inject = list(inject)  # fault specs (mfctl.mock.inject), applied before the mock says it is up  # hosts start unprovisioned (MTU 1500, old firmware, no RoCE QoS, ...)
         self.source = load_inventory(inventory_path)
         self.state = Path(state_dir).resolve()
         self.state.mkdir(parents=True, exist_ok=True)
@@ -119,8 +121,16 @@ class MockTestbed:
         inv_path = self.state / "inventory.yaml"
         inv_path.write_text("# written by `mfctl mock up`; the endpoints live only as long as the mock\n"
                             + yaml.safe_dump(doc, sort_keys=False))
+        from mfctl.errors import ConfigError
+        from mfctl.mock import inject
+
+        for spec in self.inject:
+            try:
+                log.warning("fault injected: %s", inject.apply(self, spec))
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         status = {
-            "pid": os.getpid(), "started": time.time(), "source": inv.source, "inventory": str(inv_path),
+            "pid": os.getpid(), "faults": self.inject, "started": time.time(), "source": inv.source, "inventory": str(inv_path),
             "time_scale": self.time_scale, "factory": self.factory,
             "hosts": {n: {"address": "127.0.0.1", "port": s.port} for n, s in self.servers.items()},
             "ocs": {"serial": self.pty.slave_path, "tcp": self.tcp.port, "ssh": self.ocs_ssh.port},
@@ -146,14 +156,14 @@ class MockTestbed:
             pass
 
 
-def serve(inventory_path: str, state_dir: str, time_scale: float, factory: bool = False) -> int:
+def serve(inventory_path: str, state_dir: str, time_scale: float, factory: bool = False, inject: list[str] = ()) -> int:
     """Run the mock in the foreground until SIGTERM/SIGINT."""
     state = Path(state_dir)
     state.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(filename=str(state / "mock.log"), level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("paramiko").setLevel(logging.WARNING)  # not 5 lines per SSH connection
-    tb = MockTestbed(inventory_path, state, time_scale=time_scale, factory=factory)
+    tb = MockTestbed(inventory_path, state, time_scale=time_scale, factory=factory, inject=inject)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     signal.signal(signal.SIGINT, lambda *a: stop.set())

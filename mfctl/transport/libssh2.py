@@ -222,8 +222,16 @@ class ExecSession:
             pass
 
 
+_WHAT = {"SocketRecvError": "the server closed the connection", "SocketDisconnectError": "the server closed the connection",
+         "BannerRecvError": "no SSH banner (the server closed the connection)", "KexFailureError": "key exchange failed "
+         "(no algorithm in common)", "KeyExchangeError": "key exchange failed", "AuthenticationError": "authentication refused",
+         "PublickeyUnverifiedError": "the key was refused", "AgentConnectionError": "no SSH agent to ask for keys"}
+
+
 def _describe(e: Exception) -> str:
-    return str(e) or type(e).__name__
+    """libssh2's exceptions often carry no text: say what their class means."""
+    name = type(e).__name__
+    return f"{_WHAT[name]} ({name}{f': {e}' if str(e) else ''})" if name in _WHAT else (str(e) or name)
 
 
 _KH_LINES: dict[str, tuple[float, list[tuple[bytes | None, bytes]]]] = {}

@@ -1,0 +1,80 @@
+"""Fault injection into a mock testbed from the command line (``mfctl mock up --inject SPEC``).
+
+``SPEC`` is ``TARGET:PART=FAULT`` (after DCGM's ``--inject`` and the research notes' knobs):
+
+==========================  ==============================================================
+``gpu02:gpu3=xid79``         an NVRM XID event (any number) in gpu02's kernel log for GPU 3
+``gpu02:gpu1=remap-pending`` a row remap waiting for a GPU reset (query CSV, ``-q``, XML)
+``gpu02:gpu5=remap-failure`` row remapping failed
+``gpu01:gpu0=ecc:4``         4 volatile uncorrectable ECC errors
+``gpu01:gpu2=slowdown``      an active clock slowdown (``slowdown:hw_power_brake_slowdown``…)
+``gpu01:gpu4=sm-clock:420``  the SM clock held at 420 MHz without a reason
+``gpu01:gpu0=nvlink-down:3`` NVLink 3 of GPU 0 inactive
+``gpu03:ssh=refuse``         the host's SSH server closes every connection
+``ocs:port7=deny``           the OCS denies cross-connects touching port 7 (``DENY SROF``)
+==========================  ==============================================================
+
+Raises ValueError with the spec and what was expected.
+"""
+
+from __future__ import annotations
+
+import re
+
+from mfctl.mock.gputools import SLOWDOWNS
+
+_SPEC = re.compile(r"^(?P<target>[A-Za-z0-9_.-]+):(?P<part>[a-z]+)(?P<index>\d*)=(?P<fault>[a-z-]+\d*)(?::(?P<arg>[\w.-]+))?$")
+GPU_FAULTS = ("xidN", "remap-pending", "remap-failure", "ecc:N", "slowdown[:REASON]", "sm-clock:MHZ", "nvlink-down:LINK")
+
+
+def parse(spec: str) -> tuple[str, str, int | None, str, str | None]:
+    """``(target, part, index, fault, arg)`` of a spec; ValueError when it is malformed."""
+    m = _SPEC.match(spec.strip())
+    if not m:
+        raise ValueError(f"bad fault spec {spec!r}: expected TARGET:PART=FAULT, e.g. gpu02:gpu3=xid79, "
+                         "gpu03:ssh=refuse, ocs:port7=deny")
+    idx = int(m["index"]) if m["index"] else None
+    return m["target"], m["part"], idx, m["fault"], m["arg"]
+
+
+def apply(testbed, spec: str) -> str:
+    """Apply one spec to a running :class:`~mfctl.mock.testbed.MockTestbed`; returns what was
+    done (for the mock's log). Raises ValueError naming the spec and the problem."""
+    target, part, idx, fault, arg = parse(spec)
+    if target == "ocs":
+        if part == "port" and idx is not None and fault == "deny":
+            testbed.ocs.faults.deny_ports.add(idx)
+            return f"OCS denies cross-connects on port {idx}"
+        raise ValueError(f"bad fault spec {spec!r}: the OCS takes portN=deny")
+    host = testbed.hosts.get(target)
+    if host is None:
+        raise ValueError(f"bad fault spec {spec!r}: no host {target!r} in the mock (hosts: {', '.join(testbed.hosts)})")
+    if part == "ssh" and fault == "refuse":
+        testbed.servers[target].refuse = True
+        return f"{target}: SSH refuses connections"
+    if part != "gpu" or idx is None or not 0 <= idx < host.gpus:
+        raise ValueError(f"bad fault spec {spec!r}: expected gpuN (0..{host.gpus - 1}) or ssh=refuse on {target}")
+    f = host.faults
+    try:
+        if m := re.fullmatch(r"xid(\d+)", fault):
+            return f"{target}: {f.xid(idx, int(m[1]))}"
+        if fault == "remap-pending":
+            f.remap_pending.add(idx)
+        elif fault == "remap-failure":
+            f.remap_failure.add(idx)
+        elif fault == "ecc":
+            f.ecc_uncorrected[idx] = int(arg or 1)
+        elif fault == "slowdown":
+            reason = arg or "hw_thermal_slowdown"
+            if reason not in SLOWDOWNS:
+                raise ValueError(f"unknown slowdown {reason!r} (one of {', '.join(SLOWDOWNS)})")
+            f.slowdown[idx] = reason
+        elif fault == "sm-clock" and arg:
+            f.sm_clock_mhz[idx] = int(arg)
+        elif fault == "nvlink-down" and arg:
+            f.nvlink_down.add((idx, int(arg)))
+        else:
+            raise ValueError(f"unknown GPU fault {fault!r} (one of {', '.join(GPU_FAULTS)})")
+    except ValueError as e:
+        raise ValueError(f"bad fault spec {spec!r}: {e}") from None
+    return f"{target}: GPU {idx} {fault}{f':{arg}' if arg else ''}"
