@@ -54,7 +54,8 @@ def _local_files(inv) -> list[str]:
         if t.key_file and t.key_file not in seen:
             seen.add(t.key_file)
             try:
-                head = Path(t.key_file).read_bytes()[:64]
+                with open(t.key_file, "rb") as f:
+                    head = f.read(64)
                 if b"PRIVATE KEY-----" not in head:
                     out.append(f"SSH key {t.key_file} ({t.name}) is not a PEM/OpenSSH private key file")
             except OSError as e:

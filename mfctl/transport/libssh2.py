@@ -120,7 +120,8 @@ class ExecSession:
         elif t.key_file:
             key = Path(t.key_file).expanduser()
             try:
-                head = key.read_bytes()[:64]
+                with open(key, "rb") as f:
+                    head = f.read(64)  # never the whole file (a device, a huge file)
             except OSError as e:
                 raise UnreachableError(f"{t.name}: cannot load SSH key {key}: {e.strerror or e}") from e
             if b"PRIVATE KEY-----" not in head:
