@@ -123,20 +123,22 @@ class SlurmLaunch:
     # --- state ------------------------------------------------------------------------------
     def _query(self) -> str | None:
         r = self.pool.run(self.submit_host, ["squeue", "-h", "-j", str(self.job_id), "-o", "%T %r"])
+        queued = None
         if r.ok:
-            st = parse_squeue_state(r.stdout)
-            if st is not None:
+            queued = parse_squeue_state(r.stdout)
+            if queued is not None and queued not in TERMINAL:
                 self.reason = r.stdout.split(None, 1)[1].strip() if len(r.stdout.split()) > 1 else ""
-                return st
+                return queued
         elif r.error:
             return self.state  # the submit host is unreachable for now: keep the last state
+        # gone from the queue (or listed as ended until MinJobAge): the exit code is in accounting
         acct = self.pool.run(self.submit_host, ["sacct", "-n", "-P", "-X", "-j", str(self.job_id), "-o", "State,ExitCode"])
         if acct.ok and acct.stdout.strip():
             st, code, sig = parse_sacct(acct.stdout)
             if st in TERMINAL:
                 self.exit_code = code if not sig else 128 + sig
             return st
-        return self.state
+        return queued or self.state
 
     def _poll(self) -> None:
         while not self._ended.is_set():
