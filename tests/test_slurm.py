@@ -23,9 +23,9 @@ from mfctl.transport.ssh import SSHPool, targets_from_inventory
 SHORT = DATA / "playbooks" / "short.yaml"
 
 
-def _leftovers() -> list[str]:
+def _leftovers(extra: bytes | None = None) -> list[str]:
     """Command lines of launch processes still alive here (= on any mock host): simulated
-    runtimes, mock srun/torchrun, batch scripts."""
+    runtimes, mock srun/torchrun, batch scripts (and ``extra``)."""
     out = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -33,16 +33,17 @@ def _leftovers() -> list[str]:
                 cmd = (d / "cmdline").read_bytes()
             except OSError:
                 continue
-            if any(k in cmd for k in (b"mfctl.mock.simruntime", b"mfctl.mock.slurmshim", b"slurm-spool/job")):
+            if any(k in cmd for k in (b"mfctl.mock.simruntime", b"mfctl.mock.slurmshim", b"slurm-spool/job", extra)
+                   if k):
                 out.append(cmd.replace(b"\0", b" ").decode(errors="replace"))
     return out
 
 
-def _nothing_left(timeout=10.0) -> bool:
+def _nothing_left(timeout=10.0, extra: bytes | None = None) -> bool:
     deadline = time.monotonic() + timeout
-    while _leftovers() and time.monotonic() < deadline:
+    while _leftovers(extra) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return not _leftovers()
+    return not _leftovers(extra)
 
 
 def _playbook(tmp_path, launcher="slurm", **changes) -> Path:
@@ -143,6 +144,21 @@ def test_mock_scancel_and_time_limit_end_jobs_and_their_processes(cluster):
     assert _wait_state(pool, job, "TIMEOUT", timeout=20)[0] == "TIMEOUT"
     assert 5.5 < time.monotonic() - t0 < 15
     assert _nothing_left()
+
+
+def test_stopping_the_mock_ends_running_jobs_and_their_tasks(tmp_path):
+    st = mockctl.start(PROTOTYPE, tmp_path / "mock", time_scale=10)
+    try:
+        with SSHPool(targets_from_inventory(load_inventory(st["inventory"]))) as pool:
+            job = parse_sbatch(pool.run_checked("gpu02", ["sbatch", "--parsable", "--nodes=4"],
+                                                stdin=b"#!/bin/bash\nsrun --label sleep 299.5\n"))
+            deadline = time.monotonic() + 10
+            while len(_leftovers(b"sleep\x00299.5")) < 6 and time.monotonic() < deadline:  # bash, srun, 4 tasks
+                time.sleep(0.05)
+            assert pool.run_checked("gpu02", ["squeue", "-h", "-j", str(job), "-o", "%T"]).strip() == "RUNNING"
+    finally:
+        mockctl.stop(tmp_path / "mock")
+    assert _nothing_left(extra=b"sleep\x00299.5")
 
 
 # --- whole runs ------------------------------------------------------------------------------

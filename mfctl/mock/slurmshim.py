@@ -28,10 +28,12 @@ from ClusterShell.NodeSet import NodeSet
 
 
 def _forward_signals(procs: list[subprocess.Popen]) -> None:
+    """Pass SIGTERM/SIGINT/SIGHUP on to the children. They stay in the job's process group, so
+    a SIGKILL to the group (scancel after KillWait, the mock stopping) reaches them too."""
     def handler(signum, frame):
         for p in procs:
             try:
-                os.killpg(p.pid, signum)
+                p.send_signal(signum)
             except (ProcessLookupError, PermissionError):
                 pass
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -72,11 +74,11 @@ def srun(args: list[str]) -> int:
                    SLURM_STEP_NODELIST=os.environ.get("SLURM_JOB_NODELIST", ""))
         try:
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True))
+                                          stdin=subprocess.DEVNULL))
         except OSError as e:
             print(f"srun: error: {node}: task {rank}: {cmd[0]}: {e.strerror}", file=sys.stderr)
             for p in procs:
-                os.killpg(p.pid, signal.SIGKILL)
+                p.kill()
             return 2
 
     def pump(rank: int, p: subprocess.Popen) -> None:
@@ -104,7 +106,7 @@ def srun(args: list[str]) -> int:
                 if kill_bad:
                     for q in pending.values():
                         try:
-                            os.killpg(q.pid, signal.SIGTERM)
+                            q.terminate()
                         except ProcessLookupError:
                             pass
     for t in pumps:
@@ -143,7 +145,7 @@ def torchrun(args: list[str]) -> int:
                MASTER_PORT=port, TORCHELASTIC_RUN_ID=opts.get("rdzv-id", "none"), PYTHONUNBUFFERED="1")
     cmd = [script, *sargs] if no_python else [sys.executable, *(["-m"] if module else []), script, *sargs]
     try:
-        p = subprocess.Popen(cmd, env=env, start_new_session=True)
+        p = subprocess.Popen(cmd, env=env)
     except OSError as e:
         print(f"torchrun: error: {script}: {e.strerror}", file=sys.stderr)
         return 2
