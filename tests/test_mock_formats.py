@@ -194,8 +194,9 @@ def test_mig_mode_reports_missing_data_not_values(mock):
         assert nv.unsupported and all(links == {} for links in nv.gpus.values())
         by = {(s.metric, s.gpu): s.value for s in dcgm.parse_exporter(out(pool, "gpu04", EXPORTER))}
         assert by["DCGM_FI_DEV_GPU_UTIL", "0"] is None and by["DCGM_FI_DEV_GPU_TEMP", "0"] == rows[0]["temperature.gpu"]
-        [hh] = health.sweep(pool, inv, ["gpu04"])
-        assert not [f for f in hh.findings if f.check == "gpu"]
+        [hh] = health.sweep(pool, inv, ["gpu04"])  # MIG itself is the only GPU finding: [N/A] is never judged
+        assert [(f.severity, f.message.split(" (")[0]) for f in hh.findings if f.check == "gpu"] == [
+            ("warning", "MIG mode is enabled on GPU 0-7")]
     finally:
         assert pool.run("gpu04", ["nvidia-smi", "-mig", "0"]).ok
 

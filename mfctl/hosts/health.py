@@ -66,6 +66,13 @@ class HostHealth:
                 "elapsed_s": round(self.elapsed_s, 4)}
 
 
+def _indexes(ix: list[int]) -> str:
+    """GPU indexes for a message: ``0-7`` when contiguous, else ``0, 3, 5``."""
+    if len(ix) > 1 and ix == list(range(ix[0], ix[-1] + 1)):
+        return f"{ix[0]}-{ix[-1]}"
+    return ", ".join(map(str, ix))
+
+
 def check_host(inv_host, gpu_res, link_res, limits: dict[str, float] | None = None) -> HostHealth:
     """Judge one host from its two command results (parsers never run commands); ``limits``
     are :func:`thresholds` overrides."""
@@ -87,7 +94,11 @@ def check_host(inv_host, gpu_res, link_res, limits: dict[str, float] | None = No
         hh.gpus = len(gpus)
         off = [g.index for g in gpus if g.persistence is False]
         if off:
-            add("warning", "gpu", f"persistence mode is off on GPU {off[0]}" + (f"-{off[-1]}" if len(off) > 1 else ""))
+            add("warning", "gpu", f"persistence mode is off on GPU {_indexes(off)}")
+        mig = [g.index for g in gpus if g.mig]
+        if mig:  # MoE training takes whole GPUs; a MIG-partitioned GPU shows up as slices
+            add("warning", "gpu", f"MIG mode is enabled on GPU {_indexes(mig)} (training needs whole GPUs: "
+                                  "nvidia-smi -mig 0 and a GPU reset)")
         if gpus and len(gpus) != inv_host.gpus.count:
             add("critical", "gpu", f"{len(gpus)} GPUs visible, inventory says {inv_host.gpus.count}")
         for g in gpus:

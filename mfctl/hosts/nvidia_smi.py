@@ -18,7 +18,7 @@ from mfctl.errors import ParseError
 TOOL = "nvidia-smi"
 CLOCK_EVENTS = ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"]
 HEALTH_FIELDS = ["index", "name", "temperature.gpu", "power.draw", "utilization.gpu",
-                 "ecc.errors.uncorrected.volatile.total", "persistence_mode", "remapped_rows.pending",
+                 "ecc.errors.uncorrected.volatile.total", "persistence_mode", "mig.mode.current", "remapped_rows.pending",
                  "remapped_rows.failure", "clocks.sm", "clocks.max.sm", "clocks_event_reasons.gpu_idle",
                  *[f"clocks_event_reasons.{r}" for r in CLOCK_EVENTS]]
 #: Drivers before R535 name the clock event reasons ``clocks_throttle_reasons.*``; nvidia-smi
@@ -26,7 +26,7 @@ HEALTH_FIELDS = ["index", "name", "temperature.gpu", "power.draw", "utilization.
 LEGACY_HEALTH_FIELDS = [f.replace("clocks_event_reasons.", "clocks_throttle_reasons.") for f in HEALTH_FIELDS]
 #: Fields every driver since R450 knows (no row remapping before Ampere drivers, no clock reasons).
 BASIC_HEALTH_FIELDS = ["index", "name", "temperature.gpu", "power.draw", "utilization.gpu",
-                       "ecc.errors.uncorrected.volatile.total", "persistence_mode", "clocks.sm", "clocks.max.sm"]
+                       "ecc.errors.uncorrected.volatile.total", "persistence_mode", "clocks.sm", "clocks.max.sm"]  # no MIG before R450
 QUERY_FALLBACKS = [HEALTH_FIELDS, LEGACY_HEALTH_FIELDS, BASIC_HEALTH_FIELDS]
 
 
@@ -90,6 +90,7 @@ class GPUStatus:
     sm_clock_max_mhz: float | None = None
     idle: bool | None = None  # the "GPU idle" clock event reason (idle clocks are low by design)
     clock_events: list[str] | None = None  # active slowdown reasons (CLOCK_EVENTS); None: none reported
+    mig: bool | None = None  # MIG mode currently enabled (None: not reported, [N/A] on GPUs without MIG)
 
     @classmethod
     def from_row(cls, row: dict) -> "GPUStatus":
@@ -101,7 +102,8 @@ class GPUStatus:
         return cls(index=int(row["index"]), name=row.get("name"), temperature_c=row.get("temperature.gpu"),
                    power_w=row.get("power.draw"), utilization_pct=row.get("utilization.gpu"),
                    ecc_uncorrected=row.get("ecc.errors.uncorrected.volatile.total"),
-                   persistence=flag("persistence_mode", "enabled"), remap_pending=flag("remapped_rows.pending", "yes"),
+                   persistence=flag("persistence_mode", "enabled"), mig=flag("mig.mode.current", "enabled"),
+                   remap_pending=flag("remapped_rows.pending", "yes"),
                    remap_failure=flag("remapped_rows.failure", "yes"), sm_clock_mhz=row.get("clocks.current.sm"),
                    sm_clock_max_mhz=row.get("clocks.max.sm"), idle=flag("clocks_event_reasons.gpu_idle", "active"),
                    clock_events=None if all(v is None for v in events.values()) else [r for r, v in events.items() if v])

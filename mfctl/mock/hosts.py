@@ -229,6 +229,8 @@ class MockHost:
             channel.sendall_stderr(b'Object "%s" is unknown, try "ip help".\n' % (rest[0].encode() if rest else b""))
             return 1
         dev = rest[rest.index("dev") + 1] if "dev" in rest and rest.index("dev") + 1 < len(rest) else None
+        if dev is None and len(rest) >= 3 and rest[1] in ("show", "list", "ls"):
+            dev = rest[2]  # ip link show IFNAME ("dev" is optional)
         out = [{"ifindex": 1, "ifname": "lo", "flags": ["LOOPBACK", "UP", "LOWER_UP"], "mtu": 65536, "qdisc": "noqueue",
                 "operstate": "UNKNOWN", "linkmode": "DEFAULT", "group": "default", "txqlen": 1000,
                 "link_type": "loopback", "address": "00:00:00:00:00:00", "broadcast": "00:00:00:00:00:00"}]
@@ -258,6 +260,13 @@ class MockHost:
                 return 1
         if json_out:
             channel.sendall((json.dumps(out) + "\n").encode())
+        elif "-br" in args or "-brief" in args:  # ip -br link / ip -br addr
+            txt = ""
+            for o in out:
+                tail = " ".join(f"{a['local']}/{a['prefixlen']}" for a in o.get("addr_info", [])) if addr else \
+                    f"{o['address']} <{','.join(o['flags'])}>"
+                txt += f"{o['ifname']:<16} {o['operstate']:<14} {tail}\n"
+            channel.sendall(txt.encode())
         else:
             txt = ""
             for o in out:
