@@ -148,6 +148,7 @@ def test_the_simulated_run_honours_pipeline_degrees_and_gradient_partitions(tmp_
         pb = load_playbook(ROOT / "tests" / "data" / "playbooks" / "short.yaml")
         for k, v in training.items():
             setattr(pb.training, k, v)
+        pb.runtime.linkup_timeout_s = 300  # a loaded CI machine must not turn a slow poll into an EPS fallback
         s = Job(pb, runs_dir=str(tmp_path / name)).run()
         assert s["exit_code"] == 0, s["error"]
         with sqlite3.connect(Path(s["run_dir"]) / "metrics.db") as db:
