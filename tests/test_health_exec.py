@@ -17,6 +17,9 @@ def test_ethtool_stats_real_captures():
     full = ethtool.parse_stats((DATA / "ethtool" / "S-mlx5-cx4lx-fw14.23-kernel4.15-stripped.txt").read_text())
     assert len(full.counters) == 751 and full.counters["rx_prio0_bytes"] == 2202570777997
     assert full.prio_bytes()[0] == 2202570777997 + 2662454044895 and full.prio_bytes()[3] == 0
+    # the capture's physical-layer error and drop counters are all there, and all zero
+    assert all(n in full.counters for n in ethtool.PHY_ERRORS[:4] + ethtool.DROPS)
+    assert ethtool.nonzero(full, ethtool.PHY_ERRORS + ethtool.DROPS) == {}
     grep = ethtool.parse_stats((DATA / "ethtool" / "S-mlx5-grep-prio-roce-all-traffic-prio0.txt").read_text())
     assert grep.counters["rx_prio0_bytes"] == 88034564921216 and sum(v for p, v in grep.prio_bytes().items() if p) == 0
     with pytest.raises(ParseError):
@@ -104,7 +107,8 @@ def test_faults_injected_from_the_command_line_reach_the_health_sweep(tmp_path, 
     assert r.returncode == 3 and "no host 'gpu07'" in r.stderr
     r = up("--inject", "gpu02:gpu9=xid79")
     assert r.returncode == 3 and "gpuN (0..7)" in r.stderr
-    r = up("--inject", "gpu02:gpu3=xid79", "--inject", "gpu01:gpu1=remap-pending", "--inject", "gpu03:ssh=refuse")
+    r = up("--inject", "gpu02:gpu3=xid79", "--inject", "gpu01:gpu1=remap-pending", "--inject", "gpu03:ssh=refuse",
+           "--inject", "gpu04:nic1=crc:120")
     assert r.returncode == 0, r.stderr
     try:
         inv = r.stdout.split("inventory: ")[1].strip()
@@ -114,6 +118,9 @@ def test_faults_injected_from_the_command_line_reach_the_health_sweep(tmp_path, 
         by = {t["host"]: t for t in out["targets"]}
         assert any("XID 79" in f["message"] and f["severity"] == "critical" for f in by["gpu02"]["findings"])
         assert any("remap" in f["message"] and f["severity"] == "warning" for f in by["gpu01"]["findings"])
-        assert by["gpu03"]["status"] == "critical" and not by["gpu04"]["findings"]
+        assert by["gpu03"]["status"] == "critical"
+        assert [(f["severity"], f["check"]) for f in by["gpu04"]["findings"]] == [("warning", "nic")]
+        assert "nic1: physical-layer errors" in by["gpu04"]["findings"][0]["message"]
+        assert "rx_crc_errors_phy=120" in by["gpu04"]["findings"][0]["message"]
     finally:
         subprocess.run(mfctl_cmd("mock", "down", "--state-dir", state), env=cli_env, capture_output=True)

@@ -176,6 +176,19 @@ class NICStats:
         return out
 
 
+#: mlx5 physical-layer error counters (``ethtool -S``): frames lost to the link itself — a dirty
+#: connector, a failing transceiver or fibre (mlx5 ethtool counters, NVIDIA MLNX_OFED docs).
+PHY_ERRORS = ("rx_crc_errors_phy", "rx_symbol_err_phy", "rx_pcs_symbol_err_phy", "rx_in_range_len_errors_phy",
+              "rx_out_of_range_len_phy", "rx_too_long_errors_phy", "tx_errors_phy")
+#: drops for lack of buffers: on a lossless RoCE priority they point at PFC/buffer settings.
+DROPS = ("rx_discards_phy", "tx_discards_phy", "rx_out_of_buffer")
+
+
+def nonzero(stats: "NICStats", names: tuple[str, ...]) -> dict[str, int]:
+    """The counters of ``names`` that are above zero (counters count since the driver loaded)."""
+    return {n: stats.counters[n] for n in names if stats.counters.get(n, 0) > 0}
+
+
 def parse_stats(text: str) -> NICStats:
     """Parse ``ethtool -S IF`` (with or without the ``NIC statistics:`` header, any indentation,
     or a ``| grep`` excerpt). Raises ParseError on a line that is not ``name: integer``."""

@@ -19,6 +19,8 @@ THRESHOLDS = {
     "gpu_temp_warn_c": 80.0,  # A100 slowdown begins near 85 °C (datasheet class)
     "gpu_temp_crit_c": 87.0,
     "wrong_priority_share": 0.01,  # RoCE bytes outside the lossless priority, as a share of all bytes
+    "nic_phy_errors_max": 0.0,  # physical-layer error frames (CRC, symbol, length) a NIC may show since boot
+    "nic_drops_max": 0.0,  # frames dropped for lack of buffers (discards, out of buffer)
     "roce_priority": 3.0,
     "sm_clock_min_share": 0.5,  # SM clock below this share of clocks.max.sm on a busy GPU, with no reason given
 }
@@ -229,6 +231,12 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                                 add("warning", "optics", f"{lane.netdev} channel {ch}: Rx {v} dBm below the warning threshold {low_w}")
             st = read(ethtool.stats_argv(nic.lanes[0].netdev), ethtool.parse_stats, "nic")
             if st is not None:
+                for names, limit, what in ((ethtool.PHY_ERRORS, "nic_phy_errors_max", "physical-layer errors (a dirty "
+                                            "connector, a failing transceiver or fibre?)"),
+                                           (ethtool.DROPS, "nic_drops_max", "drops for lack of buffers (PFC/buffers?)")):
+                    bad = ethtool.nonzero(st, names)
+                    if sum(bad.values()) > lim[limit]:
+                        add("warning", "nic", f"{nic.name}: {what}: " + ", ".join(f"{k}={v}" for k, v in bad.items()))
                 pb = st.prio_bytes()
                 total = sum(pb.values())
                 roce = int(lim["roce_priority"])

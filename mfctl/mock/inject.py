@@ -10,6 +10,7 @@
 ``gpu01:gpu2=slowdown``      an active clock slowdown (``slowdown:hw_power_brake_slowdown``…)
 ``gpu01:gpu4=sm-clock:420``  the SM clock held at 420 MHz without a reason
 ``gpu01:gpu0=nvlink-down:3`` NVLink 3 of GPU 0 inactive
+``gpu01:nic0=crc:120``       120 CRC errors on gpu01's first NIC (also ``symbol:N``, ``discards:N``)
 ``gpu03:ssh=refuse``         the host's SSH server closes every connection
 ``ocs:port7=deny``           the OCS denies cross-connects touching port 7 (``DENY SROF``)
 ==========================  ==============================================================
@@ -52,6 +53,13 @@ def apply(testbed, spec: str) -> str:
     if part == "ssh" and fault == "refuse":
         testbed.servers[target].refuse = True
         return f"{target}: SSH refuses connections"
+    if part == "nic":
+        nics = list(host.config.nics.values()) if host.config is not None else []
+        counter = {"crc": "rx_crc_errors_phy", "symbol": "rx_symbol_err_phy", "discards": "rx_discards_phy"}.get(fault)
+        if idx is None or not 0 <= idx < len(nics) or counter is None or not (arg or "").isdigit():
+            raise ValueError(f"bad fault spec {spec!r}: expected nicN (0..{len(nics) - 1})=crc|symbol|discards:COUNT")
+        nics[idx].errors[counter] = int(arg)
+        return f"{target}: {nics[idx].name} {counter}={arg}"
     if part != "gpu" or idx is None or not 0 <= idx < host.gpus:
         raise ValueError(f"bad fault spec {spec!r}: expected gpuN (0..{host.gpus - 1}) or ssh=refuse on {target}")
     f = host.faults

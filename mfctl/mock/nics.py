@@ -51,6 +51,7 @@ class NICState:
     mlx_next: dict[str, str] = field(default_factory=dict)
     trust: str = "pcp"
     pfc: list[int] = field(default_factory=lambda: [0] * 8)
+    errors: dict[str, int] = field(default_factory=dict)  # fault injection: ethtool -S error counters
 
     def __post_init__(self):
         self.mlx_current.setdefault("MODULE_SPLIT_M0", str(self.split))
@@ -136,6 +137,9 @@ class HostConfig:
                 for d, v in (("rx", 2202570777997), ("tx", 2662454044895)):
                     lines.append(f"     {d}_prio{p}_bytes: {v if p == prio else 0}")
                     lines.append(f"     {d}_prio{p}_packets: {v // 4096 if p == prio else 0}")
+            for c in ("rx_out_of_buffer", "rx_crc_errors_phy", "rx_in_range_len_errors_phy", "rx_symbol_err_phy",
+                      "rx_discards_phy", "tx_discards_phy", "tx_errors_phy", "rx_pcs_symbol_err_phy"):
+                lines.append(f"     {c}: {nic.errors.get(c, 0)}")  # mlx5 names, as in the ConnectX captures
             out("\n".join(lines) + "\n")
             return 0
         nd = args[1] if module and len(args) > 1 else args[0]
