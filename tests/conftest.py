@@ -29,3 +29,17 @@ def cli_env(tmp_path):
     env["MFCTL_RUNS_DIR"] = str(tmp_path / "runs")
     env["MFCTL_LOG_FILE"] = str(tmp_path / "mfctl.log")
     return env
+
+
+def live_processes(*needles: bytes) -> list[str]:
+    """Command lines of processes on this machine (= on any mock host) containing a needle."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if any(n in cmd for n in needles if n):
+                out.append(cmd.replace(b"\0", b" ").decode(errors="replace"))
+    return out

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import DATA, mfctl_cmd
+from conftest import DATA, live_processes, mfctl_cmd
 from mfctl import mockctl
 from mfctl.lock import TestbedLock as HeldLock
 from mfctl.runtime.job import Job
@@ -19,18 +19,9 @@ from mfctl.runtime.playbook import load_playbook
 SHORT = DATA / "playbooks" / "short.yaml"
 
 
-def _simruntimes() -> list[int]:
-    """pids of simulated-runtime processes still alive on this machine (= on any mock host)."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"mfctl.mock.simruntime" in cmd:
-                pids.append(int(d.name))
-    return pids
+def _simruntimes() -> list[str]:
+    """Simulated-runtime processes still alive on this machine (= on any mock host)."""
+    return live_processes(b"mfctl.mock.simruntime")
 
 
 def _no_runtime_left(timeout=10.0) -> bool:

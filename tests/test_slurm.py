@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import DATA, PROTOTYPE, mfctl_cmd
+from conftest import DATA, PROTOTYPE, live_processes, mfctl_cmd
 from mfctl import mockctl
 from mfctl.errors import ParseError
 from mfctl.inventory import load_inventory
@@ -24,19 +24,9 @@ SHORT = DATA / "playbooks" / "short.yaml"
 
 
 def _leftovers(extra: bytes | None = None) -> list[str]:
-    """Command lines of launch processes still alive here (= on any mock host): simulated
-    runtimes, mock srun/torchrun, batch scripts (and ``extra``)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if any(k in cmd for k in (b"mfctl.mock.simruntime", b"mfctl.mock.slurmshim", b"slurm-spool/job", extra)
-                   if k):
-                out.append(cmd.replace(b"\0", b" ").decode(errors="replace"))
-    return out
+    """Launch processes still alive here (= on any mock host): simulated runtimes, mock
+    srun/torchrun, batch scripts (and ``extra``)."""
+    return live_processes(b"mfctl.mock.simruntime", b"mfctl.mock.slurmshim", b"slurm-spool/job", extra)
 
 
 def _nothing_left(timeout=10.0, extra: bytes | None = None) -> bool:

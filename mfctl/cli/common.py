@@ -65,15 +65,18 @@ def handle_errors(fn):
         from mfctl.errors import ExitCode, MfctlError
 
         setup_logging()
-        try:
-            return fn(*args, **kwargs)
-        except MfctlError as e:
+        def fail(e: MfctlError):
             logging.getLogger("mfctl").error("%s", e)
             if kwargs.get("json_out"):
                 emit_json({"schema": "mfctl.error/v1", "error": e.to_dict()})
             else:
                 print_error(str(e))
-            raise typer.Exit(int(e.exit_code)) from None
+            return typer.Exit(int(e.exit_code))
+
+        try:
+            return fn(*args, **kwargs)
+        except MfctlError as e:
+            raise fail(e) from None
         except KeyboardInterrupt:
             err_console().print("[yellow]interrupted[/]")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
@@ -88,12 +91,6 @@ def handle_errors(fn):
             # a path the operator gave (--junit, --out, --runs-dir, ...) cannot be written or read
             from mfctl.errors import UsageError
 
-            err = UsageError(f"{e.filename}: {e.strerror or e}")
-            logging.getLogger("mfctl").error("%s", err)
-            if kwargs.get("json_out"):
-                emit_json({"schema": "mfctl.error/v1", "error": err.to_dict()})
-            else:
-                print_error(str(err))
-            raise typer.Exit(int(err.exit_code)) from None
+            raise fail(UsageError(f"{e.filename}: {e.strerror or e}")) from None
 
     return wrapper
