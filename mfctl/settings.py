@@ -49,8 +49,30 @@ def get(name: str) -> str:
     return os.environ.get(s.env, s.default)
 
 
+#: (lowest, highest) accepted for numeric settings; a timeout beyond a day is a typo, not a wish
+LIMITS = {"connect_timeout": (0.05, 86400.0), "command_timeout": (0.05, 86400.0), "fanout": (1, 4096)}
+
+
 def get_float(name: str) -> float:
-    return float(get(name))
+    """A numeric setting. Raises UsageError (exit 2) naming the variable when it is not a
+    finite number within :data:`LIMITS`."""
+    import math
+
+    from mfctl.errors import UsageError
+
+    raw = get(name)
+    try:
+        v = float(raw)
+    except ValueError:
+        v = math.nan
+    lo, hi = LIMITS.get(name, (-math.inf, math.inf))
+    if not (math.isfinite(v) and lo <= v <= hi):
+        raise UsageError(f"{SETTINGS[name].env}={raw!r}: expected a number from {lo:g} to {hi:g}")
+    return v
+
+
+def get_int(name: str) -> int:
+    return int(get_float(name))
 
 
 def state_dir() -> Path:

@@ -122,5 +122,12 @@ def test_faults_injected_from_the_command_line_reach_the_health_sweep(tmp_path, 
         assert [(f["severity"], f["check"]) for f in by["gpu04"]["findings"]] == [("warning", "nic")]
         assert "nic1: physical-layer errors" in by["gpu04"]["findings"][0]["message"]
         assert "rx_crc_errors_phy=120" in by["gpu04"]["findings"][0]["message"]
+        # JUnit on stdout: the unreachable host's checks are skipped, not passed; the OCS has its own case
+        r = subprocess.run(mfctl_cmd("health", "-i", inv, "--junit", "-"), capture_output=True, text=True, env=cli_env,
+                           timeout=60)
+        suite = ET.fromstring(r.stdout)
+        assert suite.get("skipped") == "5" and {tc.get("name") for tc in suite if tc.get("classname") == "gpu03"} == {
+            "ssh", "gpu", "nic", "rdma", "optics", "roce"}
+        assert [tc.get("name") for tc in suite if tc.get("classname") == "ocs1"] == ["ocs"]
     finally:
         subprocess.run(mfctl_cmd("mock", "down", "--state-dir", state), env=cli_env, capture_output=True)

@@ -22,6 +22,16 @@ def out_console():
     return Console() if tty else Console(width=240, soft_wrap=True)
 
 
+def shipped(path: Path, default: Path) -> Path:
+    """``path`` itself, unless it is the relative ``default`` and missing here: then the copy
+    in the mfctl checkout (so ``mfctl mock up`` or ``provision plan`` work from any folder)."""
+    if path == default and not path.exists():
+        candidate = Path(__file__).resolve().parents[2] / default
+        if candidate.exists():
+            return candidate
+    return path
+
+
 def err_console():
     """Progress and warnings on stderr; unwrapped when stderr is not a terminal (CI logs)."""
     from rich.console import Console
@@ -67,10 +77,13 @@ def handle_errors(fn):
         setup_logging()
         def fail(e: MfctlError):
             logging.getLogger("mfctl").error("%s", e)
-            if kwargs.get("json_out"):
-                emit_json({"schema": "mfctl.error/v1", "error": e.to_dict()})
-            else:
-                print_error(str(e))
+            try:
+                if kwargs.get("json_out"):
+                    emit_json({"schema": "mfctl.error/v1", "error": e.to_dict()})
+                    return typer.Exit(int(e.exit_code))
+            except OSError:  # stdout itself is what failed
+                pass
+            print_error(str(e))
             return typer.Exit(int(e.exit_code))
 
         try:
@@ -86,11 +99,16 @@ def handle_errors(fn):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
             raise typer.Exit(0) from None
         except OSError as e:
-            if e.filename is None:
-                raise
-            # a path the operator gave (--junit, --out, --runs-dir, ...) cannot be written or read
-            from mfctl.errors import UsageError
+            from mfctl.errors import OperationFailed, UsageError
 
-            raise fail(UsageError(f"{e.filename}: {e.strerror or e}")) from None
+            if e.filename is not None:  # a path the operator gave (--junit, --out, --runs-dir, ...)
+                raise fail(UsageError(f"{e.filename}: {e.strerror or e}")) from None
+            # e.g. a full disk under stdout or a report: one line here, the traceback in the log file
+            logging.getLogger("mfctl").exception("I/O error")
+            import os
+
+            done = fail(OperationFailed(f"I/O error: {e.strerror or e}"))
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what stdout still buffers goes nowhere
+            raise done from None
 
     return wrapper

@@ -14,8 +14,8 @@ def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02 o
              command: list[str] = typer.Argument(..., help="The command and its arguments (after --)."),
              inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCTL_INVENTORY"),
              fanout: int = typer.Option(None, "--fanout", min=1, envvar="MFCTL_FANOUT", help="Hosts contacted at once."),
-             connect_timeout: float = typer.Option(None, "--connect-timeout", min=0.1, envvar="MFCTL_CONNECT_TIMEOUT"),
-             timeout: float = typer.Option(None, "--timeout", min=0.1, envvar="MFCTL_COMMAND_TIMEOUT", help="Per-command timeout, s."),
+             connect_timeout: float = typer.Option(None, "--connect-timeout", min=0.1, max=86400, envvar="MFCTL_CONNECT_TIMEOUT"),
+             timeout: float = typer.Option(None, "--timeout", min=0.1, max=86400, envvar="MFCTL_COMMAND_TIMEOUT", help="Per-command timeout, s."),
              json_out: bool = JSON_OPT):
     """Run COMMAND on HOSTS in parallel (each word quoted for the remote shell); identical results are folded.
     Exit code: 0 all ok, 1 a command failed somewhere, 4 a host was unreachable or timed out."""
@@ -50,7 +50,7 @@ def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02 o
         raise UsageError(f"unknown host(s) {', '.join(unknown) or hosts!r}; the inventory has {', '.join(known)}")
     with SSHPool(targets_from_inventory(inv), connect_timeout=connect_timeout or settings.get_float("connect_timeout"),
                  command_timeout=timeout or settings.get_float("command_timeout"),
-                 fanout=fanout or int(settings.get("fanout"))) as pool:
+                 fanout=fanout or settings.get_int("fanout")) as pool:
         results = pool.run_many(names, lambda h: command)
     worst = 4 if any(r.error for r in results) else (1 if any(r.rc != 0 for r in results) else 0)
     # an error names its host ("gpu01: timeout: ..."): without the name, identical failures fold too

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -14,7 +15,7 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
            hosts: str = typer.Option(None, "--hosts", help="Host set (gpu[01-02]); default all."),
            threshold: list[str] = typer.Option(None, "--threshold", help="Override a threshold: name=value (repeat)."),
            no_ocs: bool = typer.Option(False, "--no-ocs", help="Skip the OCS (alarms, dark connected ports)."),
-           junit: Path = typer.Option(None, "--junit", help="Also write a JUnit XML report here (for CI)."),
+           junit: Path = typer.Option(None, "--junit", help="Also write a JUnit XML report here (for CI; - prints only the XML on stdout)."),
            json_out: bool = JSON_OPT):
     """Sweep every host in parallel (nvidia-smi, dmesg XIDs, ip/ethtool links, ethtool -S priorities,
     ethtool -m DOM) and the OCS; identical findings are folded. Exit 0 healthy, 1 when anything is critical
@@ -61,12 +62,17 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
         except MfctlError as e:
             ocs_state = {"error": str(e)}
     with SSHPool(targets_from_inventory(inv), connect_timeout=settings.get_float("connect_timeout"),
-                 command_timeout=settings.get_float("command_timeout"), fanout=int(settings.get("fanout"))) as pool:
+                 command_timeout=settings.get_float("command_timeout"), fanout=settings.get_int("fanout")) as pool:
         results = H.full_sweep(pool, inv, names, overrides, ocs_state)
     crit = any(f.severity == "critical" for r in results for f in r.findings)
-    if junit:
+    to_stdout = junit is not None and str(junit) == "-"
+    if to_stdout:  # the XML is the output
+        sys.stdout.write(H.junit(results) + "\n")
+    elif junit:
         junit.write_text(H.junit(results))
-    if json_out:
+    if to_stdout:
+        pass
+    elif json_out:
         emit_json({"schema": "mfctl.health/v1", "healthy": not crit, "thresholds": H.thresholds(overrides),
                    "targets": [r.to_dict() for r in results]})
     else:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, shipped
 
 app = typer.Typer(help="Start, stop and inspect the mock testbed (SSH hosts + OCS emulator on loopback).",
                   no_args_is_help=True)
@@ -30,10 +30,7 @@ def up(inventory: Path = typer.Argument(Path("inventory/mfabric-prototype.yaml")
     """Start the mock testbed in the background and write an inventory pointing at it."""
     from mfctl import mockctl
 
-    default = Path("inventory/mfabric-prototype.yaml")
-    if inventory == default and not inventory.exists():  # called from elsewhere: the checkout's prototype
-        shipped = Path(mockctl.__file__).resolve().parents[1] / default
-        inventory = shipped if shipped.exists() else inventory
+    inventory = shipped(inventory, Path("inventory/mfabric-prototype.yaml"))
     st = mockctl.start(inventory, state_dir, time_scale=time_scale, factory=factory, inject=inject)
     if json_out:
         emit_json({"schema": "mfctl.mock.status/v1", "running": True, **st})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console, print_error
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console, print_error, shipped
 
 app = typer.Typer(help="Bring hosts to the desired NIC/transceiver/RoCE/GPU/firmware state (plan → apply → verify).",
                   no_args_is_help=True)
@@ -20,6 +20,7 @@ HOSTS_OPT = typer.Option(None, "--hosts", help="Only these hosts (comma-separate
 
 @contextmanager
 def _ctx(spec_path: Path, inventory: Path | None, hosts: str | None):
+    spec_path = shipped(spec_path, Path("playbooks/provision.yaml"))
     from mfctl import settings
     from mfctl.errors import UsageError
     from mfctl.inventory import load_inventory
@@ -39,7 +40,7 @@ def _ctx(spec_path: Path, inventory: Path | None, hosts: str | None):
     if unknown:
         raise UsageError(f"unknown host(s): {', '.join(unknown)}; the inventory has {', '.join(h.name for h in inv.hosts)}")
     with SSHPool(targets_from_inventory(inv), connect_timeout=settings.get_float("connect_timeout"),
-                 command_timeout=settings.get_float("command_timeout"), fanout=int(settings.get("fanout"))) as pool:
+                 command_timeout=settings.get_float("command_timeout"), fanout=settings.get_int("fanout")) as pool:
         yield spec, inv, manifest, names, pool
 
 
@@ -102,10 +103,10 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
         if not json_out:
             _render_plan(plans)
         changes = sum(len(p.actions) for p in plans)
-        if dry_run:
+        if dry_run:  # the same answer as `provision plan`: an unreachable host is not "no drift"
             if json_out:
                 emit_json({"schema": "mfctl.provision.plan/v1", "changes": changes, "hosts": [p.to_dict() for p in plans]})
-            raise typer.Exit(6 if changes else 0)
+            raise typer.Exit(4 if any(p.error for p in plans) else 6 if changes else 0)
         if changes:
             from mfctl.cli.ocs import _confirm
 

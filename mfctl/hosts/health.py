@@ -56,6 +56,7 @@ class HostHealth:
     findings: list[Finding] = field(default_factory=list)
     elapsed_s: float = 0.0
     reachable: bool = True
+    kind: str = "host"  # host | ocs
 
     @property
     def worst(self) -> str:
@@ -251,7 +252,7 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
     with ThreadPoolExecutor(max_workers=min(pool.fanout, max(1, len(names)))) as ex:
         out = list(ex.map(deeper, names))
     if ocs_state is not None:
-        hh = HostHealth(inv.ocs.name, reachable=ocs_state.get("error") is None)
+        hh = HostHealth(inv.ocs.name, reachable=ocs_state.get("error") is None, kind="ocs")
         if ocs_state.get("error"):
             hh.findings.append(Finding(inv.ocs.name, "critical", "ocs", ocs_state["error"]))
         for a in ocs_state.get("standing", []):
@@ -267,14 +268,19 @@ def junit(results: list[HostHealth]) -> str:
     import xml.etree.ElementTree as ET
 
     suite = ET.Element("testsuite", name="mfctl-health")
-    n = fails = 0
+    n = fails = skipped = 0
     for hh in results:
-        for chk in ("ssh", "gpu", "nic", "rdma", "optics", "roce", "ocs"):
+        checks = ("ocs",) if hh.kind == "ocs" else ("ssh", "gpu", "nic", "rdma", "optics", "roce")
+        for chk in checks:
             fs = [f for f in hh.findings if f.check == chk]
-            if chk in ("ocs", "ssh") and not fs:
+            if chk == "ssh" and not fs:
                 continue
             tc = ET.SubElement(suite, "testcase", classname=hh.host, name=chk)
             n += 1
+            if not hh.reachable and chk not in ("ssh", "ocs"):  # not checked is not passed
+                ET.SubElement(tc, "skipped", message=f"{hh.host} was not reachable")
+                skipped += 1
+                continue
             crit = [f for f in fs if f.severity == "critical"]
             if crit:
                 fails += 1
@@ -284,4 +290,5 @@ def junit(results: list[HostHealth]) -> str:
                 ET.SubElement(tc, "system-out").text = "\n".join("warning: " + f.message for f in warn)
     suite.set("tests", str(n))
     suite.set("failures", str(fails))
+    suite.set("skipped", str(skipped))
     return ET.tostring(suite, encoding="unicode")

@@ -12,12 +12,21 @@ from pathlib import Path
 
 
 def _db(run_dir: Path) -> sqlite3.Connection:
-    p = run_dir / "metrics.db"
-    if not p.exists():
-        from mfctl.errors import UsageError
+    """The run's ``metrics.db``, read-only. Raises UsageError when it is missing, not an SQLite
+    database, or not a run's metrics (no ``iterations`` table)."""
+    from mfctl.errors import UsageError
 
+    p = run_dir / "metrics.db"
+    if not p.is_file():
         raise UsageError(f"no metrics database in {run_dir}")
-    return sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+    try:
+        db = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as e:
+        raise UsageError(f"{p}: not a readable metrics database ({e})") from None
+    if "iterations" not in tables:
+        raise UsageError(f"{p}: not a run's metrics database (no iterations table)")
+    return db
 
 
 def registry(run_dir: Path):

@@ -29,8 +29,16 @@ def build(run_dir: Path) -> str:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    db = sqlite3.connect(f"file:{run_dir / 'metrics.db'}?mode=ro", uri=True)
-    summary = json.loads((run_dir / "summary.json").read_text())
+    from mfctl.errors import UsageError
+    from mfctl.metrics.export import _db
+
+    db = _db(run_dir)
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        if not isinstance(summary, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as e:  # missing, not UTF-8, not JSON
+        raise UsageError(f"{run_dir / 'summary.json'}: not a readable run summary ({e})") from None
     rows = db.execute("SELECT iteration, seconds, tokens, epoch, paused FROM iterations WHERE host = "
                       "(SELECT MIN(host) FROM iterations) ORDER BY iteration").fetchall()
     recs = db.execute("SELECT epoch, iteration, t_switch_ms, t_linkup_ms, t_runtime_ms, circuits_json FROM reconfigurations "

@@ -128,11 +128,12 @@ class OCSDriver:
             self.endpoint = stream.name
             try:
                 self._login()
+                # read directly, not through _read(): its reconnect would call connect() again, without end
+                self.size = self._size(self.client.command("RTRV-EQPT", aid="SYSTEM", params="PARAMETER=SIZE"))
             except (TL1ConnectionError, TL1Timeout) as e:
                 errors.append(str(e))
                 self.client.close()
                 continue
-            self.size = self.read_size()
             if self.size != (self.ocs.size.inputs, self.ocs.size.outputs):
                 raise OperationFailed(f"OCS {self.ocs.name} reports size {self.size[0]}x{self.size[1]}, "
                                       f"inventory says {self.ocs.size.inputs}x{self.ocs.size.outputs}")
@@ -189,7 +190,10 @@ class OCSDriver:
 
     # --- reads ------------------------------------------------------------------------
     def read_size(self) -> tuple[int, int]:
-        r = self._read("RTRV-EQPT", aid="SYSTEM", params="PARAMETER=SIZE")
+        """The switch size ``(inputs, outputs)`` from ``RTRV-EQPT::SYSTEM``."""
+        return self._size(self._read("RTRV-EQPT", aid="SYSTEM", params="PARAMETER=SIZE"))
+
+    def _size(self, r: tl1.Reply) -> tuple[int, int]:
         for ln in r.lines:
             m = _SIZE_RE.search(ln)
             if m:

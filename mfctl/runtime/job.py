@@ -184,7 +184,7 @@ class Job:
         with TestbedLock(inv.name, f"mfctl run {pb.name} ({self.run_id})"):
             self.pool = SSHPool(targets_from_inventory(inv), connect_timeout=settings.get_float("connect_timeout"),
                                 command_timeout=settings.get_float("command_timeout"),
-                                fanout=int(settings.get("fanout")))
+                                fanout=settings.get_int("fanout"))
             self._preflight()
             self._initial_topology()
             self._launch()
