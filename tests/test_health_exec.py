@@ -108,7 +108,7 @@ def test_faults_injected_from_the_command_line_reach_the_health_sweep(tmp_path, 
     r = up("--inject", "gpu02:gpu9=xid79")
     assert r.returncode == 3 and "gpuN (0..7)" in r.stderr
     r = up("--inject", "gpu02:gpu3=xid79", "--inject", "gpu01:gpu1=remap-pending", "--inject", "gpu03:ssh=refuse",
-           "--inject", "gpu04:nic1=crc:120")
+           "--inject", "gpu04:nic1=crc:120", "--inject", "gpu01:gpu0=nvlink-down:3")
     assert r.returncode == 0, r.stderr
     try:
         inv = r.stdout.split("inventory: ")[1].strip()
@@ -118,6 +118,7 @@ def test_faults_injected_from_the_command_line_reach_the_health_sweep(tmp_path, 
         by = {t["host"]: t for t in out["targets"]}
         assert any("XID 79" in f["message"] and f["severity"] == "critical" for f in by["gpu02"]["findings"])
         assert any("remap" in f["message"] and f["severity"] == "warning" for f in by["gpu01"]["findings"])
+        assert any(f["message"] == "GPU 0: NVLink 3 inactive (11 of 12 up)" for f in by["gpu01"]["findings"])
         assert by["gpu03"]["status"] == "critical"
         assert [(f["severity"], f["check"]) for f in by["gpu04"]["findings"]] == [("warning", "nic")]
         assert "nic1: physical-layer errors" in by["gpu04"]["findings"][0]["message"]

@@ -157,7 +157,7 @@ def test_injected_gpu_faults_reach_every_format_and_the_sweep(mock):
 
         [hh] = health.full_sweep(pool, inv, ["gpu03"])
         got = {(f.severity, f.message) for f in hh.findings if f.check == "gpu"}
-        assert got == {("critical", "XID 79 on 0000:47:00"),
+        assert got == {("critical", "GPU 2: XID 79 (fallen off the bus) at PCI 0000:47:00"),
                        ("critical", "GPU 5: row remapping failed (memory repair exhausted: RMA)"),
                        ("warning", "GPU 1: row remap pending (reset the GPU to apply it)"),
                        ("warning", "GPU 3 clocks slowed by hw_slowdown, hw_thermal_slowdown (SM 705 of 1410 MHz)"),
@@ -171,7 +171,8 @@ def test_injected_gpu_faults_reach_every_format_and_the_sweep(mock):
         assert r.returncode == 1, r.stderr
         doc = json.loads(r.stdout)
         assert not doc["healthy"] and doc["thresholds"]["sm_clock_min_share"] == 0.5
-        assert {"severity": "critical", "check": "gpu", "message": "XID 79 on 0000:47:00", "host": "gpu03"} in \
+        assert {"severity": "critical", "check": "gpu", "message": "GPU 2: XID 79 (fallen off the bus) at PCI 0000:47:00",
+                "host": "gpu03"} in \
             [f for t in doc["targets"] for f in t["findings"]]
     finally:
         host.faults = GPUFaults()

@@ -19,11 +19,10 @@ def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02 o
              json_out: bool = JSON_OPT):
     """Run COMMAND on HOSTS in parallel (each word quoted for the remote shell); identical results are folded.
     Exit code: 0 all ok, 1 a command failed somewhere, 4 a host was unreachable or timed out."""
-    from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetExternalError, NodeSetParseError
 
     from mfctl import settings
     from mfctl.errors import UsageError
-    from mfctl.hosts.fold import fold
+    from mfctl.hosts.fold import fold, select_hosts
     from mfctl.inventory import load_inventory
     from mfctl.transport.ssh import SSHPool, targets_from_inventory
 
@@ -38,16 +37,7 @@ def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02 o
         raise UsageError("no command given (mfctl exec -i INV HOSTS -- COMMAND ...)")
     inv = load_inventory(inventory)
     known = [h.name for h in inv.hosts]
-    if hosts == "all":
-        names = known
-    else:
-        try:
-            names = list(NodeSet(hosts, resolver=RESOLVER_NOGROUP))  # inventory names only, no @groups
-        except (NodeSetParseError, NodeSetExternalError) as e:
-            raise UsageError(f"bad host set {hosts!r}: {e}") from None
-    unknown = [h for h in names if h not in known]
-    if unknown or not names:
-        raise UsageError(f"unknown host(s) {', '.join(unknown) or hosts!r}; the inventory has {', '.join(known)}")
+    names = select_hosts(hosts, known)
     with SSHPool(targets_from_inventory(inv), connect_timeout=connect_timeout or settings.get_float("connect_timeout"),
                  command_timeout=timeout or settings.get_float("command_timeout"),
                  fanout=fanout or settings.get_int("fanout")) as pool:

@@ -20,34 +20,29 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
     """Sweep every host in parallel (nvidia-smi, dmesg XIDs, ip/ethtool links, ethtool -S priorities,
     ethtool -m DOM) and the OCS; identical findings are folded. Exit 0 healthy, 1 when anything is critical
     (an unreachable host is), 4 when no host could be reached."""
-    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
     from rich.table import Table
 
     from mfctl import settings
     from mfctl.errors import MfctlError, UsageError
     from mfctl.hosts import health as H
-    from mfctl.hosts.fold import fold
+    from mfctl.hosts.fold import fold, select_hosts
     from mfctl.inventory import load_inventory
     from mfctl.transport.ssh import SSHPool, targets_from_inventory
 
     inv = load_inventory(inventory)
     names = None
-    if hosts:
-        try:
-            names = list(NodeSet(hosts))
-        except NodeSetParseError as e:
-            raise UsageError(f"bad host set {hosts!r}: {e}") from None
-        bad = [h for h in names if h not in {x.name for x in inv.hosts}]
-        if bad:
-            raise UsageError(f"unknown host(s): {', '.join(bad)}")
+    if hosts is not None:
+        names = select_hosts(hosts, [h.name for h in inv.hosts])
     overrides = {}
     for t in threshold or []:
         k, _, v = t.partition("=")
         try:
             overrides[k] = float(v)
             H.thresholds({k: overrides[k]})
-        except (ValueError, KeyError):
+        except KeyError:
             raise UsageError(f"--threshold {t!r}: expected name=number with name one of {', '.join(H.THRESHOLDS)}") from None
+        except ValueError as e:
+            raise UsageError(f"--threshold {t!r}: expected {str(e).split(': ', 1)[-1] if '=' in str(e) else 'a number'}") from None
     ocs_state = None
     if not no_ocs:
         from mfctl.ocs.driver import driver_from_inventory

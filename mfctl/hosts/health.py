@@ -27,12 +27,18 @@ THRESHOLDS = {
 
 
 def thresholds(overrides: dict[str, float] | None = None) -> dict[str, float]:
-    """The declared thresholds with ``overrides`` applied; unknown names raise KeyError."""
+    """The declared thresholds with ``overrides`` applied; unknown names raise KeyError, a value
+    that is not finite (or a ``*_share`` outside 0..1) raises ValueError."""
+    import math
+
     out = dict(THRESHOLDS)
     for k, v in (overrides or {}).items():
         if k not in out:
             raise KeyError(k)
-        out[k] = float(v)
+        v = float(v)
+        if not math.isfinite(v) or (k.endswith("_share") and not 0 <= v <= 1):
+            raise ValueError(f"{k}={v}: {'a share from 0 to 1' if k.endswith('_share') else 'a finite number'}")
+        out[k] = v
     return out
 
 
@@ -57,6 +63,7 @@ class HostHealth:
     elapsed_s: float = 0.0
     reachable: bool = True
     kind: str = "host"  # host | ocs
+    gpu_by_pci: dict[tuple[str, str], int] = field(default_factory=dict)  # (bus, device) → GPU index
 
     @property
     def worst(self) -> str:
@@ -84,16 +91,21 @@ def check_host(inv_host, gpu_res, link_res, limits: dict[str, float] | None = No
                     reachable=not (gpu_res.error and link_res.error))
     add = lambda sev, chk, msg: hh.findings.append(Finding(inv_host.name, sev, chk, msg))  # noqa: E731
     if gpu_res.error and link_res.error:
-        add("critical", "ssh", gpu_res.error)
+        add("critical", "ssh", gpu_res.error.removeprefix(f"{inv_host.name}: "))  # the table names the host
         return hh
     if not gpu_res.ok:
         add("critical", "gpu", gpu_res.error or f"nvidia-smi exited {gpu_res.rc}: {gpu_res.stderr.strip()[:200]}")
     else:
         try:
-            gpus = [nvidia_smi.GPUStatus.from_row(r) for r in nvidia_smi.parse_query_csv(gpu_res.stdout)]
+            rows = nvidia_smi.parse_query_csv(gpu_res.stdout)
+            gpus = [nvidia_smi.GPUStatus.from_row(r) for r in rows]
         except ParseError as e:
             add("critical", "gpu", str(e))
-            gpus = []
+            rows, gpus = [], []
+        for r in rows:  # "00000000:4E:00.0" → ("4e", "00"): kernel-log XIDs name GPUs by PCI address
+            parts = str(r.get("pci.bus_id") or "").lower().split(":")
+            if len(parts) == 3:
+                hh.gpu_by_pci[(parts[1], parts[2].split(".")[0])] = int(r["index"])
         hh.gpus = len(gpus)
         off = [g.index for g in gpus if g.persistence is False]
         if off:
@@ -162,6 +174,13 @@ def sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, float] | 
 #: activate" — the pending remap the query CSV also reports —, 92 high single-bit ECC rate, 94 contained
 #: ECC error, application faults) are warnings.
 XID_CRITICAL = {48, 64, 74, 79, 95}
+#: What the XIDs seen on A100-class training nodes mean (NVIDIA Xid catalogue, abridged).
+XID_MEANING = {13: "graphics engine exception", 31: "GPU memory page fault", 43: "GPU stopped processing",
+               45: "preemptive cleanup after an earlier error", 48: "double-bit ECC error",
+               61: "internal micro-controller breakpoint", 62: "internal micro-controller halt",
+               63: "row marked for remapping, reset the GPU", 64: "row remapping failed", 74: "NVLink error",
+               79: "fallen off the bus", 92: "high single-bit ECC error rate", 94: "contained ECC error",
+               95: "uncontained ECC error", 119: "GSP RPC timeout", 120: "GSP error"}
 
 
 def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, float] | None = None,
@@ -200,8 +219,19 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
             for ln in r.stdout.splitlines():
                 m = re.search(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)", ln)
                 if m:
-                    x = int(m.group(2))
-                    add("critical" if x in XID_CRITICAL else "warning", "gpu", f"XID {x} on {m.group(1)}")
+                    x, pci = int(m.group(2)), m.group(1).lower()
+                    parts = pci.split(":")
+                    gi = hh.gpu_by_pci.get((parts[-2], parts[-1].split(".")[0])) if len(parts) >= 3 else None
+                    who = f"GPU {gi}" if gi is not None else "a GPU"
+                    add("critical" if x in XID_CRITICAL else "warning", "gpu",
+                        f"{who}: XID {x} ({XID_MEANING.get(x, 'see the NVIDIA Xid catalogue')}) at PCI {pci}")
+        nv = read(nvidia_smi.nvlink_argv(), nvidia_smi.parse_nvlink_status, "gpu")
+        if nv is not None and not nv.unsupported:  # (no NVLink at all, or MIG: nothing to judge)
+            down = {g: sorted(k for k, v in links.items() if v is None) for g, links in nv.gpus.items()}
+            for g, ks in down.items():
+                if ks:  # an inactive link: NVLink all-to-all and TP traffic inside the server slow down
+                    add("warning", "gpu", f"GPU {g}: NVLink {', '.join(map(str, ks))} inactive "
+                                          f"({len(nv.gpus[g]) - len(ks)} of {len(nv.gpus[g])} up)")
         from mfctl.hosts import rdma
 
         rep = read(["ibstat"], rdma.parse_ibstat, "rdma")

@@ -17,7 +17,7 @@ from mfctl.errors import ParseError
 
 TOOL = "nvidia-smi"
 CLOCK_EVENTS = ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"]
-HEALTH_FIELDS = ["index", "name", "temperature.gpu", "power.draw", "utilization.gpu",
+HEALTH_FIELDS = ["index", "pci.bus_id", "name", "temperature.gpu", "power.draw", "utilization.gpu",
                  "ecc.errors.uncorrected.volatile.total", "persistence_mode", "mig.mode.current", "remapped_rows.pending",
                  "remapped_rows.failure", "clocks.sm", "clocks.max.sm", "clocks_event_reasons.gpu_idle",
                  *[f"clocks_event_reasons.{r}" for r in CLOCK_EVENTS]]
@@ -25,7 +25,7 @@ HEALTH_FIELDS = ["index", "name", "temperature.gpu", "power.draw", "utilization.
 #: rejects a whole query with one unknown field ("Field ... is not a valid field to query").
 LEGACY_HEALTH_FIELDS = [f.replace("clocks_event_reasons.", "clocks_throttle_reasons.") for f in HEALTH_FIELDS]
 #: Fields every driver since R450 knows (no row remapping before Ampere drivers, no clock reasons).
-BASIC_HEALTH_FIELDS = ["index", "name", "temperature.gpu", "power.draw", "utilization.gpu",
+BASIC_HEALTH_FIELDS = ["index", "pci.bus_id", "name", "temperature.gpu", "power.draw", "utilization.gpu",
                        "ecc.errors.uncorrected.volatile.total", "persistence_mode", "clocks.sm", "clocks.max.sm"]  # no MIG before R450
 QUERY_FALLBACKS = [HEALTH_FIELDS, LEGACY_HEALTH_FIELDS, BASIC_HEALTH_FIELDS]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from mfctl.mock.gputools import SLOWDOWNS
+from mfctl.mock.gputools import NVLINKS, SLOWDOWNS, SM_MAX_MHZ
 
 _SPEC = re.compile(r"^(?P<target>[A-Za-z0-9_.-]+):(?P<part>[a-z]+)(?P<index>\d*)=(?P<fault>[a-z-]+\d*)(?::(?P<arg>[\w.-]+))?$")
 GPU_FAULTS = ("xidN", "remap-pending", "remap-failure", "ecc:N", "slowdown[:REASON]", "sm-clock:MHZ", "nvlink-down:LINK")
@@ -42,9 +42,16 @@ def apply(testbed, spec: str) -> str:
     """Apply one spec to a running :class:`~mfctl.mock.testbed.MockTestbed`; returns what was
     done (for the mock's log). Raises ValueError naming the spec and the problem."""
     target, part, idx, fault, arg = parse(spec)
+
+    def number(v, lo: int, hi: int, what: str) -> int:
+        if v is None or not str(v).isdigit() or not lo <= int(v) <= hi:
+            raise ValueError(f"bad fault spec {spec!r}: {what} must be an integer from {lo} to {hi}")
+        return int(v)
+
     if target == "ocs":
+        ports = testbed.ocs.inputs + testbed.ocs.outputs
         if part == "port" and idx is not None and fault == "deny":
-            testbed.ocs.faults.deny_ports.add(idx)
+            testbed.ocs.faults.deny_ports.add(number(idx, 1, ports, "the OCS port"))
             return f"OCS denies cross-connects on port {idx}"
         raise ValueError(f"bad fault spec {spec!r}: the OCS takes portN=deny")
     host = testbed.hosts.get(target)
@@ -56,33 +63,30 @@ def apply(testbed, spec: str) -> str:
     if part == "nic":
         nics = list(host.config.nics.values()) if host.config is not None else []
         counter = {"crc": "rx_crc_errors_phy", "symbol": "rx_symbol_err_phy", "discards": "rx_discards_phy"}.get(fault)
-        if idx is None or not 0 <= idx < len(nics) or counter is None or not (arg or "").isdigit():
+        if idx is None or not 0 <= idx < len(nics) or counter is None:
             raise ValueError(f"bad fault spec {spec!r}: expected nicN (0..{len(nics) - 1})=crc|symbol|discards:COUNT")
-        nics[idx].errors[counter] = int(arg)
+        nics[idx].errors[counter] = number(arg, 1, 10**12, "the count")
         return f"{target}: {nics[idx].name} {counter}={arg}"
     if part != "gpu" or idx is None or not 0 <= idx < host.gpus:
         raise ValueError(f"bad fault spec {spec!r}: expected gpuN (0..{host.gpus - 1}) or ssh=refuse on {target}")
     f = host.faults
-    try:
-        if m := re.fullmatch(r"xid(\d+)", fault):
-            return f"{target}: {f.xid(idx, int(m[1]))}"
-        if fault == "remap-pending":
-            f.remap_pending.add(idx)
-        elif fault == "remap-failure":
-            f.remap_failure.add(idx)
-        elif fault == "ecc":
-            f.ecc_uncorrected[idx] = int(arg or 1)
-        elif fault == "slowdown":
-            reason = arg or "hw_thermal_slowdown"
-            if reason not in SLOWDOWNS:
-                raise ValueError(f"unknown slowdown {reason!r} (one of {', '.join(SLOWDOWNS)})")
-            f.slowdown[idx] = reason
-        elif fault == "sm-clock" and arg:
-            f.sm_clock_mhz[idx] = int(arg)
-        elif fault == "nvlink-down" and arg:
-            f.nvlink_down.add((idx, int(arg)))
-        else:
-            raise ValueError(f"unknown GPU fault {fault!r} (one of {', '.join(GPU_FAULTS)})")
-    except ValueError as e:
-        raise ValueError(f"bad fault spec {spec!r}: {e}") from None
+    if m := re.fullmatch(r"xid(\d+)", fault):
+        return f"{target}: {f.xid(idx, number(m[1], 1, 999, 'the XID'))}"
+    if fault == "remap-pending":
+        f.remap_pending.add(idx)
+    elif fault == "remap-failure":
+        f.remap_failure.add(idx)
+    elif fault == "ecc":
+        f.ecc_uncorrected[idx] = number(arg or 1, 1, 10**9, "the ECC error count")
+    elif fault == "slowdown":
+        reason = arg or "hw_thermal_slowdown"
+        if reason not in SLOWDOWNS:
+            raise ValueError(f"bad fault spec {spec!r}: unknown slowdown {reason!r} (one of {', '.join(SLOWDOWNS)})")
+        f.slowdown[idx] = reason
+    elif fault == "sm-clock":
+        f.sm_clock_mhz[idx] = number(arg, 0, SM_MAX_MHZ, "the SM clock (MHz)")
+    elif fault == "nvlink-down":
+        f.nvlink_down.add((idx, number(arg, 0, NVLINKS - 1, "the NVLink")))
+    else:
+        raise ValueError(f"bad fault spec {spec!r}: unknown GPU fault {fault!r} (one of {', '.join(GPU_FAULTS)})")
     return f"{target}: GPU {idx} {fault}{f':{arg}' if arg else ''}"

@@ -102,6 +102,15 @@ class MockTestbed:
         self.ocs_ssh = MockSSHServer("ocs", ocs_hk, users={inv.ocs.user}, password=password,
                                      on_shell=ssh_shell_handler(self.ocs))
         known_hosts.append(f"[127.0.0.1]:{self.ocs_ssh.port} {ocs_hk.get_name()} {ocs_hk.get_base64()}")
+        # faults before any file says the mock is usable (a bad spec leaves no inventory behind)
+        from mfctl.errors import ConfigError
+        from mfctl.mock import inject
+
+        for spec in self.inject:
+            try:
+                log.warning("fault injected: %s", inject.apply(self, spec))
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         (self.state / "known_hosts").write_text("\n".join(known_hosts) + "\n")
 
         doc = inv.model_dump(mode="json", exclude={"source"})
@@ -121,14 +130,6 @@ class MockTestbed:
         inv_path = self.state / "inventory.yaml"
         inv_path.write_text("# written by `mfctl mock up`; the endpoints live only as long as the mock\n"
                             + yaml.safe_dump(doc, sort_keys=False))
-        from mfctl.errors import ConfigError
-        from mfctl.mock import inject
-
-        for spec in self.inject:
-            try:
-                log.warning("fault injected: %s", inject.apply(self, spec))
-            except ValueError as e:
-                raise ConfigError(str(e)) from None
         status = {
             "pid": os.getpid(), "faults": self.inject, "started": time.time(), "source": inv.source, "inventory": str(inv_path),
             "time_scale": self.time_scale, "factory": self.factory,
