@@ -10,7 +10,7 @@ from mfctl.mock.ocs_emulator import OCSEmulator, PtyServer, TCPServer, ssh_shell
 from mfctl.mock.sshd import MockSSHServer
 from mfctl.errors import OperationFailed
 from mfctl.ocs.client import TL1Deny, TL1Timeout
-from mfctl.ocs.driver import OCSDriver, diff
+from mfctl.ocs.driver import OCSDriver, diff, pending_apply
 from mfctl.ocs.journal import Journal
 
 
@@ -76,6 +76,8 @@ def test_deny_is_typed_and_journalled(ocs_model, tmp_path):
     recs = j.records()
     assert recs[-1]["op"] == "ocs.outcome" and recs[-1]["ok"] is False
     assert any(r.get("state") == "denied" and r.get("code") == "SROF" for r in recs)
+    # refused and read back as it was: over, nothing for `mfctl ocs recover` to finish
+    assert recs[-1]["unchanged"] is True and pending_apply(recs) is None
 
 
 def test_alarm_between_command_and_reply_is_queued(ocs_model):

@@ -300,7 +300,16 @@ class OCSDriver:
                 self._execute(apply_id, d2, commands)
                 readback = self.cross_connects()
             t_verify = (time.monotonic() - t1) * 1000
-        except (TL1Deny, TL1ConnectionError, TL1Timeout) as e:
+        except TL1Deny as e:
+            # the switch refused: if it still holds what it held before, the change is over (nothing to recover)
+            unchanged = None
+            try:
+                unchanged = self.cross_connects() == current
+            except (TL1Deny, TL1ConnectionError, TL1Timeout, UnreachableError):
+                pass
+            self._journal("ocs.outcome", apply_id=apply_id, ocs=self.ocs.name, ok=False, error=str(e), unchanged=unchanged)
+            raise
+        except (TL1ConnectionError, TL1Timeout) as e:
             self._journal("ocs.outcome", apply_id=apply_id, ocs=self.ocs.name, ok=False, error=str(e))
             raise
         ok = readback == desired
@@ -375,7 +384,8 @@ class OCSDriver:
 
 
 def pending_apply(records: list[dict]) -> dict | None:
-    """The last journalled change, if it never reached a good outcome and was not recovered.
+    """The last journalled change, if it never reached a good outcome and was not recovered
+    (a change the switch refused and that left it as it was is over, not pending).
 
     Only the last intent can be pending: a later change read the device's real state as
     its ``before``, so an older unfinished change is superseded, never resurrected."""
@@ -383,8 +393,9 @@ def pending_apply(records: list[dict]) -> dict | None:
     if last is None:
         return None
     aid = last.get("apply_id")
-    done = any(r.get("apply_id") == aid and ((r.get("op") == "ocs.outcome" and r.get("ok")) or r.get("op") == "ocs.recovered")
-               for r in records)
+    done = any(r.get("apply_id") == aid and ((r.get("op") == "ocs.outcome" and (r.get("ok") or r.get("unchanged")))
+                                             or r.get("op") == "ocs.recovered")
+               for r in records)  # refused with the switch read back unchanged: over, nothing to finish
     if done:
         return None
     return last
