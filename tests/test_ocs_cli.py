@@ -67,6 +67,9 @@ def test_operator_session(mock, tmp_path):
     r = ocs(env, inv, "apply", str(f), "--yes", "--json", check=0)
     assert len(json.loads(r.stdout)["result"]["readback"]) == 5
     ocs(env, inv, "apply", str(f), "--dry-run", check=0)  # idempotent: nothing to change
+    saved = tmp_path / "saved.json"  # `ocs show --json` output goes back in as a desired state
+    saved.write_text(ocs(env, inv, "show", "--json", check=0).stdout)
+    ocs(env, inv, "apply", str(saved), "--dry-run", check=0)
     bad = tmp_path / "bad.yaml"
     for text, line, msg in [
         ("circuits:\n  - [gpu01/nic0, gpu09/nic0]\n", 2, "gpu09"),

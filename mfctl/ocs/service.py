@@ -121,12 +121,16 @@ def without(pm: PortMap, current: dict[int, int], endpoints: list[str]) -> dict[
 
 def load_topology_file(pm: PortMap, path: str | Path) -> dict[int, int]:
     """A desired OCS state: YAML/JSON with ``cross_connects: [[in, out], ...]`` and/or
-    ``circuits: [[LANE_A, LANE_B], ...]``. Every port may be used once. An empty state
+    ``circuits: [[LANE_A, LANE_B], ...]``, or the saved output of ``mfctl ocs show --json``. Every port may be used once. An empty state
     must be written explicitly (``cross_connects: []``). Raises ConfigError with file and line."""
     from mfctl.inventory.loader import load_yaml_with_lines
 
     src = str(path)
     data, lines = load_yaml_with_lines(path)
+    if isinstance(data, dict) and data.get("schema") == "mfctl.ocs.show/v1":  # `mfctl ocs show --json`, saved
+        xcs = data.get("cross_connects")
+        data = {"cross_connects": [[x.get("in"), x.get("out")] if isinstance(x, dict) else x for x in xcs]
+                if isinstance(xcs, list) else xcs}
     if not isinstance(data, dict) or not set(data) <= {"cross_connects", "circuits", "description"} or not (
             "cross_connects" in data or "circuits" in data):
         raise ConfigError("expected a mapping with 'cross_connects' and/or 'circuits' (and optional 'description')",
