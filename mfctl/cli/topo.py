@@ -14,13 +14,13 @@ TRAFFIC_ARG = typer.Argument(..., help="Traffic matrix: CSV, JSON or NPY (server
 KIND_OPT = typer.Option("server-bytes", "--kind", help="server-bytes or tokens (JSON files may say it themselves).")
 INV_OPT = typer.Option(None, "--inventory", "-i", envvar="MFCTL_INVENTORY", help="Take ports, lanes and rates from this inventory.")
 REGION_OPT = typer.Option(None, "--region", help="Region of the inventory (default: the first).")
-PORTS_OPT = typer.Option(3, "--ports", min=1, help="OCS lanes per server, without an inventory.")
-LANE_OPT = typer.Option(100.0, "--lane-gbps", min=1.0, help="Rate of one optical lane, Gbit/s (without an inventory).")
-EPS_OPT = typer.Option(100.0, "--eps-gbps", min=1.0, help="EPS rate per server, Gbit/s (without an inventory).")
-TP_OPT = typer.Option(1, "--tp", min=1, help="Tensor parallelism (tokens input).")
-GPS_OPT = typer.Option(8, "--gpus-per-server", min=1, help="GPUs per server (tokens input).")
-HIDDEN_OPT = typer.Option(4096, "--hidden", min=1, help="Hidden size (tokens input).")
-BPE_OPT = typer.Option(2, "--bytes-per-element", min=1, help="Bytes per activation element (tokens input).")
+PORTS_OPT = typer.Option(3, "--ports", min=1, max=64, help="OCS lanes per server, without an inventory.")
+LANE_OPT = typer.Option(100.0, "--lane-gbps", min=1.0, max=1e5, help="Rate of one optical lane, Gbit/s (without an inventory).")
+EPS_OPT = typer.Option(100.0, "--eps-gbps", min=1.0, max=1e6, help="EPS rate per server, Gbit/s (without an inventory).")
+TP_OPT = typer.Option(1, "--tp", min=1, max=64, help="Tensor parallelism (tokens input).")
+GPS_OPT = typer.Option(8, "--gpus-per-server", min=1, max=256, help="GPUs per server (tokens input).")
+HIDDEN_OPT = typer.Option(4096, "--hidden", min=1, max=1 << 20, help="Hidden size (tokens input).")
+BPE_OPT = typer.Option(2, "--bytes-per-element", min=1, max=16, help="Bytes per activation element (tokens input).")
 
 
 def _setup(traffic, kind, inventory, region, ports, lane_gbps, eps_gbps, tp, gps, hidden, bpe):

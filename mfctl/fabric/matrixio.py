@@ -38,12 +38,12 @@ class TrafficSpec:
 def _load_array(path: Path) -> tuple[np.ndarray, dict]:
     suffix = path.suffix.lower()
     if not path.is_file():
-        raise ConfigError("no such file", path=str(path))
+        raise ConfigError("is a directory, not a file" if path.is_dir() else "no such file", path=str(path))
     if suffix == ".npy":
         try:
             arr = np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as e:
-            raise ConfigError(f"not a NumPy .npy array: {e}", path=str(path)) from None
+        except (ValueError, OSError):  # numpy's advice (allow_pickle) is not for a traffic matrix
+            raise ConfigError("not a NumPy .npy array of numbers", path=str(path)) from None
         return np.asarray(arr, dtype=float), {}
     if suffix == ".json":
         try:
