@@ -19,7 +19,6 @@ def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02 o
              json_out: bool = JSON_OPT):
     """Run COMMAND on HOSTS in parallel (each word quoted for the remote shell); identical results are folded.
     Exit code: 0 all ok, 1 a command failed somewhere, 4 a host was unreachable or timed out."""
-
     from mfctl import settings
     from mfctl.errors import UsageError
     from mfctl.hosts.fold import fold, select_hosts
