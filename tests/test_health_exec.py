@@ -53,8 +53,10 @@ def test_exec_folds_and_exit_codes(mock):
     assert run("gpu01", "--", "no-such-tool").returncode == 1
     assert run("gpu09", "--", "true").returncode == 2
     assert run("@all", "--", "true").returncode == 2  # host sets are inventory names, not ClusterShell groups
-    r = run("all", "--timeout", "0.5", "--", "sleep", "300")  # an option after HOSTS is not sent as the command
-    assert r.returncode == 2 and "options go before HOSTS" in r.stderr
+    r = run("all", "--timeout", "0.5", "--json", "--", "sleep", "300")  # options may follow HOSTS (before --) ...
+    assert r.returncode == 4 and json.loads(r.stdout)["command"] == ["sleep", "300"]
+    r = run("--json", "gpu01", "--", "echo", "-n", "--json")  # ... and after --, every word is the command's
+    assert r.returncode == 0 and json.loads(r.stdout)["results"][0]["stdout"] == "-n --json\n"
     # identical failures fold although each names its host; the exit code is the worst outcome
     r = run("--json", "--timeout", "0.5", "all", "--", "sleep", "300")
     out = json.loads(r.stdout)

@@ -39,7 +39,7 @@ app.add_typer(metrics_cli.app, name="metrics")
 app.add_typer(bench_cli.app, name="bench")
 app.command("run")(run_cli.run)
 app.command("health")(health_cli.health)
-app.command("exec", context_settings={"allow_interspersed_args": False})(exec_cli.exec_cmd)
+app.command("exec")(exec_cli.exec_cmd)  # options anywhere before `--`; the command's own words after it
 app.command("simulate")(simulate_cli.simulate)
 app.command("profile")(profile_cli.profile)
 app.command("schedule")(profile_cli.schedule)

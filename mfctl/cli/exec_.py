@@ -11,7 +11,8 @@ from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console, pr
 
 @handle_errors
 def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02 or gpu[01-04]."),
-             command: list[str] = typer.Argument(..., help="The command and its arguments (after --)."),
+             command: list[str] = typer.Argument(..., help="The command and its arguments, after -- (mfctl's own "
+                                                 "options may stand anywhere before it)."),
              inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCTL_INVENTORY"),
              fanout: int = typer.Option(None, "--fanout", min=1, envvar="MFCTL_FANOUT", help="Hosts contacted at once."),
              connect_timeout: float = typer.Option(None, "--connect-timeout", min=0.1, max=86400, envvar="MFCTL_CONNECT_TIMEOUT"),
@@ -25,13 +26,6 @@ def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02 o
     from mfctl.inventory import load_inventory
     from mfctl.transport.ssh import SSHPool, targets_from_inventory
 
-    own = {"--inventory", "-i", "--fanout", "--connect-timeout", "--timeout", "--json"}
-    misplaced = command[:command.index("--")] if "--" in command[1:] else command[:1] if command[0] in own else []
-    if misplaced and command[0] != "--":
-        raise UsageError(f"options go before HOSTS: mfctl exec [OPTIONS] HOSTS -- COMMAND "
-                         f"(found {' '.join(misplaced)!r} after {hosts!r})")
-    if command and command[0] == "--":
-        command = command[1:]
     if not command:
         raise UsageError("no command given (mfctl exec -i INV HOSTS -- COMMAND ...)")
     inv = load_inventory(inventory)
@@ -42,24 +36,19 @@ def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02 o
                  fanout=fanout or settings.get_int("fanout")) as pool:
         results = pool.run_many(names, lambda h: command)
     worst = 4 if any(r.error for r in results) else (1 if any(r.rc != 0 for r in results) else 0)
-    # an error names its host ("gpu01: timeout: ..."): without the name, identical failures fold too
-    groups = fold(results, lambda r: r.host, lambda r: (r.rc, r.stdout, r.stderr, _unnamed(r)))
+    groups = fold(results, lambda r: r.host, lambda r: (r.rc, r.stdout, r.stderr, r.error))
     if json_out:
         emit_json({"schema": "mfctl.exec/v1", "command": command, "exit_code": worst,
                    "results": [r.to_dict() for r in results],
-                   "folded": [{"hosts": hs, "rc": r.rc, "stdout": r.stdout, "stderr": r.stderr, "error": _unnamed(r)}
+                   "folded": [{"hosts": hs, "rc": r.rc, "stdout": r.stdout, "stderr": r.stderr, "error": r.error}
                               for hs, r in groups]})
     else:
         con = out_console()
         for hs, r in groups:
-            status = f"error: {_unnamed(r)}" if r.error else f"rc={r.rc}"
+            status = f"error: {r.error}" if r.error else f"rc={r.rc}"
             con.print(f"[bold]---- {hs} ({status}) ----[/]", highlight=False)
             if r.stdout:
                 con.print(r.stdout.rstrip("\n"), highlight=False, markup=False)
             if r.stderr:
                 print_error(r.stderr.rstrip("\n"), f"stderr {hs}")
     raise typer.Exit(worst)
-
-
-def _unnamed(r) -> str | None:
-    return r.error.removeprefix(f"{r.host}: ") if r.error else None

@@ -91,7 +91,7 @@ def check_host(inv_host, gpu_res, link_res, limits: dict[str, float] | None = No
                     reachable=not (gpu_res.error and link_res.error))
     add = lambda sev, chk, msg: hh.findings.append(Finding(inv_host.name, sev, chk, msg))  # noqa: E731
     if gpu_res.error and link_res.error:
-        add("critical", "ssh", gpu_res.error.removeprefix(f"{inv_host.name}: "))  # the table names the host
+        add("critical", "ssh", gpu_res.error)
         return hh
     if not gpu_res.ok:
         add("critical", "gpu", gpu_res.error or f"nvidia-smi exited {gpu_res.rc}: {gpu_res.stderr.strip()[:200]}")

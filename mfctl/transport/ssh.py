@@ -162,7 +162,7 @@ class CommandResult:
     rc: int | None = None
     stdout: str = ""
     stderr: str = ""
-    error: str | None = None  # unreachable / timeout / exception text
+    error: str | None = None  # unreachable / timeout / SSH failure, without the host name (it is .host)
     elapsed_s: float = 0.0
 
     @property
@@ -230,13 +230,13 @@ class SSHPool:
         try:
             rc, out, err = self._exec_session(host).run(quote_argv(argv), timeout, stdin)
             res.rc, res.stdout, res.stderr = rc, out.decode(errors="replace"), err.decode(errors="replace")
-        except UnreachableError as e:
-            res.error = str(e)
+        except UnreachableError as e:  # its message starts with the host, which the result carries already
+            res.error = str(e).removeprefix(f"{host}: ")
         except CommandTimeout:
-            res.error = f"{host}: timeout: command did not finish within {timeout:g} s"
+            res.error = f"timeout: command did not finish within {timeout:g} s"
             self._drop_exec(host)  # the session may hold the abandoned channel's data
         except (SSH2Error, OSError) as e:
-            res.error = f"{host}: SSH error: {str(e) or type(e).__name__}"
+            res.error = f"SSH error: {str(e) or type(e).__name__}"
             self._drop_exec(host)
         res.elapsed_s = time.monotonic() - t0
         return res
