@@ -29,6 +29,7 @@ class Worker:
     rc: int | None = None
     error: str | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    last_data: float = 0.0  # time.monotonic() of the last output received
 
 
 class Launcher:
@@ -38,11 +39,12 @@ class Launcher:
         self.on_line = on_line  # (host, line) -> None: a merged live view
         self.workers: dict[str, Worker] = {}
 
-    def start(self, host: str, argv: list[str], *, pty: bool = True) -> Worker:
-        """Start ``argv`` on ``host``. With ``pty`` (default) closing the session hangs up the
-        remote process group (SIGHUP), so a cancelled run leaves nothing behind."""
-        w = Worker(host, list(argv), self.log_dir / f"{host}.log")
-        self.workers[host] = w
+    def start(self, host: str, argv: list[str], *, pty: bool = True, name: str | None = None) -> Worker:
+        """Start ``argv`` on ``host``; its output goes to ``<log_dir>/<name>.log`` (``name``:
+        the host by default). With ``pty`` (default) closing the session hangs up the remote
+        process group (SIGHUP), so a cancelled run leaves nothing behind."""
+        w = Worker(host, list(argv), self.log_dir / f"{name or host}.log")
+        self.workers[name or host] = w
         try:
             client = self.pool.client(host)
             chan = client.get_transport().open_session(timeout=self.pool.connect_timeout)
@@ -67,6 +69,7 @@ class Launcher:
                     data = w.channel.recv(65536)
                     if not data:
                         break
+                    w.last_data = time.monotonic()
                     data = data.replace(b"\r\n", b"\n")  # a pty turns \n into \r\n
                     f.write(data)
                     f.flush()

@@ -7,9 +7,9 @@ The flow (``runtime.launcher: slurm``):
 2. ``squeue -h -j ID -o %T`` every ``poll_s`` for the state, ``sacct -n -P -X -j ID -o
    State,ExitCode`` once the job has left the queue;
 3. the job's output file (``srun --label``: every line starts with the task id) is followed
-   with ``tail -F`` in one SSH session and split per host into ``logs/<host>.log``
-   (lines without a label — the batch script's own, ``srun: error: ...`` — go to
-   ``logs/slurm-<ID>.log``), and each line is passed to ``on_line(host, line)``;
+   with ``tail -F`` in a :class:`~mfctl.runtime.launcher.Launcher` session (the raw output in
+   ``logs/slurm-<ID>.log``) and split per host into ``logs/<host>.log``; each line is passed
+   to ``on_line(host, line)`` (``"slurm"`` for the batch script's own lines);
 4. :meth:`SlurmLaunch.stop` waits ``grace_s`` for the job to end by itself (the controller
    has said ``stop``), then ``scancel``\\ s it and waits until Slurm reports it ended.
 
@@ -26,11 +26,9 @@ import threading
 import time
 from pathlib import Path
 
-import paramiko
-
 from mfctl.errors import OperationFailed, ParseError
-from mfctl.runtime.launcher import Worker
-from mfctl.transport.ssh import SSHPool, quote_argv
+from mfctl.runtime.launcher import Launcher, Worker
+from mfctl.transport.ssh import SSHPool
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +86,10 @@ class SlurmLaunch:
         self.reason = ""
         self.exit_code: int | None = None
         self._ended = threading.Event()
-        self._tail: paramiko.Channel | None = None
-        self._tail_done = threading.Event()
-        self._last_data = time.monotonic()
+        self._follower: Launcher | None = None
+        self._tail: Worker | None = None  # the tail -F session
+        self._host_logs: dict = {}  # host → open per-host log file
+        self._t_submit = time.monotonic()
 
     # --- submit -----------------------------------------------------------------------------
     def submit(self, script: str, output: str, token: str) -> int:
@@ -164,66 +163,43 @@ class SlurmLaunch:
             w.done.set()
 
     # --- logs -------------------------------------------------------------------------------
+    def _follow(self) -> None:
+        """``tail -F`` the job's output in a session of its own (a :class:`Launcher` worker: the
+        raw labelled output lands in ``logs/slurm-<job>.log``), split by task label."""
+        self._follower = Launcher(self.pool, self.log_dir, on_line=self._demux)
+        self._tail = self._follower.start(self.submit_host, ["tail", "-n", "+1", "-F", self.output],
+                                          name=f"slurm-{self.job_id}")
+        if self._tail.error:  # no log view is not fatal: the job still runs
+            log.warning("cannot follow %s: %s", self.output, self._tail.error)
+
+    def _demux(self, _submit_host: str, line: str) -> None:
+        m = re.match(r"\s*(\d+): ?(.*)$", line)
+        host = self.hosts[int(m.group(1))] if m and int(m.group(1)) < len(self.hosts) else None
+        if host is None and line.startswith("tail: "):
+            return  # tail's own notes ("has appeared; following new file")
+        if host is not None:
+            if host not in self._host_logs:
+                self._host_logs[host] = open(self.workers[host].log_path, "ab")
+            f = self._host_logs[host]
+            if f.closed:  # the follower outlived the drain: nothing more is kept
+                return
+            f.write(m.group(2).encode() + b"\n")
+            f.flush()
+        if self.on_line:
+            self.on_line(host or "slurm", m.group(2) if host else line)
+
     def _drain_log(self, quiet_s: float = 0.3, limit_s: float = 3.0) -> None:
         """The job is over: follow its output until it has been quiet for ``quiet_s`` (at most
         ``limit_s``), then hang up ``tail -F``, which never ends by itself."""
         t_end = time.monotonic() + limit_s
-        while not self._tail_done.is_set() and time.monotonic() < t_end:
-            if time.monotonic() - self._last_data > quiet_s:
+        while self._tail is not None and not self._tail.done.is_set() and time.monotonic() < t_end:
+            if time.monotonic() - max(self._tail.last_data, self._t_submit) > quiet_s:
                 break
             time.sleep(0.05)
-        if self._tail is not None:
-            try:
-                self._tail.close()
-            except (OSError, EOFError):
-                pass
-        self._tail_done.wait(2.0)
-
-    def _follow(self) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            chan = self.pool.client(self.submit_host).get_transport().open_session(timeout=self.pool.connect_timeout)
-            chan.get_pty(term="dumb", width=200)  # hanging up stops tail
-            chan.exec_command(quote_argv(["tail", "-n", "+1", "-F", self.output]))
-        except Exception as e:  # noqa: BLE001 - no log view is not fatal: the job still runs
-            log.warning("cannot follow %s on %s: %s", self.output, self.submit_host, e)
-            self._tail_done.set()
-            return
-        self._tail = chan
-        threading.Thread(target=self._pump, args=(chan,), daemon=True, name="slurm-log").start()
-
-    def _pump(self, chan) -> None:
-        files = {h: open(w.log_path, "ab") for h, w in self.workers.items()}
-        other = None  # logs/slurm-<job>.log: the batch script's own lines, created when there are any
-        partial = b""
-        try:
-            while True:
-                data = chan.recv(65536)
-                if not data:
-                    break
-                self._last_data = time.monotonic()
-                partial += data.replace(b"\r\n", b"\n")
-                *lines, partial = partial.split(b"\n")
-                for raw in lines:
-                    line = raw.decode(errors="replace")
-                    m = re.match(r"\s*(\d+): ?(.*)$", line)
-                    host = self.hosts[int(m.group(1))] if m and int(m.group(1)) < len(self.hosts) else None
-                    text = m.group(2) if host else line
-                    if host is None and line.startswith("tail: "):
-                        continue  # tail's own notes ("has appeared; following new file")
-                    if host is None and other is None:
-                        other = open(self.log_dir / f"slurm-{self.job_id}.log", "ab")
-                    f = files[host] if host else other
-                    f.write(text.encode() + b"\n")
-                    f.flush()
-                    if self.on_line:
-                        self.on_line(host or "slurm", text)
-        except (OSError, EOFError, paramiko.SSHException) as e:
-            log.debug("log follower ended: %s", e)
-        finally:
-            for f in (*files.values(), *([other] if other else [])):
-                f.close()
-            self._tail_done.set()
+        if self._follower is not None:
+            self._follower.stop(timeout=2.0)
+        for f in self._host_logs.values():
+            f.close()
 
     # --- stop -------------------------------------------------------------------------------
     def cancel(self) -> None:
@@ -246,12 +222,7 @@ class SlurmLaunch:
                     self._ended.wait(5.0)
         for w in self.workers.values():
             w.done.wait(2.0)
-        if self._tail is not None:
-            self._tail_done.wait(2.0)
-            try:
-                self._tail.close()
-            except (OSError, EOFError):
-                pass
+        self._drain_log(quiet_s=0.0, limit_s=0.0)  # a no-op when the poller has already drained it
 
     @property
     def ended(self) -> bool:
