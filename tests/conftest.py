@@ -1,3 +1,6 @@
+"""Shared fixtures and helpers (no tests here): an isolated state/runs directory per test,
+the CLI command line, a CLI environment, and a scan for processes left on the mock hosts."""
+
 import os
 import sys
 from pathlib import Path

@@ -120,12 +120,12 @@ def test_rdma_formats_follow_the_ocs_lanes(mock):
     # GIDs: link-local from the MAC, then RoCE v1/v2 IPv4 GIDs once an address is set
     b = [int(x, 16) for x in next(o["address"] for o in json.loads(out(pool, "gpu01", iproute.link_argv()))
                                   if o["ifname"] == "ens1f0np0").split(":")]
-    assert out(pool, "gpu01", ["ip", "addr", "replace", "10.10.1.1/24", "dev", "ens1f0np0"]) == ""
+    assert out(pool, "gpu01", ["ip", "addr", "replace", "198.18.0.1/24", "dev", "ens1f0np0"]) == ""
     gids = rdma.parse_show_gids(out(pool, "gpu01", ["show_gids"]))
     mine = [g for g in gids if g.netdev == "ens1f0np0"]
-    assert [(g.index, g.version, g.ipv4) for g in mine] == [(0, "v1", None), (1, "v2", None), (2, "v1", "10.10.1.1"),
-                                                             (3, "v2", "10.10.1.1")]
-    assert mine[2].gid.endswith("ffff:0a0a:0101") and {g.device for g in mine} == {"mlx5_0"}
+    assert [(g.index, g.version, g.ipv4) for g in mine] == [(0, "v1", None), (1, "v2", None), (2, "v1", "198.18.0.1"),
+                                                             (3, "v2", "198.18.0.1")]
+    assert mine[2].gid.endswith("ffff:c612:0001") and {g.device for g in mine} == {"mlx5_0"}
     assert rdma.roce_v2_ipv4_gid_index(gids, "ens1f0np0") == 3 and rdma.roce_v2_ipv4_gid_index(gids, "ens2f0np0") is None
     assert mine[0].gid == f"fe80:0000:0000:0000:{b[0] ^ 2:02x}{b[1]:02x}:{b[2]:02x}ff:fe{b[3]:02x}:{b[4]:02x}{b[5]:02x}"
 

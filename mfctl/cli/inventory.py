@@ -42,6 +42,7 @@ def _local_files(inv) -> list[str]:
     """Warnings about the files this machine needs to reach the testbed: the known_hosts file and
     each SSH key file (missing, unreadable, not a private key). Not errors: an inventory may be
     validated away from the machine that runs it."""
+    from mfctl.transport.libssh2 import key_file_problem
     from mfctl.transport.ssh import targets_from_inventory
 
     out, seen = [], set()
@@ -53,13 +54,9 @@ def _local_files(inv) -> list[str]:
                 out.append(f"known_hosts {kh} does not exist (strict host-key checking will refuse every host)")
         if t.key_file and t.key_file not in seen:
             seen.add(t.key_file)
-            try:
-                with open(t.key_file, "rb") as f:
-                    head = f.read(64)
-                if b"PRIVATE KEY-----" not in head:
-                    out.append(f"SSH key {t.key_file} ({t.name}) is not a PEM/OpenSSH private key file")
-            except OSError as e:
-                out.append(f"SSH key {t.key_file} ({t.name}): {e.strerror or e}")
+            problem = key_file_problem(t.key_file)
+            if problem:
+                out.append(f"{problem} ({t.name})")
     return out
 
 

@@ -119,13 +119,9 @@ class ExecSession:
             self.session.userauth_password(t.user, t.password)
         elif t.key_file:
             key = Path(t.key_file).expanduser()
-            try:
-                with open(key, "rb") as f:
-                    head = f.read(64)  # never the whole file (a device, a huge file)
-            except OSError as e:
-                raise UnreachableError(f"{t.name}: cannot load SSH key {key}: {e.strerror or e}") from e
-            if b"PRIVATE KEY-----" not in head:
-                raise UnreachableError(f"{t.name}: SSH key {key} is not a PEM/OpenSSH private key file")
+            problem = key_file_problem(key)
+            if problem:
+                raise UnreachableError(f"{t.name}: {problem}")
             try:
                 self.session.userauth_publickey_fromfile(t.user, str(key))
             except (E.FileError, E.PublicKeyInitError) as e:
@@ -227,6 +223,19 @@ _WHAT = {"SocketRecvError": "the server closed the connection", "SocketDisconnec
          "BannerRecvError": "no SSH banner (the server closed the connection)", "KexFailureError": "key exchange failed "
          "(no algorithm in common)", "KeyExchangeError": "key exchange failed", "AuthenticationError": "authentication refused",
          "PublickeyUnverifiedError": "the key was refused", "AgentConnectionError": "no SSH agent to ask for keys"}
+
+
+def key_file_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot be an SSH private key (unreadable, not PEM/OpenSSH), or None.
+    Reads 64 bytes, never the whole file (a device, a huge file)."""
+    try:
+        with open(Path(path).expanduser(), "rb") as f:
+            head = f.read(64)
+    except OSError as e:
+        return f"cannot load SSH key {path}: {e.strerror or e}"
+    if b"PRIVATE KEY-----" not in head:
+        return f"SSH key {path} is not a PEM/OpenSSH private key file"
+    return None
 
 
 def _describe(e: Exception) -> str:
