@@ -4,10 +4,10 @@ import subprocess
 import textwrap
 
 import pytest
-
 from conftest import PROTOTYPE, mfctl_cmd
+
 from mfctl.errors import ConfigError
-from mfctl.inventory import load_inventory
+from mfctl.inventory import Inventory, load_inventory
 
 
 def test_prototype_describes_the_paper_testbed():
@@ -110,3 +110,59 @@ def test_bad_values_are_refused(tmp_path, old, new, msg):
     with pytest.raises(ConfigError) as e:
         load_inventory(_mutate(tmp_path, old, new))
     assert msg in str(e.value)
+
+
+def _cache_entries(tmp_path):
+    return sorted((tmp_path / "state" / "inventory-cache").glob("*.json"))
+
+
+def test_cache_returns_the_same_inventory_without_parsing_yaml_and_misses_on_any_edit(tmp_path, monkeypatch):
+    import mfctl.inventory.loader as loader
+
+    p = tmp_path / "inv.yaml"
+    p.write_text(PROTOTYPE.read_text())
+    first = load_inventory(p)
+    assert len(_cache_entries(tmp_path)) == 1
+    real_parse = loader.load_yaml_with_lines
+    monkeypatch.setattr(loader, "load_yaml_with_lines", lambda *a, **k: pytest.fail("YAML parsed on a cache hit"))
+    second = load_inventory(p)
+    assert second == first and second is not first and second.source == str(p.resolve())
+    assert second.hosts[2].ssh.port == first.hosts[2].ssh.port and second.base_dir == tmp_path
+    monkeypatch.setattr(loader, "load_yaml_with_lines", real_parse)
+    # one byte changed → parsed and checked again: an error is never hidden by an older good entry
+    p.write_text(PROTOTYPE.read_text().replace("ocs_tx: 4,", "ocs_tx: 1,", 1))
+    with pytest.raises(ConfigError, match="OCS port 1 used twice"):
+        load_inventory(p)
+    assert len(_cache_entries(tmp_path)) == 1  # an invalid file is never cached
+
+
+def test_cache_entries_that_are_damaged_or_fail_the_cross_checks_are_not_trusted(tmp_path, caplog):
+    p = tmp_path / "inv.yaml"
+    p.write_text(PROTOTYPE.read_text())
+    good = load_inventory(p)
+    [entry] = _cache_entries(tmp_path)
+    entry.write_text('{"name": "x"')  # truncated
+    assert load_inventory(p) == good and "damaged inventory cache entry" in caplog.text
+    # valid JSON for the model, but two lanes on one OCS port: the cross-checks run on a hit too
+    doc = good.model_dump(mode="json")
+    doc["hosts"][0]["nics"][1]["lanes"][0]["ocs_tx"] = doc["hosts"][0]["nics"][0]["lanes"][0]["ocs_tx"]
+    import json
+    entry.write_text(json.dumps(doc))
+    assert Inventory.model_validate_json(entry.read_text()).hosts[0].nics[1].lanes[0].ocs_tx == 1
+    assert load_inventory(p) == good
+    assert json.loads(entry.read_text()) == good.model_dump(mode="json")  # rewritten from the file
+
+
+def test_cache_that_cannot_be_written_costs_only_time_and_keeps_a_bounded_number_of_entries(tmp_path, monkeypatch):
+    from mfctl.inventory import cache
+
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "inventory-cache").write_text("not a directory")
+    assert load_inventory(PROTOTYPE).name == "mfabric-prototype"
+    (tmp_path / "state" / "inventory-cache").unlink()
+    monkeypatch.setattr(cache, "KEEP", 2)
+    for i in range(4):
+        p = tmp_path / f"inv{i}.yaml"
+        p.write_text(PROTOTYPE.read_text().replace("description:", f"# copy {i}\ndescription:", 1))
+        load_inventory(p)
+    assert len(_cache_entries(tmp_path)) == 2

@@ -180,3 +180,16 @@ def test_pool_commands_skip_unusable_known_hosts_lines_and_name_a_bad_key(server
     target.key_file = str(tmp_path)  # a directory
     with SSHPool([target]) as pool:
         assert "Is a directory" in pool.run("h1", ["true"]).error
+
+
+def test_one_shot_run_many_closes_each_session_when_done_and_host_names_resolve(server):
+    srv, target, seen, _ = server
+    import dataclasses
+    byname = dataclasses.replace(target, name="h2", address="localhost")  # a name, not an IP (resolved as bytes)
+    kh = open(target.known_hosts).read()
+    open(target.known_hosts, "a").write(kh.replace("127.0.0.1", "localhost"))
+    with SSHPool([target, byname]) as pool:
+        kept = pool.run_many(["h1", "h2"], lambda h: ["echo", h])
+        assert [r.stdout for r in kept] == ["h1\n", "h2\n"] and set(pool._exec) == {"h1", "h2"}
+        once = pool.run_many(["h1", "h2"], lambda h: ["echo", h], close=True)
+        assert [r.stdout for r in once] == ["h1\n", "h2\n"] and not pool._exec

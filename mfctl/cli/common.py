@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -39,12 +40,22 @@ def err_console():
     return Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=240, soft_wrap=True)
 
 
+def _styled(stream) -> bool:
+    """ANSI styles on this stream: a terminal, and NO_COLOR (no-color.org) not set."""
+    return stream.isatty() and not os.environ.get("NO_COLOR")
+
+
 def print_error(message: str, prefix: str = "error") -> None:
     """One line on stderr, never wrapped or markup-interpreted (grep-able in CI logs)."""
-    tty = sys.stderr.isatty()
-    head = f"\033[1;31m{prefix}:\033[0m" if tty else f"{prefix}:"
+    head = f"\033[1;31m{prefix}:\033[0m" if _styled(sys.stderr) else f"{prefix}:"
     sys.stderr.write(f"{head} {message}\n")
     sys.stderr.flush()
+
+
+def print_heading(text: str) -> None:
+    """One line on stdout, bold at a terminal; written as is (no rich: ``mfctl exec`` prints
+    only headings and the hosts' own output, and rich's import is ~25 ms of its start)."""
+    sys.stdout.write(f"\033[1m{text}\033[0m\n" if _styled(sys.stdout) else f"{text}\n")
 
 
 def emit_json(obj) -> None:

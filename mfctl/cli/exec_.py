@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console, print_error
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, print_error, print_heading
 
 
 @handle_errors
@@ -34,7 +35,7 @@ def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02 o
     with SSHPool(targets_from_inventory(inv), connect_timeout=connect_timeout or settings.get_float("connect_timeout"),
                  command_timeout=timeout or settings.get_float("command_timeout"),
                  fanout=fanout or settings.get_int("fanout")) as pool:
-        results = pool.run_many(names, lambda h: command)
+        results = pool.run_many(names, lambda h: command, close=True)
     worst = 4 if any(r.error for r in results) else (1 if any(r.rc != 0 for r in results) else 0)
     groups = fold(results, lambda r: r.host, lambda r: (r.rc, r.stdout, r.stderr, r.error))
     if json_out:
@@ -43,12 +44,12 @@ def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02 o
                    "folded": [{"hosts": hs, "rc": r.rc, "stdout": r.stdout, "stderr": r.stderr, "error": r.error}
                               for hs, r in groups]})
     else:
-        con = out_console()
-        for hs, r in groups:
-            status = f"error: {r.error}" if r.error else f"rc={r.rc}"
-            con.print(f"[bold]---- {hs} ({status}) ----[/]", highlight=False)
+        for hs, r in groups:  # the hosts' output as they wrote it (like ssh, pdsh, clush)
+            print_heading(f"---- {hs} ({f'error: {r.error}' if r.error else f'rc={r.rc}'}) ----")
             if r.stdout:
-                con.print(r.stdout.rstrip("\n"), highlight=False, markup=False)
+                sys.stdout.write(r.stdout if r.stdout.endswith("\n") else r.stdout + "\n")
             if r.stderr:
+                sys.stdout.flush()
                 print_error(r.stderr.rstrip("\n"), f"stderr {hs}")
+        sys.stdout.flush()
     raise typer.Exit(worst)

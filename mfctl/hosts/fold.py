@@ -28,14 +28,14 @@ def select_hosts(spec: str, known: list[str]) -> list[str]:
     """The inventory hosts a host set names: ``all``, ``gpu01,gpu03`` or ``gpu[01-04]``
     (ClusterShell syntax, no ``@groups``). Raises UsageError for an empty or malformed set, a
     set of more hosts than exist, or names the inventory does not have (folded: ``gpu[05-99]``)."""
-    from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetExternalError, NodeSetParseError
-
     from mfctl.errors import UsageError
 
     if not spec.strip():
         raise UsageError("empty host set (all, gpu01,gpu02 or gpu[01-04])")
     if spec.strip() == "all":
         return list(known)
+    from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetExternalError, NodeSetParseError  # not for "all"
+
     try:
         ns = NodeSet(spec, resolver=RESOLVER_NOGROUP)
     except (NodeSetParseError, NodeSetExternalError) as e:

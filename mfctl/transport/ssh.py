@@ -255,10 +255,15 @@ class SSHPool:
         return r.stdout
 
     def run_many(self, hosts: Sequence[str], argv_for: Callable[[str], Sequence[str]], *,
-                 timeout: float | None = None, on_done: Callable[[CommandResult], None] | None = None) -> list[CommandResult]:
-        """Run a command on many hosts in parallel (at most ``fanout`` at once), in host order."""
+                 timeout: float | None = None, on_done: Callable[[CommandResult], None] | None = None,
+                 close: bool = False) -> list[CommandResult]:
+        """Run a command on many hosts in parallel (at most ``fanout`` at once), in host order.
+        ``close``: end each host's session as soon as its command is done (one-shot callers such
+        as ``mfctl exec``: the goodbyes then overlap the other hosts' work instead of following it)."""
         def one(h: str) -> CommandResult:
             r = self.run(h, argv_for(h), timeout=timeout)
+            if close:
+                self._drop_exec(h)
             if on_done:
                 on_done(r)
             return r
