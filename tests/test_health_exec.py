@@ -125,6 +125,8 @@ def test_faults_injected_from_the_command_line_reach_the_health_sweep(tmp_path, 
         assert [(f["severity"], f["check"]) for f in by["gpu04"]["findings"]] == [("warning", "nic")]
         assert "nic1: physical-layer errors" in by["gpu04"]["findings"][0]["message"]
         assert "rx_crc_errors_phy=120" in by["gpu04"]["findings"][0]["message"]
+        f = by["gpu04"]["findings"][0]
+        assert (f["code"], f["component"], f["value"]["rx_crc_errors_phy"], f["limit"]) == ("nic.phy_errors", "nic1", 120, 0)
         # JUnit on stdout: the unreachable host's checks are skipped, not passed; the OCS has its own case
         r = subprocess.run(mfctl_cmd("health", "-i", inv, "--junit", "-"), capture_output=True, text=True, env=cli_env,
                            timeout=60)

@@ -171,9 +171,14 @@ def test_injected_gpu_faults_reach_every_format_and_the_sweep(mock):
         assert r.returncode == 1, r.stderr
         doc = json.loads(r.stdout)
         assert not doc["healthy"] and doc["thresholds"]["sm_clock_min_share"] == 0.5
+        # findings as data for CI: a stable code, the part, the value read and the limit it was judged against
+        found = [f for t in doc["targets"] for f in t["findings"]]
         assert {"severity": "critical", "check": "gpu", "message": "GPU 2: XID 79 (fallen off the bus) at PCI 0000:47:00",
-                "host": "gpu03"} in \
-            [f for t in doc["targets"] for f in t["findings"]]
+                "host": "gpu03", "code": "gpu.xid", "component": "gpu2", "value": 79, "limit": None, "unit": None} in found
+        assert [(f["component"], f["value"], f["limit"], f["unit"]) for f in found if f["code"] == "gpu.sm_clock_low"] \
+            == [("gpu4", 420.0, 705.0, "MHz")]
+        assert {f["code"] for f in found} == {"gpu.xid", "gpu.remap_failed", "gpu.remap_pending", "gpu.clocks_slowed",
+                                              "gpu.sm_clock_low"}
     finally:
         host.faults = GPUFaults()
     [hh] = health.full_sweep(pool, inv, ["gpu03"])

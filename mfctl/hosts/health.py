@@ -10,6 +10,7 @@ maximum on a GPU that is not idle, is a warning. ``[N/A]`` readings are never ju
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from mfctl.errors import ParseError
 from mfctl.hosts import iproute, nvidia_smi
@@ -44,10 +45,20 @@ def thresholds(overrides: dict[str, float] | None = None) -> dict[str, float]:
 
 @dataclass
 class Finding:
+    """One judgement on one target. ``code`` is stable for machines (``gpu.xid``,
+    ``optics.rx_power_low``, …: the list is in docs/health.md); ``component`` names the part
+    (``gpu3``, ``ens1f0np0``, ``nic1``, ``mlx5_1/1``, ``port7``); ``value`` is what was read and
+    ``limit`` what it was judged against, in ``unit``. The message says all of it for people."""
+
     host: str
-    severity: str  # ok | warning | critical
-    check: str
+    severity: str  # warning | critical
+    check: str  # ssh | gpu | nic | rdma | optics | roce | ocs (the JUnit test case)
     message: str
+    code: str = ""
+    component: str | None = None
+    value: Any = None
+    limit: Any = None
+    unit: str | None = None
 
     def to_dict(self) -> dict:
         return self.__dict__.copy()
@@ -89,18 +100,21 @@ def check_host(inv_host, gpu_res, link_res, limits: dict[str, float] | None = No
     lim = thresholds(limits)
     hh = HostHealth(inv_host.name, elapsed_s=max(gpu_res.elapsed_s, link_res.elapsed_s),
                     reachable=not (gpu_res.error and link_res.error))
-    add = lambda sev, chk, msg: hh.findings.append(Finding(inv_host.name, sev, chk, msg))  # noqa: E731
+    def add(sev, chk, msg, code, **kw):
+        hh.findings.append(Finding(inv_host.name, sev, chk, msg, code, **kw))
+
     if gpu_res.error and link_res.error:
-        add("critical", "ssh", gpu_res.error)
+        add("critical", "ssh", gpu_res.error, "ssh.unreachable")
         return hh
     if not gpu_res.ok:
-        add("critical", "gpu", gpu_res.error or f"nvidia-smi exited {gpu_res.rc}: {gpu_res.stderr.strip()[:200]}")
+        add("critical", "gpu", gpu_res.error or f"nvidia-smi exited {gpu_res.rc}: {gpu_res.stderr.strip()[:200]}",
+            "gpu.query_failed", value=gpu_res.rc)
     else:
         try:
             rows = nvidia_smi.parse_query_csv(gpu_res.stdout)
             gpus = [nvidia_smi.GPUStatus.from_row(r) for r in rows]
         except ParseError as e:
-            add("critical", "gpu", str(e))
+            add("critical", "gpu", str(e), "gpu.unparsable")
             rows, gpus = [], []
         for r in rows:  # "00000000:4E:00.0" → ("4e", "00"): kernel-log XIDs name GPUs by PCI address
             parts = str(r.get("pci.bus_id") or "").lower().split(":")
@@ -109,50 +123,61 @@ def check_host(inv_host, gpu_res, link_res, limits: dict[str, float] | None = No
         hh.gpus = len(gpus)
         off = [g.index for g in gpus if g.persistence is False]
         if off:
-            add("warning", "gpu", f"persistence mode is off on GPU {_indexes(off)}")
+            add("warning", "gpu", f"persistence mode is off on GPU {_indexes(off)}", "gpu.persistence_off", value=off)
         mig = [g.index for g in gpus if g.mig]
         if mig:  # MoE training takes whole GPUs; a MIG-partitioned GPU shows up as slices
             add("warning", "gpu", f"MIG mode is enabled on GPU {_indexes(mig)} (training needs whole GPUs: "
-                                  "nvidia-smi -mig 0 and a GPU reset)")
+                                  "nvidia-smi -mig 0 and a GPU reset)", "gpu.mig_enabled", value=mig)
         if gpus and len(gpus) != inv_host.gpus.count:
-            add("critical", "gpu", f"{len(gpus)} GPUs visible, inventory says {inv_host.gpus.count}")
+            add("critical", "gpu", f"{len(gpus)} GPUs visible, inventory says {inv_host.gpus.count}", "gpu.count",
+                value=len(gpus), limit=inv_host.gpus.count)
         for g in gpus:
-            if g.temperature_c is not None and g.temperature_c >= lim["gpu_temp_crit_c"]:
-                add("critical", "gpu", f"GPU {g.index} at {g.temperature_c} °C")
-            elif g.temperature_c is not None and g.temperature_c >= lim["gpu_temp_warn_c"]:
-                add("warning", "gpu", f"GPU {g.index} at {g.temperature_c} °C")
+            gpu = f"gpu{g.index}"
+            for sev, t_lim in (("critical", lim["gpu_temp_crit_c"]), ("warning", lim["gpu_temp_warn_c"])):
+                if g.temperature_c is not None and g.temperature_c >= t_lim:
+                    add(sev, "gpu", f"GPU {g.index} at {g.temperature_c} °C", "gpu.temperature", component=gpu,
+                        value=g.temperature_c, limit=t_lim, unit="C")
+                    break
             if g.ecc_uncorrected:
-                add("critical", "gpu", f"GPU {g.index} has {g.ecc_uncorrected} uncorrected ECC errors")
+                add("critical", "gpu", f"GPU {g.index} has {g.ecc_uncorrected} uncorrected ECC errors", "gpu.ecc_uncorrected",
+                    component=gpu, value=g.ecc_uncorrected, limit=0)
             if g.remap_failure:
-                add("critical", "gpu", f"GPU {g.index}: row remapping failed (memory repair exhausted: RMA)")
+                add("critical", "gpu", f"GPU {g.index}: row remapping failed (memory repair exhausted: RMA)",
+                    "gpu.remap_failed", component=gpu)
             elif g.remap_pending:
-                add("warning", "gpu", f"GPU {g.index}: row remap pending (reset the GPU to apply it)")
+                add("warning", "gpu", f"GPU {g.index}: row remap pending (reset the GPU to apply it)", "gpu.remap_pending",
+                    component=gpu)
             clk = "" if g.sm_clock_mhz is None else f" (SM {g.sm_clock_mhz:g}" + (
                 f" of {g.sm_clock_max_mhz:g} MHz)" if g.sm_clock_max_mhz else " MHz)")
             if g.clock_events:
-                add("warning", "gpu", f"GPU {g.index} clocks slowed by {', '.join(g.clock_events)}{clk}")
+                add("warning", "gpu", f"GPU {g.index} clocks slowed by {', '.join(g.clock_events)}{clk}", "gpu.clocks_slowed",
+                    component=gpu, value=list(g.clock_events))
             elif (g.idle is False and g.sm_clock_mhz is not None and g.sm_clock_max_mhz
                   and g.sm_clock_mhz < lim["sm_clock_min_share"] * g.sm_clock_max_mhz):
-                add("warning", "gpu", f"GPU {g.index} SM clock far below its maximum{clk}")
+                add("warning", "gpu", f"GPU {g.index} SM clock far below its maximum{clk}", "gpu.sm_clock_low", component=gpu,
+                    value=g.sm_clock_mhz, limit=round(lim["sm_clock_min_share"] * g.sm_clock_max_mhz, 1), unit="MHz")
 
     if not link_res.ok:
-        add("critical", "nic", link_res.error or f"ip exited {link_res.rc}: {link_res.stderr.strip()[:200]}")
+        add("critical", "nic", link_res.error or f"ip exited {link_res.rc}: {link_res.stderr.strip()[:200]}",
+            "nic.query_failed", value=link_res.rc)
     else:
         try:
             links = iproute.parse_links(link_res.stdout)
         except ParseError as e:
-            add("critical", "nic", str(e))
+            add("critical", "nic", str(e), "nic.unparsable")
             links = {}
         for nic in inv_host.nics:
             for lane in nic.lanes:
                 l = links.get(lane.netdev)
                 if l is None:
                     if links:
-                        add("critical", "nic", f"{nic.name} lane {lane.index}: netdev {lane.netdev} not present")
+                        add("critical", "nic", f"{nic.name} lane {lane.index}: netdev {lane.netdev} not present",
+                            "nic.netdev_missing", component=lane.netdev)
                     continue
                 (hh.links_up if l.up else hh.links_down).append(lane.netdev)
                 if nic.role == "eps" and not l.up:
-                    add("critical", "nic", f"EPS link {lane.netdev} ({nic.name}) is {l.operstate}")
+                    add("critical", "nic", f"EPS link {lane.netdev} ({nic.name}) is {l.operstate}", "nic.eps_link_down",
+                        component=lane.netdev, value=l.operstate)
     return hh
 
 
@@ -201,7 +226,8 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
         if not hh.reachable:
             return hh
         inv_host = inv.host(name)
-        add = lambda sev, chk, msg: hh.findings.append(Finding(name, sev, chk, msg))  # noqa: E731
+        def add(sev, chk, msg, code, **kw):
+            hh.findings.append(Finding(name, sev, chk, msg, code, **kw))
 
         def read(argv, parser, check):
             """Run and parse; None when the command failed or its output did not parse (a warning)."""
@@ -211,7 +237,7 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
             try:
                 return parser(r.stdout)
             except ParseError as e:
-                add("warning", check, str(e))
+                add("warning", check, str(e), f"{check}.unparsable", component=argv[0])
                 return None
 
         r = pool.run(name, ["dmesg", "--level=err,warn"])
@@ -224,14 +250,16 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                     gi = hh.gpu_by_pci.get((parts[-2], parts[-1].split(".")[0])) if len(parts) >= 3 else None
                     who = f"GPU {gi}" if gi is not None else "a GPU"
                     add("critical" if x in XID_CRITICAL else "warning", "gpu",
-                        f"{who}: XID {x} ({XID_MEANING.get(x, 'see the NVIDIA Xid catalogue')}) at PCI {pci}")
+                        f"{who}: XID {x} ({XID_MEANING.get(x, 'see the NVIDIA Xid catalogue')}) at PCI {pci}", "gpu.xid",
+                        component=f"gpu{gi}" if gi is not None else pci, value=x)
         nv = read(nvidia_smi.nvlink_argv(), nvidia_smi.parse_nvlink_status, "gpu")
         if nv is not None and not nv.unsupported:  # (no NVLink at all, or MIG: nothing to judge)
             down = {g: sorted(k for k, v in links.items() if v is None) for g, links in nv.gpus.items()}
             for g, ks in down.items():
                 if ks:  # an inactive link: NVLink all-to-all and TP traffic inside the server slow down
                     add("warning", "gpu", f"GPU {g}: NVLink {', '.join(map(str, ks))} inactive "
-                                          f"({len(nv.gpus[g]) - len(ks)} of {len(nv.gpus[g])} up)")
+                                          f"({len(nv.gpus[g]) - len(ks)} of {len(nv.gpus[g])} up)", "gpu.nvlink_inactive",
+                        component=f"gpu{g}", value=ks, limit=len(nv.gpus[g]))
         from mfctl.hosts import rdma
 
         rep = read(["ibstat"], rdma.parse_ibstat, "rdma")
@@ -239,35 +267,42 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
             eps_devs = {n.rdma_device or f"mlx5_{i}" for i, n in enumerate(inv_host.nics) if n.role == "eps"}
             for p in rep.ports:
                 if not p.active and p.device in eps_devs:
-                    add("critical", "rdma", f"{p.device} port {p.port} is {p.state} ({p.physical_state}): the EPS RDMA path is down")
+                    add("critical", "rdma", f"{p.device} port {p.port} is {p.state} ({p.physical_state}): the EPS RDMA path is down",
+                        "rdma.port_down", component=f"{p.device}/{p.port}", value=p.state)
             for e in rep.errors:
-                add("warning", "rdma", e)
+                add("warning", "rdma", e, "rdma.unparsable", component="ibstat")
         for nic in inv_host.nics:
             for lane in nic.lanes:
                 ls = read(ethtool.link_argv(lane.netdev), ethtool.parse_link, "nic")
                 if ls is not None:
                     want = int(nic.lane_rate_gbps * 1000)
                     if ls.link_detected and ls.speed_mbps and ls.speed_mbps != want:
-                        add("warning", "nic", f"{lane.netdev} runs at {ls.speed_mbps} Mb/s, expected {want}")
+                        add("warning", "nic", f"{lane.netdev} runs at {ls.speed_mbps} Mb/s, expected {want}", "nic.speed",
+                            component=lane.netdev, value=ls.speed_mbps, limit=want, unit="Mb/s")
                 if lane.ocs_tx is not None and lane.netdev in hh.links_up:
                     mod = read(ethtool.module_argv(lane.netdev), ethtool.parse_module, "optics")
                     if mod is not None:
                         for flag in mod.flags_on:
-                            add("critical" if "alarm" in flag else "warning", "optics", f"{lane.netdev}: {flag}")
+                            add("critical" if "alarm" in flag else "warning", "optics", f"{lane.netdev}: {flag}",
+                                "optics.flag", component=lane.netdev, value=flag)
                         low_w, low_a = mod.thresholds.get("rx_power_low_warning_dbm"), mod.thresholds.get("rx_power_low_alarm_dbm")
                         for ch, v in mod.rx_power_dbm.items():
                             if v is None or (low_a is not None and v < low_a):
-                                add("critical", "optics", f"{lane.netdev} channel {ch}: Rx {v} dBm below the alarm threshold {low_a}")
+                                add("critical", "optics", f"{lane.netdev} channel {ch}: Rx {v} dBm below the alarm threshold {low_a}",
+                                    "optics.rx_power_low", component=f"{lane.netdev}/{ch}", value=v, limit=low_a, unit="dBm")
                             elif low_w is not None and v < low_w:
-                                add("warning", "optics", f"{lane.netdev} channel {ch}: Rx {v} dBm below the warning threshold {low_w}")
+                                add("warning", "optics", f"{lane.netdev} channel {ch}: Rx {v} dBm below the warning threshold {low_w}",
+                                    "optics.rx_power_low", component=f"{lane.netdev}/{ch}", value=v, limit=low_w, unit="dBm")
             st = read(ethtool.stats_argv(nic.lanes[0].netdev), ethtool.parse_stats, "nic")
             if st is not None:
-                for names, limit, what in ((ethtool.PHY_ERRORS, "nic_phy_errors_max", "physical-layer errors (a dirty "
-                                            "connector, a failing transceiver or fibre?)"),
-                                           (ethtool.DROPS, "nic_drops_max", "drops for lack of buffers (PFC/buffers?)")):
+                for names, limit, what, code in ((ethtool.PHY_ERRORS, "nic_phy_errors_max", "physical-layer errors (a dirty "
+                                                  "connector, a failing transceiver or fibre?)", "nic.phy_errors"),
+                                                 (ethtool.DROPS, "nic_drops_max", "drops for lack of buffers (PFC/buffers?)",
+                                                  "nic.drops")):
                     bad = ethtool.nonzero(st, names)
                     if sum(bad.values()) > lim[limit]:
-                        add("warning", "nic", f"{nic.name}: {what}: " + ", ".join(f"{k}={v}" for k, v in bad.items()))
+                        add("warning", "nic", f"{nic.name}: {what}: " + ", ".join(f"{k}={v}" for k, v in bad.items()), code,
+                            component=nic.name, value=bad, limit=lim[limit])
                 pb = st.prio_bytes()
                 total = sum(pb.values())
                 roce = int(lim["roce_priority"])
@@ -275,7 +310,8 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                 if total and wrong / total > lim["wrong_priority_share"]:
                     top = max(pb, key=pb.get)
                     add("warning", "roce", f"{nic.name}: {100 * wrong / total:.0f}% of traffic on priorities other than "
-                                           f"{roce} (most on prio {top}): PFC/DSCP not applied?")
+                                           f"{roce} (most on prio {top}): PFC/DSCP not applied?", "roce.wrong_priority",
+                        component=nic.name, value=round(wrong / total, 4), limit=lim["wrong_priority_share"])
         return hh
 
     names = list(base)
@@ -284,11 +320,12 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
     if ocs_state is not None:
         hh = HostHealth(inv.ocs.name, reachable=ocs_state.get("error") is None, kind="ocs")
         if ocs_state.get("error"):
-            hh.findings.append(Finding(inv.ocs.name, "critical", "ocs", ocs_state["error"]))
+            hh.findings.append(Finding(inv.ocs.name, "critical", "ocs", ocs_state["error"], "ocs.unreachable"))
         for a in ocs_state.get("standing", []):
-            hh.findings.append(Finding(inv.ocs.name, "critical", "ocs", f"standing alarm {a}"))
+            hh.findings.append(Finding(inv.ocs.name, "critical", "ocs", f"standing alarm {a}", "ocs.alarm", value=a))
         for p in ocs_state.get("dark_outputs", []):
-            hh.findings.append(Finding(inv.ocs.name, "critical", "ocs", f"output port {p} is connected but dark"))
+            hh.findings.append(Finding(inv.ocs.name, "critical", "ocs", f"output port {p} is connected but dark", "ocs.dark_port",
+                                       component=f"port{p}", value=p))
         out.append(hh)
     return out
 
