@@ -96,6 +96,15 @@ def test_main_job_end_to_end_via_cli(tmp_path, cli_env):
     r = subprocess.run(mfctl_cmd("metrics", "export", s["run_id"], "--format", "csv"), capture_output=True, text=True,
                        env=cli_env, cwd=tmp_path)
     assert r.stdout.splitlines()[0].startswith("iteration,host,seconds") and len(r.stdout.splitlines()) == 1 + 48
+    # runs list: the run in the table and in JSON; a runs directory named on the command line that is not there is an error
+    r = subprocess.run(mfctl_cmd("runs", "list", "--json"), capture_output=True, text=True, env=cli_env, cwd=tmp_path)
+    assert [(x["run_id"], x["status"], x["iterations"]) for x in json.loads(r.stdout)["runs"]] == [(s["run_id"], "ok", 12)]
+    r = subprocess.run(mfctl_cmd("runs", "list", "--runs-dir", "nosuchdir"), capture_output=True, text=True, env=cli_env,
+                       cwd=tmp_path)
+    assert r.returncode == 2 and "no runs directory nosuchdir" in r.stderr
+    r = subprocess.run(mfctl_cmd("runs", "list"), capture_output=True, text=True, env={**cli_env, "MFCTL_RUNS_DIR": "none-yet"},
+                       cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "" and "no runs in none-yet" in r.stderr
 
 
 def test_worker_crash_stops_everything_and_exits_1(tmp_path):

@@ -200,13 +200,17 @@ def _runs_dir(runs_dir: Path | None) -> Path:
 
 @runs_app.command("list")
 @handle_errors
-def list_runs(runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
+def list_runs(ctx: typer.Context, runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
     """List runs with their status, iterations and throughput."""
     from rich.table import Table
 
+    from mfctl.errors import UsageError
+
     rows = []
     d = _runs_dir(runs_dir)
-    for p in sorted(d.glob("*/summary.json")) if d.exists() else []:
+    if not d.is_dir() and ctx.get_parameter_source("runs_dir").name == "COMMANDLINE":  # named on purpose: a typo
+        raise UsageError(f"no runs directory {d}")
+    for p in sorted(d.glob("*/summary.json")) if d.is_dir() else []:
         try:
             s = json.loads(p.read_text())
             if not isinstance(s, dict):
@@ -218,6 +222,9 @@ def list_runs(runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
                     | {"reconfigurations": len(s.get("reconfigurations", []))})
     if json_out:
         emit_json({"schema": "mfctl.runs.list/v1", "runs": rows})
+        return
+    if not rows:
+        print_error(f"no runs in {d} (start one with mfctl run PLAYBOOK)", "note")
         return
     t = Table("run", "playbook", "status", "iters", "tokens/s", "reconf")
     t.columns[0].no_wrap = True
