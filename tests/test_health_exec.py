@@ -134,5 +134,27 @@ def test_faults_injected_from_the_command_line_reach_the_health_sweep(tmp_path, 
         assert suite.get("skipped") == "5" and {tc.get("name") for tc in suite if tc.get("classname") == "gpu03"} == {
             "ssh", "gpu", "nic", "rdma", "optics", "roce"}
         assert [tc.get("name") for tc in suite if tc.get("classname") == "ocs1"] == ["ocs"]
+        # NIC error counters: the next sweep judges what they gained since this one (nothing), --since-boot the totals
+        r = subprocess.run(mfctl_cmd("health", "-i", inv, "--json", "--no-ocs"), capture_output=True, text=True, env=cli_env,
+                           timeout=60)
+        assert [t["findings"] for t in json.loads(r.stdout)["targets"] if t["host"] == "gpu04"] == [[]]
+        r = subprocess.run(mfctl_cmd("health", "-i", inv, "--json", "--no-ocs", "--since-boot"), capture_output=True,
+                           text=True, env=cli_env, timeout=60)
+        [f] = [f for t in json.loads(r.stdout)["targets"] if t["host"] == "gpu04" for f in t["findings"]]
+        assert f["code"] == "nic.phy_errors" and "since the driver loaded: rx_crc_errors_phy=120" in f["message"]
     finally:
         subprocess.run(mfctl_cmd("mock", "down", "--state-dir", state), env=cli_env, capture_output=True)
+
+
+def test_nic_error_counters_are_judged_by_what_they_gained_since_the_last_sweep():
+    from mfctl.hosts import ethtool
+    from mfctl.hosts.health import new_errors
+
+    st = ethtool.parse_stats("NIC statistics:\n     rx_crc_errors_phy: 130\n     rx_symbol_err_phy: 4\n     tx_errors_phy: 0\n")
+    names = ethtool.PHY_ERRORS
+    assert new_errors(st, names, None, 1000.0) == ({"rx_crc_errors_phy": 130, "rx_symbol_err_phy": 4},
+                                                   "since the driver loaded", False)
+    before = {"t": 1000.0 - 300, "counters": {"rx_crc_errors_phy": 120, "rx_symbol_err_phy": 4, "tx_errors_phy": 0}}
+    assert new_errors(st, names, before, 1000.0) == ({"rx_crc_errors_phy": 10}, "in the 5 min since the last sweep", True)
+    rebooted = {"t": 0.0, "counters": {"rx_crc_errors_phy": 500}}  # a counter went down: totals again
+    assert new_errors(st, names, rebooted, 1000.0)[1:] == ("since the driver loaded", False)

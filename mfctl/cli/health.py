@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console, print_error
 
 
 @handle_errors
@@ -15,11 +15,14 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
            hosts: str = typer.Option(None, "--hosts", help="Host set (gpu[01-02]); default all."),
            threshold: list[str] = typer.Option(None, "--threshold", help="Override a threshold: name=value (repeat)."),
            no_ocs: bool = typer.Option(False, "--no-ocs", help="Skip the OCS (alarms, dark connected ports)."),
+           since_boot: bool = typer.Option(False, "--since-boot", help="Judge NIC error counters as totals since the "
+                                           "driver loaded, not by what they gained since the last sweep."),
            junit: Path = typer.Option(None, "--junit", help="Also write a JUnit XML report here (for CI; - prints only the XML on stdout)."),
            json_out: bool = JSON_OPT):
     """Sweep every host in parallel (nvidia-smi, dmesg XIDs, ip/ethtool links, ethtool -S priorities,
-    ethtool -m DOM) and the OCS; identical findings are folded. Exit 0 healthy, 1 when anything is critical
-    (an unreachable host is), 4 when no host could be reached."""
+    ethtool -m DOM) and the OCS; identical findings are folded. NIC error counters are judged by what they
+    gained since the previous sweep of the host (its readings are kept in the state dir), the first time as
+    totals. Exit 0 healthy, 1 when anything is critical (an unreachable host is), 4 when no host could be reached."""
     from rich.table import Table
 
     from mfctl import settings
@@ -58,7 +61,12 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
             ocs_state = {"error": str(e)}
     with SSHPool(targets_from_inventory(inv), connect_timeout=settings.get_float("connect_timeout"),
                  command_timeout=settings.get_float("command_timeout"), fanout=settings.get_int("fanout")) as pool:
-        results = H.full_sweep(pool, inv, names, overrides, ocs_state)
+        before = H.load_baseline(inv)
+        results = H.full_sweep(pool, inv, names, overrides, ocs_state, None if since_boot else before)
+    try:
+        H.save_baseline(inv, results, before)
+    except OSError as e:
+        print_error(f"NIC counters of this sweep not kept ({e.strerror or e}): the next sweep judges totals", "warning")
     crit = any(f.severity == "critical" for r in results for f in r.findings)
     to_stdout = junit is not None and str(junit) == "-"
     if to_stdout:  # the XML is the output

@@ -20,8 +20,8 @@ THRESHOLDS = {
     "gpu_temp_warn_c": 80.0,  # A100 slowdown begins near 85 °C (datasheet class)
     "gpu_temp_crit_c": 87.0,
     "wrong_priority_share": 0.01,  # RoCE bytes outside the lossless priority, as a share of all bytes
-    "nic_phy_errors_max": 0.0,  # physical-layer error frames (CRC, symbol, length) a NIC may show since boot
-    "nic_drops_max": 0.0,  # frames dropped for lack of buffers (discards, out of buffer)
+    "nic_phy_errors_max": 0.0,  # physical-layer error frames (CRC, symbol, length) a NIC may gain between sweeps
+    "nic_drops_max": 0.0,  # frames dropped for lack of buffers (discards, out of buffer) between sweeps
     "roce_priority": 3.0,
     "sm_clock_min_share": 0.5,  # SM clock below this share of clocks.max.sm on a busy GPU, with no reason given
 }
@@ -75,6 +75,7 @@ class HostHealth:
     reachable: bool = True
     kind: str = "host"  # host | ocs
     gpu_by_pci: dict[tuple[str, str], int] = field(default_factory=dict)  # (bus, device) → GPU index
+    nic_counters: dict[str, dict] = field(default_factory=dict)  # NIC → {"t": epoch s, "counters": {name: value}}
 
     @property
     def worst(self) -> str:
@@ -208,17 +209,44 @@ XID_MEANING = {13: "graphics engine exception", 31: "GPU memory page fault", 43:
                95: "uncontained ECC error", 119: "GSP RPC timeout", 120: "GSP error"}
 
 
+def new_errors(stats, names: tuple[str, ...], before: dict | None, now: float) -> tuple[dict[str, int], str, bool]:
+    """The error counters of ``names`` that grew since ``before`` (the previous sweep's reading of
+    this NIC: ``{"t": epoch s, "counters": {name: value}}``), the period they cover in words, and
+    whether they are increments (True) or totals (False).
+    Without a previous reading, or when a counter went down (the driver was reloaded, the host
+    rebooted), the totals since the driver loaded."""
+    from mfctl.hosts import ethtool
+
+    now_c = {n: stats.counters[n] for n in names if n in stats.counters}
+    old_c = (before or {}).get("counters") or {}
+    if not before or any(v < old_c.get(n, 0) for n, v in now_c.items()):
+        return ethtool.nonzero(stats, names), "since the driver loaded", False
+    grown = {n: v - old_c.get(n, 0) for n, v in now_c.items() if v > old_c.get(n, 0)}
+    return grown, f"in the {_duration(now - float(before.get('t', now)))} since the last sweep", True
+
+
+def _duration(s: float) -> str:
+    s = max(0.0, s)
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
 def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, float] | None = None,
-               ocs_state: dict | None = None) -> list[HostHealth]:
+               ocs_state: dict | None = None, baseline: dict | None = None) -> list[HostHealth]:
     """The operator's health sweep (``mfctl health``): the preflight checks plus XID events,
     per-lane link speed, per-priority RoCE counters, transceiver DOM against each module's
-    own thresholds, and (given ``ocs_state``) OCS alarms and dark connected ports."""
+    own thresholds, and (given ``ocs_state``) OCS alarms and dark connected ports.
+
+    NIC error counters are judged by what they gained since ``baseline`` (the previous sweep's
+    ``HostHealth.nic_counters`` by host, see :func:`load_baseline`), else as totals since the
+    driver loaded; each result's ``nic_counters`` holds this sweep's readings."""
     import re
+    import time
     from concurrent.futures import ThreadPoolExecutor
 
     from mfctl.hosts import ethtool
 
     lim = thresholds(limits)
+    now = time.time()
     base = {h.host: h for h in sweep(pool, inv, hosts, limits)}
 
     def deeper(name: str) -> HostHealth:
@@ -299,10 +327,13 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                                                   "connector, a failing transceiver or fibre?)", "nic.phy_errors"),
                                                  (ethtool.DROPS, "nic_drops_max", "drops for lack of buffers (PFC/buffers?)",
                                                   "nic.drops")):
-                    bad = ethtool.nonzero(st, names)
+                    bad, since, grown = new_errors(st, names, (baseline or {}).get(name, {}).get(nic.name), now)
                     if sum(bad.values()) > lim[limit]:
-                        add("warning", "nic", f"{nic.name}: {what}: " + ", ".join(f"{k}={v}" for k, v in bad.items()), code,
-                            component=nic.name, value=bad, limit=lim[limit])
+                        add("warning", "nic", f"{nic.name}: {what} {since}: "
+                            + ", ".join(f"{k}={'+' if grown else ''}{v}" for k, v in bad.items()),
+                            code, component=nic.name, value=bad, limit=lim[limit])
+                hh.nic_counters[nic.name] = {"t": now, "counters": {k: st.counters[k] for k in ethtool.PHY_ERRORS
+                                                                    + ethtool.DROPS if k in st.counters}}
                 pb = st.prio_bytes()
                 total = sum(pb.values())
                 roce = int(lim["roce_priority"])
@@ -359,3 +390,39 @@ def junit(results: list[HostHealth]) -> str:
     suite.set("failures", str(fails))
     suite.set("skipped", str(skipped))
     return ET.tostring(suite, encoding="unicode")
+
+
+def baseline_path(inv) -> "Path":
+    """Where the last sweep's NIC error counters of this inventory are kept (the state dir)."""
+    from pathlib import Path
+
+    from mfctl import settings
+
+    return Path(settings.state_dir()) / "health" / f"{inv.name}-nic-counters.json"
+
+
+def load_baseline(inv) -> dict:
+    """The previous sweep's NIC counters by host (``{}`` when there is none or it is unreadable)."""
+    import json
+
+    try:
+        data = json.loads(baseline_path(inv).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def save_baseline(inv, results: list[HostHealth], before: dict) -> None:
+    """Record this sweep's NIC counters (hosts not swept keep their earlier reading); atomic."""
+    import json
+    import os
+    import tempfile
+
+    data = dict(before)
+    data.update({hh.host: hh.nic_counters for hh in results if hh.nic_counters})
+    p = baseline_path(inv)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, p)
