@@ -27,16 +27,14 @@ MAX_NODES = 200_000  # after alias expansion: stops "billion laughs" documents
 
 
 def _walk(node: yaml.Node, path: Loc, lines: dict[Loc, int], src: str, budget: list[int]) -> None:
-    import yaml  # (a module lookup per node: cheap; yaml itself is imported only when a file is parsed)
-
     budget[0] -= 1
     if budget[0] < 0:
         raise ConfigError(f"document too large (more than {MAX_NODES} nodes after expanding YAML aliases)", path=src)
     lines[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
+    if node.id == "mapping":  # (PyYAML's node kinds: mapping, sequence, scalar)
         seen: dict[str, int] = {}
         for k, v in node.value:
-            key = k.value if isinstance(k, yaml.ScalarNode) else str(k)
+            key = k.value if k.id == "scalar" else str(k)
             line = k.start_mark.line + 1
             if key in seen:
                 raise ConfigError(f"duplicate key {key!r} (first defined on line {seen[key]})", path=src, line=line)
@@ -44,7 +42,7 @@ def _walk(node: yaml.Node, path: Loc, lines: dict[Loc, int], src: str, budget: l
             lines[path + (key,)] = line
             _walk(v, path + (key,), lines, src, budget)
             lines[path + (key,)] = line  # keep the key's line, not the value's
-    elif isinstance(node, yaml.SequenceNode):
+    elif node.id == "sequence":
         for i, item in enumerate(node.value):
             _walk(item, path + (i,), lines, src, budget)
 
