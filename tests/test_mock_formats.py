@@ -52,6 +52,29 @@ def csv_rows(pool, host, fields=nvidia_smi.HEALTH_FIELDS + ["uuid", "pci.bus_id"
     return nvidia_smi.parse_query_csv(out(pool, host, nvidia_smi.query_argv(fields)))
 
 
+
+def test_nvidia_smi_table_list_and_id_selection_follow_the_real_layout(mock):
+    """`nvidia-smi` without options lays out its table column for column like the 550 capture
+    (same widths, same separators); -L and -i agree with the query CSV."""
+    from conftest import DATA
+
+    _, _, pool, _ = mock
+    real = (DATA / "nvidia-smi" / "h100x8-default-table-drv550.txt").read_text().splitlines()
+    got = out(pool, "gpu02", ["nvidia-smi"]).splitlines()
+    shape = lambda lines: [(len(ln), [i for i, c in enumerate(ln) if c in "|+"]) for ln in lines[1:]]  # noqa: E731
+    assert shape(got) == shape(real)  # 8 GPUs in both: every line the same length, every separator in place
+    rows = csv_rows(pool, "gpu02")
+    gpu3 = got[8 + 4 * 3: 8 + 4 * 3 + 2]
+    assert gpu3[0].split("|")[1].split() == ["3", *rows[3]["name"].split(), "On"]
+    assert gpu3[0].split("|")[2].split() == [rows[3]["pci.bus_id"], "Off"] and f"{rows[3]['temperature.gpu']}C" in gpu3[1]
+    listed = out(pool, "gpu02", ["nvidia-smi", "-L"]).splitlines()
+    assert listed[3] == f"GPU 3: {rows[3]['name']} (UUID: {rows[3]['uuid']})" and len(listed) == 8
+    one = nvidia_smi.parse_query_csv(out(pool, "gpu02", ["nvidia-smi", "-i", "3,5"] + nvidia_smi.query_argv(["index", "uuid"])[1:]))
+    assert [(r["index"], r["uuid"]) for r in one] == [(3, rows[3]["uuid"]), (5, rows[5]["uuid"])]
+    assert len(out(pool, "gpu02", ["nvidia-smi", "-i", rows[6]["pci.bus_id"]]).splitlines()) == len(got) - 4 * 7
+    r = pool.run("gpu02", ["nvidia-smi", "-i", "8", "-L"])
+    assert r.rc == 6 and r.stdout == "No devices were found\n"
+
 def test_gpu_formats_agree_with_the_query_csv(mock):
     _, _, pool, _ = mock
     rows = csv_rows(pool, "gpu02")

@@ -1,7 +1,8 @@
 """Mock GPU tools of a host, from its simulated GPU state, in the real tools' layouts
 (modelled on the captures in tests/data: nvidia-smi 535 on Ampere, DCGM 3.3.3, dcgm-exporter):
 
-- ``nvidia-smi -q`` (text) and ``nvidia-smi -q -x`` (XML, DTD v12), ``nvidia-smi topo -m``,
+- ``nvidia-smi`` (the default table), ``-L``, ``-i ID`` on any of them,
+  ``nvidia-smi -q`` (text) and ``nvidia-smi -q -x`` (XML, DTD v12), ``nvidia-smi topo -m``,
   ``nvidia-smi nvlink -s`` (A100: 12 links at 25 GB/s per GPU; not supported in MIG mode);
 - ``dcgmi discovery -l``, ``dcgmi diag -r 1|2|3`` (old result-table layout);
 - ``curl -s http://localhost:9400/metrics`` — dcgm-exporter's Prometheus text on its default port;
@@ -121,11 +122,11 @@ def _ed(v: bool) -> str:
 
 # --- nvidia-smi -q ----------------------------------------------------------------------
 
-def _q_text(h) -> str:
+def _q_text(h, ids: list[int]) -> str:
     out = ["", "==============NVSMI LOG==============", "", f"Timestamp                                 : {time.ctime()}",
            f"Driver Version                            : {DRIVER}", f"CUDA Version                              : {CUDA}", "",
            f"Attached GPUs                             : {h.gpus}"]
-    for i in range(h.gpus):
+    for i in ids:
         g = gpu(h, i)
         kv = lambda ind, k, v="": out.append(" " * ind + (f"{k:<{38 - ind + 4}}: {v}" if v != "" else k))
         out.append(f"GPU {g.bus}")
@@ -219,14 +220,14 @@ def _q_text(h) -> str:
     return "\n".join(out) + "\n"
 
 
-def _q_xml(h) -> str:
+def _q_xml(h, ids: list[int]) -> str:
     def el(ind, tag, v=None):
         return " " * ind + (f"<{tag}>{v}</{tag}>" if v is not None else f"<{tag}>")
 
     out = ['<?xml version="1.0" encoding="UTF-8"?>', '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">', "<nvidia_smi_log>",
            el(4, "timestamp", time.ctime()), el(4, "driver_version", DRIVER), el(4, "cuda_version", CUDA),
            el(4, "attached_gpus", h.gpus)]
-    for i in range(h.gpus):
+    for i in ids:
         g = gpu(h, i)
         out.append(f'    <gpu id="{g.bus}">')
         out += [el(8, "product_name", g.name), el(8, "product_brand", "NVIDIA"), el(8, "product_architecture", "Ampere"),
@@ -333,10 +334,69 @@ def _nvlink(h) -> str:
     return "".join(ln + "\n" for ln in out)
 
 
-def nvidia_smi(h, args: list[str], out, err) -> int | None:
-    """``-q [-x]``, ``topo -m``, ``nvlink -s``; None for arguments this module does not model."""
+def select_ids(args: list[str], n: int) -> tuple[list[int], list[str], str | None]:
+    """nvidia-smi's ``-i ID[,ID]`` / ``--id=ID[,ID]`` (indexes or PCI bus ids): the GPUs, the other
+    arguments, and an error text (None when fine)."""
+    rest, spec = [], None
+    it = iter(args)
+    for a in it:
+        if a in ("-i", "--id"):
+            spec = next(it, "")
+        elif a.startswith("--id="):
+            spec = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+    if spec is None:
+        return list(range(n)), rest, None
+    ids = []
+    for part in spec.split(","):
+        part = part.strip()
+        hit = [i for i in range(n) if part == str(i) or part.upper() in (bus_id(i), bus_id(i)[4:])]
+        if not hit:
+            return [], rest, "No devices were found\n"
+        ids += hit
+    return ids, rest, None
+
+
+def _table(h, ids: list[int]) -> str:
+    """nvidia-smi without options: the 89-column GPU table of R530+ drivers (the corpus' 550
+    capture) and the processes table (the mock runs no CUDA process)."""
+    bar = "+" + "-" * 89 + "+"
+    sep = "+-----------------------------------------+------------------------+----------------------+"
+    out = [time.strftime("%a %b %d %H:%M:%S %Y"), bar,
+           f"| NVIDIA-SMI {DRIVER:<23}Driver Version: {DRIVER:<15}CUDA Version: {CUDA:<9}|",
+           "|-----------------------------------------+------------------------+----------------------+",
+           "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+           "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
+           "|                                         |                        |               MIG M. |",
+           "|=========================================+========================+======================|"]
+    for i in ids:
+        g = gpu(h, i)
+        ecc = "On" if g.mig else str(g.ecc_uncorrected)
+        util = "N/A" if g.util is None else f"{g.util}%"
+        out += [f"|{i:>4}  {g.name[:25]:<25}{'On' if g.persistence else 'Off':>8}  |{g.bus:>19} Off |{ecc:>21} |",
+                f"| N/A  {f'{g.temp}C':>4}    P0{f'{g.power:.0f}W':>16} / {f'{POWER_LIMIT_W:.0f}W':>5} |"
+                f"{f'{MEM_USED_MIB}MiB':>11} / {f'{MEM_TOTAL_MIB - MEM_RESERVED_MIB}MiB':>9} |{util:>8}{'Default':>13} |",
+                f"|                                         |                        |{_ed(g.mig):>21} |", sep]
+    out += ["", bar, "| Processes:" + " " * 78 + "|",
+            "|  GPU   GI   CI        PID   Type   Process name                              GPU Memory |",
+            "|        ID   ID                                                               Usage      |",
+            "|" + "=" * 89 + "|", "|  No running processes found" + " " * 61 + "|", bar]
+    return "".join(ln + "\n" for ln in out)
+
+
+def nvidia_smi(h, args: list[str], out, err, ids: list[int] | None = None) -> int | None:
+    """No options (the table), ``-L``, ``-q [-x]``, ``topo -m``, ``nvlink -s``, on the GPUs ``ids``
+    (default all: see :func:`select_ids`); None for arguments this module does not model."""
+    ids = list(range(h.gpus)) if ids is None else ids
+    if not args:
+        out(_table(h, ids))
+        return 0
+    if args in (["-L"], ["--list-gpus"]):
+        out("".join(f"GPU {i}: {gpu(h, i).name} (UUID: {gpu(h, i).uuid})\n" for i in ids))
+        return 0
     if args[:1] == ["-q"] or args[:1] == ["--query"]:
-        out(_q_xml(h) if "-x" in args or "--xml-format" in args else _q_text(h))
+        out(_q_xml(h, ids) if "-x" in args or "--xml-format" in args else _q_text(h, ids))
         return 0
     if args[:1] == ["topo"]:
         if "-m" not in args:

@@ -174,6 +174,10 @@ class MockHost:
     driver: int = 535  # the mock driver branch: before 535 only clocks_throttle_reasons.* exist
 
     def _nvidia_smi(self, args: list[str], channel) -> int:
+        ids, args, problem = gputools.select_ids(args, self.gpus)
+        if problem:
+            channel.sendall(problem.encode())
+            return 6  # nvidia-smi's "not found" return code
         for flag, attr in (("-pm", "gpu_persistence"), ("-mig", "gpu_mig")):
             if flag in args and self.config is not None:
                 v = args[args.index(flag) + 1] if args.index(flag) + 1 < len(args) else ""
@@ -183,16 +187,18 @@ class MockHost:
                 setattr(self.config, attr, v == "1")
                 what = "persistence mode" if flag == "-pm" else "MIG mode"
                 channel.sendall("".join(f"{'Enabled' if v == '1' else 'Disabled'} {what} for GPU {gputools.bus_id(i)}.\n"
-                                        for i in range(self.gpus)).encode() + b"All done.\n")
+                                        for i in range(self.gpus)).encode() + b"All done.\n")  # host-wide knobs
                 return 0
-        rc = gputools.nvidia_smi(self, args, lambda t: channel.sendall(t.encode()), lambda t: channel.sendall_stderr(t.encode()))
+        rc = gputools.nvidia_smi(self, args, lambda t: channel.sendall(t.encode()), lambda t: channel.sendall_stderr(t.encode()),
+                                 ids)
         if rc is not None:
             return rc
         q = next((a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")), None)
         fmt = next((a.split("=", 1)[1] for a in args if a.startswith("--format=")), "")
         if q is None or not fmt.startswith("csv"):
-            channel.sendall_stderr(b"mock nvidia-smi: modelled are --query-gpu=... --format=csv[,noheader][,nounits], -q, -q -x, "
-                                   b"topo -m, nvlink -s, -pm 0|1 and -mig 0|1 (not the default table or -i)\n")
+            channel.sendall_stderr(b"mock nvidia-smi: modelled are the default table, -L, --query-gpu=... "
+                                   b"--format=csv[,noheader][,nounits], -q, -q -x, topo -m, nvlink -s, -pm 0|1, -mig 0|1 "
+                                   b"and -i ID on each\n")
             return 2
         fields = [f.strip() for f in q.split(",") if f.strip()]
         for f in fields:
@@ -206,7 +212,7 @@ class MockHost:
             if "nounits" in opts:
                 hdr = [h.split(" [")[0] for h in hdr]
             lines.append(", ".join(hdr))
-        for i in range(self.gpus):
+        for i in ids:
             g = gputools.gpu(self, i)
             vals = [self.GPU_FIELDS[f][1](g) for f in fields]
             if "nounits" in opts:
