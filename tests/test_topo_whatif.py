@@ -38,6 +38,24 @@ def test_topo_plan_with_inventory_lanes_and_ports(tokens_json, cli_env):
     assert out["routes"]["gpu03->gpu04"] == {"via": "eps"}
 
 
+
+def test_topo_plan_output_stays_readable_for_big_and_absurd_matrices(tmp_path, cli_env):
+    rng = np.random.default_rng(7)
+    m = rng.integers(1, 10**9, size=(40, 40)).astype(float)
+    np.fill_diagonal(m, 0)
+    p = tmp_path / "m40.json"
+    p.write_text(json.dumps(m.tolist()))
+    out = run(cli_env, "topo", "plan", p).stdout
+    doc = json.loads(run(cli_env, "topo", "plan", p, "--json").stdout)
+    pairs = int((np.triu(np.array(doc["circuits"])) > 0).sum())
+    assert f"{pairs} server pairs with circuits among 40 servers (first 40; --json for all)" in out
+    assert max(len(ln) for ln in out.splitlines()) < 200  # no 40-column matrix
+    huge = np.full((4, 4), 1e300)
+    np.fill_diagonal(huge, 0)
+    p.write_text(json.dumps(huge.tolist()))
+    line = [ln for ln in run(cli_env, "topo", "plan", p).stdout.splitlines() if ln.startswith("estimated")][0]
+    assert "e+293 ms" in line and len(line) < 150
+
 def test_topo_eval_and_min_change(tokens_json, tmp_path, cli_env):
     out = json.loads(run(cli_env, "topo", "eval", tokens_json, "--ports", "3", "--json").stdout)
     by = {r["topology"]: r for r in out["topologies"]}

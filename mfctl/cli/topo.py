@@ -23,6 +23,12 @@ HIDDEN_OPT = typer.Option(4096, "--hidden", min=1, max=1 << 20, help="Hidden siz
 BPE_OPT = typer.Option(2, "--bytes-per-element", min=1, max=16, help="Bytes per activation element (tokens input).")
 
 
+
+def _ms(seconds: float, unit: bool = True) -> str:
+    """Seconds as milliseconds for people: 2 decimals, or 4 significant digits once that is absurd."""
+    v = seconds * 1e3
+    return (f"{v:.2f}" if abs(v) < 1e6 else f"{v:.4g}") + (" ms" if unit else "")
+
 def _setup(traffic, kind, inventory, region, ports, lane_gbps, eps_gbps, tp, gps, hidden, bpe):
     import numpy as np
 
@@ -56,12 +62,26 @@ def _setup(traffic, kind, inventory, region, ports, lane_gbps, eps_gbps, tp, gps
     return B, ports_v, rates, hosts, lanes
 
 
+MATRIX_MAX = 16  # servers: a wider circuit matrix does not fit a terminal; it is listed by pairs instead
+PAIRS_MAX = 40
+
+
 def _matrix_table(C, names, title):
+    """The circuit matrix (up to :data:`MATRIX_MAX` servers), else the server pairs with circuits
+    (the first :data:`PAIRS_MAX`; ``--json`` has them all)."""
     from rich.table import Table
 
-    t = Table("", *names, title=title)
-    for i, row in enumerate(C):
-        t.add_row(names[i], *[("·" if i == j else (str(v) if v else "-")) for j, v in enumerate(row)])
+    if len(names) <= MATRIX_MAX:
+        t = Table("", *names, title=title)
+        for i, row in enumerate(C):
+            t.add_row(names[i], *[("·" if i == j else (str(v) if v else "-")) for j, v in enumerate(row)])
+        return t
+    pairs = [(names[i], names[j], int(C[i][j])) for i in range(len(names)) for j in range(i + 1, len(names)) if C[i][j]]
+    more = len(pairs) - PAIRS_MAX
+    t = Table("server", "server", "circuits", title=f"{title}: {len(pairs)} server pairs with circuits among {len(names)} "
+                                                      "servers" + (f" (first {PAIRS_MAX}; --json for all)" if more > 0 else ""))
+    for a, b, n in pairs[:PAIRS_MAX]:
+        t.add_row(a, b, str(n))
     return t
 
 
@@ -105,11 +125,11 @@ def plan_cmd(traffic: Path = TRAFFIC_ARG, kind: str = KIND_OPT, inventory: Path 
     con = out_console()
     con.print(_matrix_table(p.circuits, names, f"circuits ({p.method}, {p.elapsed_ms:.1f} ms)"))
     ratio = f"{p.objective_s / p.greedy_objective_s:.3f}x" if p.greedy_objective_s > 0 else "no traffic"
-    con.print(f"estimated all-to-all time {p.objective_s * 1e3:.2f} ms — paper's greedy {p.greedy_objective_s * 1e3:.2f} ms "
-              f"({ratio}), EPS only {p.eps_only_objective_s * 1e3:.2f} ms", highlight=False)
+    con.print(f"estimated all-to-all time {_ms(p.objective_s)} — paper's greedy {_ms(p.greedy_objective_s)} "
+              f"({ratio}), EPS only {_ms(p.eps_only_objective_s)}", highlight=False)
     if p.extra:
         con.print(f"minimum-change: {p.extra['changed_circuits']} circuit(s) change; best possible "
-                  f"{p.extra['best_objective_s'] * 1e3:.2f} ms, current {p.extra['current_objective_s'] * 1e3:.2f} ms", highlight=False)
+                  f"{_ms(p.extra['best_objective_s'])}, current {_ms(p.extra['current_objective_s'])}", highlight=False)
     for c in out.get("lanes", []):
         con.print(f"  {c['a']} ↔ {c['b']}: cross-connects {c['cross_connects']}", highlight=False)
 
@@ -155,5 +175,5 @@ def eval_cmd(traffic: Path = TRAFFIC_ARG, kind: str = KIND_OPT, inventory: Path 
         return
     t = Table("topology", "circuits", "est. all-to-all ms", "vs best")
     for r in sorted(rows, key=lambda r: r["objective_s"]):
-        t.add_row(r["topology"], str(r["circuit_count"]), f"{r['objective_s'] * 1e3:.2f}", f"{r['ratio_to_best']:.3f}x")
+        t.add_row(r["topology"], str(r["circuit_count"]), _ms(r["objective_s"], unit=False), f"{r['ratio_to_best']:.3g}x")
     out_console().print(t)
