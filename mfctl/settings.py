@@ -76,6 +76,15 @@ def get_int(name: str) -> int:
 
 
 def state_dir() -> Path:
+    """The state directory (created if missing). Raises ConfigError (exit 3) naming
+    MFCTL_STATE_DIR when it cannot be a directory (under a file, unwritable, …)."""
+    from mfctl.errors import ConfigError
+
     p = Path(get("state_dir")).expanduser()
-    p.mkdir(parents=True, exist_ok=True)
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"state directory {p} (MFCTL_STATE_DIR) is not a directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"state directory {p} (MFCTL_STATE_DIR): {e.strerror or e}") from None
     return p

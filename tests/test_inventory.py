@@ -136,21 +136,58 @@ def test_cache_returns_the_same_inventory_without_parsing_yaml_and_misses_on_any
     assert len(_cache_entries(tmp_path)) == 1  # an invalid file is never cached
 
 
-def test_cache_entries_that_are_damaged_or_fail_the_cross_checks_are_not_trusted(tmp_path, caplog):
+def test_cache_entries_that_are_damaged_edited_or_fail_the_cross_checks_are_not_trusted(tmp_path, caplog, cli_env):
+    import json
+
+    from mfctl.inventory import cache
+
     p = tmp_path / "inv.yaml"
     p.write_text(PROTOTYPE.read_text())
     good = load_inventory(p)
     [entry] = _cache_entries(tmp_path)
-    entry.write_text('{"name": "x"')  # truncated
+    k = entry.stem
+    head, body = entry.read_bytes().split(b"\n", 1)
+    assert head == cache._checksum(k, body) and Inventory.model_validate_json(body).model_dump() == good.model_dump()
+    entry.write_bytes(head + b"\n" + body[:100])  # truncated
     assert load_inventory(p) == good and "damaged inventory cache entry" in caplog.text
-    # valid JSON for the model, but two lanes on one OCS port: the cross-checks run on a hit too
+    # hand-edited: gpu01 pointed at gpu02's port, still a valid inventory, but the checksum no longer matches
+    doc = good.model_dump(mode="json")
+    doc["hosts"][0]["ssh"]["port"] = doc["hosts"][1]["ssh"]["port"]
+    entry.write_bytes(head + b"\n" + json.dumps(doc).encode())
+    assert load_inventory(p) == good
+    # an entry with a right checksum that fails the cross-checks (two lanes on one OCS port): the file decides
     doc = good.model_dump(mode="json")
     doc["hosts"][0]["nics"][1]["lanes"][0]["ocs_tx"] = doc["hosts"][0]["nics"][0]["lanes"][0]["ocs_tx"]
-    import json
-    entry.write_text(json.dumps(doc))
-    assert Inventory.model_validate_json(entry.read_text()).hosts[0].nics[1].lanes[0].ocs_tx == 1
+    body = json.dumps(doc).encode()
+    entry.write_bytes(cache._checksum(k, body) + b"\n" + body)
+    assert Inventory.model_validate_json(body).hosts[0].nics[1].lanes[0].ocs_tx == 1
     assert load_inventory(p) == good
-    assert json.loads(entry.read_text()) == good.model_dump(mode="json")  # rewritten from the file
+    assert Inventory.model_validate_json(entry.read_bytes().split(b"\n", 1)[1]).model_dump() == good.model_dump()  # rewritten
+    # inventory validate reads the file itself, whatever the cache holds
+    doc["hosts"][0]["nics"][1]["lanes"][0]["ocs_tx"] = 2
+    doc["hosts"][0]["gpus"]["count"] = 2
+    body = json.dumps(doc).encode()
+    entry.write_bytes(cache._checksum(k, body) + b"\n" + body)
+    assert load_inventory(p).hosts[0].gpus.count == 2  # (a forged entry is the state dir's owner's doing)
+    r = subprocess.run(mfctl_cmd("inventory", "validate", p, "--json"), capture_output=True, text=True,
+                       env={**cli_env, "MFCTL_STATE_DIR": str(tmp_path / "state")})
+    assert r.returncode == 0 and json.loads(r.stdout)["gpus"] == 32
+    assert load_inventory(p) == good  # and validate refreshed the entry
+
+
+def test_a_broken_state_dir_or_log_file_is_one_line_not_a_traceback(tmp_path, cli_env):
+    (tmp_path / "afile").write_text("")
+    env = {**cli_env, "MFCTL_STATE_DIR": str(tmp_path / "afile")}
+    env.pop("MFCTL_LOG_FILE")
+    r = subprocess.run(mfctl_cmd("mock", "status"), capture_output=True, text=True, env=env)
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    assert "error: state directory " + str(tmp_path / "afile") + " (MFCTL_STATE_DIR) is not a directory" in r.stderr
+    r = subprocess.run(mfctl_cmd("inventory", "validate", PROTOTYPE), capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and "valid" in r.stdout and "warning: no log file" in r.stderr  # it needs no state
+    (tmp_path / "logdir").mkdir()
+    r = subprocess.run(mfctl_cmd("inventory", "validate", PROTOTYPE), capture_output=True, text=True,
+                       env={**cli_env, "MFCTL_LOG_FILE": str(tmp_path / "logdir")})
+    assert r.returncode == 0 and f"warning: no log file: {tmp_path / 'logdir'}: Is a directory" in r.stderr
 
 
 def test_cache_that_cannot_be_written_costs_only_time_and_keeps_a_bounded_number_of_entries(tmp_path, monkeypatch):

@@ -64,18 +64,32 @@ def emit_json(obj) -> None:
 
 
 def setup_logging() -> None:
-    """Log to the log file (never to the terminal: progress and results go there)."""
+    """Log to the log file (never to the terminal: progress and results go there). A log file
+    that cannot be written (a directory, a read-only or broken state dir) is a warning: the
+    command runs without it (and fails on its own if it needs the state dir)."""
     from mfctl import settings
+    from mfctl.errors import MfctlError
 
-    path = settings.get("log_file") or str(settings.state_dir() / "mfctl.log")
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     root = logging.getLogger("mfctl")
-    if not any(isinstance(h, logging.FileHandler) for h in root.handlers):
-        h = logging.FileHandler(path)
-        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        root.addHandler(h)
-        root.setLevel(logging.INFO)
     logging.getLogger("paramiko").setLevel(logging.WARNING)
+    if any(isinstance(h, logging.FileHandler) for h in root.handlers):
+        return
+    path = settings.get("log_file")
+    try:
+        path = path or str(settings.state_dir() / "mfctl.log")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        h = logging.FileHandler(path)
+    except MfctlError as e:
+        print_error(f"no log file: {e}; running without one", "warning")
+        root.addHandler(logging.NullHandler())
+        return
+    except OSError as e:
+        print_error(f"no log file: {path}: {e.strerror or e}; running without one", "warning")
+        root.addHandler(logging.NullHandler())
+        return
+    h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(h)
+    root.setLevel(logging.INFO)
 
 
 def handle_errors(fn):

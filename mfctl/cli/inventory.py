@@ -26,7 +26,7 @@ def validate(path: Path = INV_ARG, json_out: bool = JSON_OPT):
     """Check an inventory: schema, unknown/duplicate keys, OCS ports, regions. Exit 3 if invalid."""
     from mfctl.inventory import load_inventory
 
-    inv = load_inventory(path)
+    inv = load_inventory(path, cached=False)  # the file itself, every time (and the cache refreshed)
     facts = _facts(inv)
     notes = _local_files(inv)
     if json_out:

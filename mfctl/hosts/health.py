@@ -398,7 +398,7 @@ def baseline_path(inv) -> "Path":
 
     from mfctl import settings
 
-    return Path(settings.state_dir()) / "health" / f"{inv.name}-nic-counters.json"
+    return Path(settings.get("state_dir")).expanduser() / "health" / f"{inv.name}-nic-counters.json"
 
 
 def load_baseline(inv) -> dict:

@@ -6,11 +6,14 @@ command loads one. A file that passed validation is stored as
 ``<state dir>/inventory-cache/<key>.json`` where ``key`` is the SHA-256 of the file's bytes and
 of mfctl's inventory code (version, size and modification time of the modules that define
 and check the schema): an edited file, or an mfctl whose rules changed, misses. A hit is
-validated again by the same model (``Inventory.model_validate_json``) and the loader runs the
-cross-checks again, so a damaged or hand-edited entry is never trusted blindly; anything odd
-(unreadable, invalid, a full disk) only costs the time of a normal load. At most
-:data:`KEEP` entries are kept (the oldest are removed). Inventories hold no secrets by design
-(DESIGN §7), so an entry holds none either.
+checked against its own checksum first (the first line: SHA-256 of the key and the JSON, so a
+damaged, truncated, hand-edited or moved entry is ignored), then validated again by the same
+model (``Inventory.model_validate_json``), and the loader runs the cross-checks again; anything
+odd (unreadable, invalid, a full disk) only costs the time of a normal load. The checksum
+catches accidents, not an adversary who can write the state directory (who could as well
+change the journals and locks kept there). At most :data:`KEEP` entries are kept (the oldest
+are removed). Inventories hold no secrets by design (DESIGN §7), so an entry holds none either.
+``mfctl inventory validate`` always parses the file itself.
 """
 
 from __future__ import annotations
@@ -55,14 +58,23 @@ def key(raw: bytes) -> str:
     return hashlib.sha256(_code_key() + b"\0" + raw).hexdigest()
 
 
+def _checksum(k: str, body: bytes) -> bytes:
+    return hashlib.sha256(k.encode() + b"\0" + body).hexdigest().encode()
+
+
 def get(raw: bytes) -> Inventory | None:
-    """The validated inventory for these file bytes, or None (not cached, unreadable, invalid)."""
+    """The validated inventory for these file bytes, or None (not cached, unreadable, damaged)."""
+    k = key(raw)
     try:
-        data = (_dir() / f"{key(raw)}.json").read_bytes()
+        data = (_dir() / f"{k}.json").read_bytes()
     except OSError:
         return None
+    head, _, body = data.partition(b"\n")
+    if head != _checksum(k, body):
+        log.warning("ignoring a damaged inventory cache entry %s.json (checksum)", k[:12])
+        return None
     try:
-        return Inventory.model_validate_json(data)
+        return Inventory.model_validate_json(body)
     except ValidationError as e:
         log.warning("ignoring a damaged inventory cache entry (%s)", str(e).splitlines()[0])
         return None
@@ -73,11 +85,12 @@ def put(raw: bytes, inv: Inventory) -> None:
     d = _dir()
     try:
         d.mkdir(parents=True, exist_ok=True)
+        k, body = key(raw), inv.model_dump_json().encode()
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(inv.model_dump_json().encode())
-            os.replace(tmp, d / f"{key(raw)}.json")
+                f.write(_checksum(k, body) + b"\n" + body)
+            os.replace(tmp, d / f"{k}.json")
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
