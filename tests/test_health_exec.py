@@ -2,6 +2,7 @@
 
 import json
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -52,7 +53,8 @@ def test_exec_folds_and_exit_codes(mock):
     assert [f["hosts"] for f in json.loads(r.stdout)["folded"]] == ["gpu01", "gpu02", "gpu03", "gpu04"]
     assert run("gpu01", "--", "no-such-tool").returncode == 1
     assert run("gpu09", "--", "true").returncode == 2
-    assert run("@all", "--", "true").returncode == 2  # host sets are inventory names, not ClusterShell groups
+    assert run("@all", "--", "true").returncode == 2  # @GROUP names a region of the inventory; there is no "all"
+    assert json.loads(run("--json", "@region0!gpu[02-03]", "--", "hostname").stdout)["folded"][1]["hosts"] == "gpu04"
     r = run("all", "--timeout", "0.5", "--json", "--", "sleep", "300")  # options may follow HOSTS (before --) ...
     assert r.returncode == 4 and json.loads(r.stdout)["command"] == ["sleep", "300"]
     r = run("--json", "gpu01", "--", "echo", "-n", "--json")  # ... and after --, every word is the command's
@@ -158,3 +160,23 @@ def test_nic_error_counters_are_judged_by_what_they_gained_since_the_last_sweep(
     assert new_errors(st, names, before, 1000.0) == ({"rx_crc_errors_phy": 10}, "in the 5 min since the last sweep", True)
     rebooted = {"t": 0.0, "counters": {"rx_crc_errors_phy": 500}}  # a counter went down: totals again
     assert new_errors(st, names, rebooted, 1000.0)[1:] == ("since the driver loaded", False)
+
+
+def test_host_sets_name_unknown_hosts_and_groups_and_refuse_huge_ranges_at_once():
+    from mfctl.errors import UsageError
+    from mfctl.hosts.fold import select_hosts
+
+    known = ["gpu01", "gpu02", "gpu03", "gpu04"]
+    regions = {"region0": known[:3], "spare": ["gpu04"]}
+    assert select_hosts("@region0", known, regions) == ["gpu01", "gpu02", "gpu03"]
+    assert select_hosts("@region0!gpu02,@spare", known, regions) == ["gpu01", "gpu03", "gpu04"]
+    assert select_hosts("gpu[01-04]!gpu[02-03]", known, regions) == ["gpu01", "gpu04"]
+    for spec, msg in (("gpu[05-09]", "unknown host(s) gpu[05-09]; the inventory has gpu[01-04]"),
+                      ("gpu[03-06]", "unknown host(s) gpu[05-06]"),
+                      ("@all", "unknown group @all in host set '@all'; the groups are the inventory's regions: @region0, @spare"),
+                      ("gpu[1-9999999]", "names more than 100,000 hosts"), ("gpu[1-400],node[1-400]x[1-400]", "more than"),
+                      ("gpu[01-02]!gpu[01-02]", "names no host"), (" ", "empty host set"), ("gpu[", "bad host set")):
+        t = time.monotonic()
+        with pytest.raises(UsageError) as e:
+            select_hosts(spec, known, regions)
+        assert msg in str(e.value) and time.monotonic() - t < 0.5, (spec, str(e.value))

@@ -11,7 +11,7 @@ from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, print_error, pr
 
 
 @handle_errors
-def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02 or gpu[01-04]."),
+def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02, gpu[01-04], gpu[01-04]!gpu02 or @REGION."),
              command: list[str] = typer.Argument(..., help="The command and its arguments, after -- (mfctl's own "
                                                  "options may stand anywhere before it)."),
              inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCTL_INVENTORY"),
@@ -31,7 +31,7 @@ def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02 o
         raise UsageError("no command given (mfctl exec -i INV HOSTS -- COMMAND ...)")
     inv = load_inventory(inventory)
     known = [h.name for h in inv.hosts]
-    names = select_hosts(hosts, known)
+    names = select_hosts(hosts, known, {r.name: r.hosts for r in inv.regions})
     with SSHPool(targets_from_inventory(inv), connect_timeout=connect_timeout or settings.get_float("connect_timeout"),
                  command_timeout=timeout or settings.get_float("command_timeout"),
                  fanout=fanout or settings.get_int("fanout")) as pool:

@@ -12,7 +12,7 @@ from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console, pr
 
 @handle_errors
 def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCTL_INVENTORY"),
-           hosts: str = typer.Option(None, "--hosts", help="Host set (gpu[01-02]); default all."),
+           hosts: str = typer.Option(None, "--hosts", help="Host set (gpu[01-02], @REGION); default all."),
            threshold: list[str] = typer.Option(None, "--threshold", help="Override a threshold: name=value (repeat)."),
            no_ocs: bool = typer.Option(False, "--no-ocs", help="Skip the OCS (alarms, dark connected ports)."),
            since_boot: bool = typer.Option(False, "--since-boot", help="Judge NIC error counters as totals since the "
@@ -35,7 +35,7 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
     inv = load_inventory(inventory)
     names = None
     if hosts is not None:
-        names = select_hosts(hosts, [h.name for h in inv.hosts])
+        names = select_hosts(hosts, [h.name for h in inv.hosts], {r.name: r.hosts for r in inv.regions})
     overrides = {}
     for t in threshold or []:
         k, _, v = t.partition("=")

@@ -24,26 +24,63 @@ def fold(items: Iterable[T], host: Callable[[T], str], key: Callable[[T], object
     return [(hostset(host(i) for i in g), g[0]) for g in groups.values()]
 
 
-def select_hosts(spec: str, known: list[str]) -> list[str]:
-    """The inventory hosts a host set names: ``all``, ``gpu01,gpu03`` or ``gpu[01-04]``
-    (ClusterShell syntax, no ``@groups``). Raises UsageError for an empty or malformed set, a
-    set of more hosts than exist, or names the inventory does not have (folded: ``gpu[05-99]``)."""
+MAX_SET = 100_000  # hosts a host set may expand to (ClusterShell expands ranges in memory: 10 M take seconds)
+
+
+def _set_size(spec: str) -> int:
+    """An upper bound of the hosts ``spec`` expands to, without expanding it: per comma-separated
+    word, the product of its bracket groups' sizes (``a-b`` counts b-a+1, ``/step`` ignored)."""
+    import re
+
+    total, depth, word = 0, 0, ""
+    for ch in spec + ",":
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            n = 1
+            for group in re.findall(r"\[([^\]]*)\]", word):
+                size = 0
+                for part in group.split(","):
+                    lo, _, hi = part.partition("-")
+                    hi = hi.split("/")[0]
+                    size += int(hi) - int(lo) + 1 if lo.isdigit() and hi.isdigit() else 1
+                n *= max(size, 1)
+            total, word = total + n, ""
+        else:
+            word += ch
+    return total
+
+
+def select_hosts(spec: str, known: list[str], groups: dict[str, list[str]] | None = None) -> list[str]:
+    """The inventory hosts a host set names: ``all``, ``gpu01,gpu03``, ``gpu[01-04]``,
+    ``gpu[01-04]!gpu02`` (ClusterShell syntax) or ``@GROUP`` for one of ``groups`` (the
+    inventory's regions). Raises UsageError for an empty or malformed set, an unknown group, a set
+    larger than :data:`MAX_SET`, or names the inventory does not have (folded: ``gpu[05-99]``)."""
+    import re
+
     from mfctl.errors import UsageError
 
     if not spec.strip():
         raise UsageError("empty host set (all, gpu01,gpu02 or gpu[01-04])")
     if spec.strip() == "all":
         return list(known)
-    from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetExternalError, NodeSetParseError  # not for "all"
+    from ClusterShell.NodeSet import NodeSet, NodeSetExternalError, NodeSetParseError  # not for "all"
+    from ClusterShell.NodeUtils import GroupResolver, GroupSource
 
+    groups = groups or {}
+    for g in re.findall(r"@([^,!&^\s\[\]]*)", spec):
+        if g not in groups:
+            have = ", ".join(f"@{n}" for n in groups) or "none"
+            raise UsageError(f"unknown group @{g} in host set {spec!r}; the groups are the inventory's regions: {have}")
+    if _set_size(spec) > MAX_SET:
+        raise UsageError(f"host set {spec!r} names more than {MAX_SET:,} hosts")
+    resolver = GroupResolver(GroupSource("inventory", {g: ",".join(hs) for g, hs in groups.items()}))
     try:
-        ns = NodeSet(spec, resolver=RESOLVER_NOGROUP)
-    except (NodeSetParseError, NodeSetExternalError) as e:
+        ns = NodeSet(spec, resolver=resolver)
+    except (NodeSetParseError, NodeSetExternalError, ValueError) as e:
         raise UsageError(f"bad host set {spec!r}: {e}") from None
-    if len(ns) > len(known):
-        raise UsageError(f"host set {spec!r} names {len(ns)} hosts; the inventory has {len(known)}: {hostset(known)}")
-    names = list(ns)
-    unknown = [h for h in names if h not in set(known)]
+    unknown = ns.difference(NodeSet.fromlist(known))
     if unknown:
-        raise UsageError(f"unknown host(s) {hostset(unknown)}; the inventory has {hostset(known)}")
-    return names
+        raise UsageError(f"unknown host(s) {unknown}; the inventory has {hostset(known)}")
+    if not ns:
+        raise UsageError(f"host set {spec!r} names no host")
+    return [h for h in ns]
