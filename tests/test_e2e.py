@@ -104,7 +104,7 @@ def test_main_job_end_to_end_via_cli(tmp_path, cli_env):
     assert r.returncode == 2 and "no runs directory nosuchdir" in r.stderr
     r = subprocess.run(mfctl_cmd("runs", "list"), capture_output=True, text=True, env={**cli_env, "MFCTL_RUNS_DIR": "none-yet"},
                        cwd=tmp_path)
-    assert r.returncode == 0 and r.stdout == "" and "no runs in none-yet" in r.stderr
+    assert r.returncode == 0 and r.stdout == "" and f"no runs in {tmp_path / 'none-yet'}" in r.stderr
 
 
 def test_worker_crash_stops_everything_and_exits_1(tmp_path):

@@ -180,3 +180,84 @@ def test_host_sets_name_unknown_hosts_and_groups_and_refuse_huge_ranges_at_once(
         with pytest.raises(UsageError) as e:
             select_hosts(spec, known, regions)
         assert msg in str(e.value) and time.monotonic() - t < 0.5, (spec, str(e.value))
+
+
+def test_terminal_styles_follow_no_color_like_rich(monkeypatch, capsys):
+    import io
+
+    from mfctl.cli import common
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    for no_color, want in ((None, "\033[1;31merror:\033[0m x\n"), ("1", "\033[1merror:\033[0m x\n")):
+        if no_color:
+            monkeypatch.setenv("NO_COLOR", no_color)
+        monkeypatch.setattr("sys.stderr", Tty())
+        common.print_error("x")
+        assert common.sys.stderr.getvalue() == want  # bold stays (no-color.org: colour only), red goes
+    monkeypatch.setattr("sys.stdout", io.StringIO())  # not a terminal: plain text, no escape at all
+    common.print_heading("---- gpu01 (rc=0) ----")
+    assert common.sys.stdout.getvalue() == "---- gpu01 (rc=0) ----\n"
+
+
+class _Answers:
+    """A stand-in for SSHPool that answers each command with a file's text (real captures)."""
+
+    fanout = 4
+
+    def __init__(self, answers):
+        self.answers = answers  # (argv prefix) → stdout
+
+    def run(self, host, argv, **_):
+        from mfctl.transport.ssh import CommandResult
+
+        for prefix, text in self.answers.items():
+            if tuple(argv[:len(prefix)]) == prefix:
+                return CommandResult(host, list(argv), rc=0, stdout=text)
+        return CommandResult(host, list(argv), rc=127, stderr=f"{argv[0]}: command not found")
+
+    def run_many(self, hosts, argv_for, **_):
+        return [self.run(h, argv_for(h)) for h in hosts]
+
+
+def test_every_judgement_on_real_captures():
+    """GPU temperature, link speed, transceiver alarms and Rx power, a down EPS RDMA port, a down
+    EPS link and OCS alarms — judged from real tools' outputs (tests/data), with their codes."""
+    from conftest import DATA, PROTOTYPE
+
+    from mfctl.hosts import health
+    from mfctl.hosts.nvidia_smi import HEALTH_FIELDS
+    from mfctl.inventory import load_inventory
+
+    inv = load_inventory(PROTOTYPE)
+    inv.hosts[0].nics[3].rdma_device = "mlx5_2"  # the EPS NIC is the capture's down port
+    hdr = {"power.draw": "power.draw [W]", "utilization.gpu": "utilization.gpu [%]", "clocks.sm": "clocks.sm [MHz]",
+           "clocks.max.sm": "clocks.max.sm [MHz]"}
+    rows = [[str(i), f"00000000:{7 + i:02X}:00.0", "NVIDIA A100-SXM4-80GB", str(temp), "250.00 W", "90 %", "0", "Enabled",
+             "Disabled", "No", "No", "1410 MHz", "1410 MHz"] + ["Not Active"] * (len(HEALTH_FIELDS) - 13)
+            for i, temp in enumerate([40, 41, 82, 90, 40, 40, 40, 40])]
+    csv = ", ".join(hdr.get(f, f) for f in HEALTH_FIELDS) + "\n" + "\n".join(", ".join(r) for r in rows) + "\n"
+    links = json.dumps([{"ifname": n, "operstate": "DOWN" if n == "ens4f0np0" else "UP",
+                         "flags": [] if n == "ens4f0np0" else ["BROADCAST", "UP", "LOWER_UP"]}
+                        for n in ("ens1f0np0", "ens2f0np0", "ens3f0np0", "ens4f0np0")])
+    read = lambda kind, name: (DATA / kind / name).read_text()  # noqa: E731
+    pool = _Answers({("nvidia-smi", f"--query-gpu={','.join(HEALTH_FIELDS)}"): csv, ("ip", "-j", "link"): links,
+                     ("dmesg",): "", ("ibstat",): read("mellanox", "ibstat-h100-cx7-ib-cx6dx-eth-some-down.txt"),
+                     ("ethtool", "-m", "ens1f0np0"): read("ethtool", "m-sff8636-qsfp28-cwdm4-laser-disabled-alarms.txt"),
+                     ("ethtool", "-m"): read("ethtool", "m-sff8636-qsfp28-cwdm4-healthy.txt"),
+                     ("ethtool", "ens2f0np0"): read("ethtool", "link-cx4-40g-up.txt")})
+    [hh, ocs] = health.full_sweep(pool, inv, ["gpu01"], ocs_state={"standing": ["LOS-1 port 12"], "dark_outputs": [700]})
+    got = {(f.code, f.severity, f.component, f.value, f.limit, f.unit) for f in hh.findings}
+    assert ("gpu.temperature", "warning", "gpu2", 82, 80.0, "C") in got and ("gpu.temperature", "critical", "gpu3", 90, 87.0, "C") in got
+    assert ("nic.eps_link_down", "critical", "ens4f0np0", "DOWN", None, None) in got
+    assert ("rdma.port_down", "critical", "mlx5_2/1", "Down", None, None) in got
+    assert ("nic.speed", "warning", "ens2f0np0", 40000, 100000, "Mb/s") in got
+    optics = [f for f in hh.findings if f.check == "optics" and f.component.startswith("ens1f0np0")]
+    assert ("critical", "optics.flag", "Laser bias current low alarm (channel 1)") in {(f.severity, f.code, f.value) for f in optics}
+    assert [(f.severity, f.component, f.value, f.limit, f.message) for f in optics if f.code == "optics.rx_power_low"][0] == (
+        "critical", "ens1f0np0/1", None, -16.0, "ens1f0np0 channel 1: no Rx light (no power reading)")
+    assert not [f for f in hh.findings if f.check == "optics" and not f.component.startswith("ens1f0np0")]  # healthy modules
+    assert {(f.code, f.component, f.value) for f in ocs.findings} == {("ocs.alarm", None, "LOS-1 port 12"),
+                                                                      ("ocs.dark_port", "port700", 700)}

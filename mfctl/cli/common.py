@@ -40,14 +40,18 @@ def err_console():
     return Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=240, soft_wrap=True)
 
 
-def _styled(stream) -> bool:
-    """ANSI styles on this stream: a terminal, and NO_COLOR (no-color.org) not set."""
-    return stream.isatty() and not os.environ.get("NO_COLOR")
+def _sgr(stream, style: str, color: str = "") -> str:
+    """The ANSI SGR prefix for ``style`` (and ``color`` unless NO_COLOR is set: no-color.org asks
+    for no colour, not no bold — as rich does), or "" when ``stream`` is not a terminal."""
+    if not stream.isatty():
+        return ""
+    return f"\033[{style}{'' if os.environ.get('NO_COLOR') or not color else ';' + color}m"
 
 
 def print_error(message: str, prefix: str = "error") -> None:
     """One line on stderr, never wrapped or markup-interpreted (grep-able in CI logs)."""
-    head = f"\033[1;31m{prefix}:\033[0m" if _styled(sys.stderr) else f"{prefix}:"
+    sgr = _sgr(sys.stderr, "1", "31")
+    head = f"{sgr}{prefix}:\033[0m" if sgr else f"{prefix}:"
     sys.stderr.write(f"{head} {message}\n")
     sys.stderr.flush()
 
@@ -55,7 +59,8 @@ def print_error(message: str, prefix: str = "error") -> None:
 def print_heading(text: str) -> None:
     """One line on stdout, bold at a terminal; written as is (no rich: ``mfctl exec`` prints
     only headings and the hosts' own output, and rich's import is ~25 ms of its start)."""
-    sys.stdout.write(f"\033[1m{text}\033[0m\n" if _styled(sys.stdout) else f"{text}\n")
+    sgr = _sgr(sys.stdout, "1")
+    sys.stdout.write(f"{sgr}{text}\033[0m\n" if sgr else f"{text}\n")
 
 
 def emit_json(obj) -> None:

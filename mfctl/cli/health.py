@@ -32,6 +32,8 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
     from mfctl.inventory import load_inventory
     from mfctl.transport.ssh import SSHPool, targets_from_inventory
 
+    if json_out and junit is not None and str(junit) == "-":
+        raise UsageError("--json and --junit - both want stdout: write the JUnit report to a file (--junit FILE)")
     inv = load_inventory(inventory)
     names = None
     if hosts is not None:

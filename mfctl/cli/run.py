@@ -103,7 +103,7 @@ def render_summary(s: dict) -> None:
     ocs = s.get("ocs")
     if ocs:
         t.add_row("OCS read-back", ("[green]matches the last plan[/]" if ocs["matches_last_plan"] else "[red]DIFFERS from the last plan[/]")
-                  + f" — {len(ocs['cross_connects'])} cross-connects via {ocs['endpoint']}")
+                  + f" — {len(ocs['cross_connects'])} cross-connects (a circuit is two: one per direction) via {ocs['endpoint']}")
     con.print(t)
     if s["reconfigurations"]:
         r = Table("epoch", "iter", "xc +/-", "switch", "link-up", "runtime", "a2a est. before→after",
@@ -208,6 +208,8 @@ def list_runs(ctx: typer.Context, runs_dir: Path = RUNS_DIR_OPT, json_out: bool 
 
     rows = []
     d = _runs_dir(runs_dir)
+    if d.exists() and not d.is_dir():
+        raise UsageError(f"runs directory {d} is not a directory")
     if not d.is_dir() and ctx.get_parameter_source("runs_dir").name == "COMMANDLINE":  # named on purpose: a typo
         raise UsageError(f"no runs directory {d}")
     for p in sorted(d.glob("*/summary.json")) if d.is_dir() else []:
@@ -224,7 +226,7 @@ def list_runs(ctx: typer.Context, runs_dir: Path = RUNS_DIR_OPT, json_out: bool 
         emit_json({"schema": "mfctl.runs.list/v1", "runs": rows})
         return
     if not rows:
-        print_error(f"no runs in {d} (start one with mfctl run PLAYBOOK)", "note")
+        print_error(f"no runs in {d.resolve()} (start one with mfctl run PLAYBOOK)", "note")
         return
     t = Table("run", "playbook", "status", "iters", "tokens/s", "reconf")
     t.columns[0].no_wrap = True

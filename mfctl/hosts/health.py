@@ -315,7 +315,10 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                                 "optics.flag", component=lane.netdev, value=flag)
                         low_w, low_a = mod.thresholds.get("rx_power_low_warning_dbm"), mod.thresholds.get("rx_power_low_alarm_dbm")
                         for ch, v in mod.rx_power_dbm.items():
-                            if v is None or (low_a is not None and v < low_a):
+                            if v is None:  # ethtool's "-inf dBm" (0 mW) or no reading: no light at all on a lit lane
+                                add("critical", "optics", f"{lane.netdev} channel {ch}: no Rx light (no power reading)",
+                                    "optics.rx_power_low", component=f"{lane.netdev}/{ch}", value=None, limit=low_a, unit="dBm")
+                            elif low_a is not None and v < low_a:
                                 add("critical", "optics", f"{lane.netdev} channel {ch}: Rx {v} dBm below the alarm threshold {low_a}",
                                     "optics.rx_power_low", component=f"{lane.netdev}/{ch}", value=v, limit=low_a, unit="dBm")
                             elif low_w is not None and v < low_w:

@@ -242,9 +242,11 @@ def key_file_problem(path: str | Path) -> str | None:
 
 
 def _describe(e: Exception) -> str:
-    """libssh2's exceptions often carry no text: say what their class means."""
+    """libssh2's exceptions often carry no text: say what their class means. The same cause gives
+    the same words whichever of libssh2's classes reported it (a server that closes the connection
+    is SocketRecvError or SocketDisconnectError by timing), so that hosts fold together."""
     name = type(e).__name__
-    return f"{_WHAT[name]} ({name}{f': {e}' if str(e) else ''})" if name in _WHAT else (str(e) or name)
+    return f"{_WHAT[name]}{f' ({e})' if str(e) else ''}" if name in _WHAT else (str(e) or name)
 
 
 _KH_LINES: dict[str, tuple[float, list[tuple[bytes | None, bytes]]]] = {}
