@@ -249,15 +249,38 @@ def test_every_judgement_on_real_captures():
                      ("ethtool", "-m"): read("ethtool", "m-sff8636-qsfp28-cwdm4-healthy.txt"),
                      ("ethtool", "ens2f0np0"): read("ethtool", "link-cx4-40g-up.txt")})
     [hh, ocs] = health.full_sweep(pool, inv, ["gpu01"], ocs_state={"standing": ["LOS-1 port 12"], "dark_outputs": [700]})
-    got = {(f.code, f.severity, f.component, f.value, f.limit, f.unit) for f in hh.findings}
+    got = {(f.code, f.severity, f.component, f.value, f.limit, f.unit) for f in hh.findings if not isinstance(f.value, list)}
     assert ("gpu.temperature", "warning", "gpu2", 82, 80.0, "C") in got and ("gpu.temperature", "critical", "gpu3", 90, 87.0, "C") in got
     assert ("nic.eps_link_down", "critical", "ens4f0np0", "DOWN", None, None) in got
     assert ("rdma.port_down", "critical", "mlx5_2/1", "Down", None, None) in got
     assert ("nic.speed", "warning", "ens2f0np0", 40000, 100000, "Mb/s") in got
     optics = [f for f in hh.findings if f.check == "optics" and f.component.startswith("ens1f0np0")]
-    assert ("critical", "optics.flag", "Laser bias current low alarm (channel 1)") in {(f.severity, f.code, f.value) for f in optics}
+    assert [(f.severity, f.component, f.value) for f in optics if f.code == "optics.laser_off"] == [
+        ("critical", "ens1f0np0", [1, 2, 3, 4])]
     assert [(f.severity, f.component, f.value, f.limit, f.message) for f in optics if f.code == "optics.rx_power_low"][0] == (
         "critical", "ens1f0np0/1", None, -16.0, "ens1f0np0 channel 1: no Rx light (no power reading)")
+    assert not any(f.code in ("optics.flag", "optics.bias_low") and "bias" in f.message for f in optics)  # explained: lasers off
     assert not [f for f in hh.findings if f.check == "optics" and not f.component.startswith("ens1f0np0")]  # healthy modules
     assert {(f.code, f.component, f.value) for f in ocs.findings} == {("ocs.alarm", None, "LOS-1 port 12"),
                                                                       ("ocs.dark_port", "port700", 700)}
+
+
+
+def test_transceiver_readings_are_judged_against_the_modules_own_thresholds():
+    from conftest import DATA
+
+    from mfctl.hosts import ethtool
+    from mfctl.hosts.health import judge_module
+
+    mod = lambda name: ethtool.parse_module((DATA / "ethtool" / name).read_text())  # noqa: E731
+    assert judge_module(mod("m-sff8636-qsfp28-cwdm4-healthy.txt")) == []
+    # CMIS 400G module using 4 of its 8 lanes: the temperature warning, and nothing about the idle lanes 5-8
+    assert judge_module(mod("m-cmis40-qsfpdd-400g-xdr4-temp-warning.txt")) == [
+        ("warning", "optics.temperature_high", None, 70.49, 70.0, "C",
+         "Module temperature 70.49 °C above the module's warning threshold 70 °C")]
+    m = mod("m-sff8636-qsfp28-cwdm4-healthy.txt")
+    # the capture's own thresholds: Tx low alarm -8 dBm, bias high warning 50 / alarm 55 mA, voltage low warning 3.135 V
+    m.tx_power_dbm[2], m.bias_ma[3], m.voltage_v, m.rx_power_dbm[4] = -9.0, 52.0, 3.0, None
+    got = {(sev, code, ch, v, lim) for sev, code, ch, v, lim, _, _ in judge_module(m)}
+    assert got == {("critical", "optics.tx_power_low", 2, -9.0, -8.0), ("warning", "optics.bias_high", 3, 52.0, 50.0),
+                   ("warning", "optics.voltage_low", None, 3.0, 3.135), ("critical", "optics.rx_power_low", 4, None, -16.0)}

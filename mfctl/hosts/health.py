@@ -230,6 +230,63 @@ def _duration(s: float) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
+#: The DOM quantities of ``ethtool -m`` judged against the module's own thresholds (SFF-8636 /
+#: CMIS): (name in the thresholds' keys, ModuleInfo field, unit, unit key, the flags' words).
+DOM = (("temperature", "temperature_c", "C", "c", "Module temperature"), ("voltage", "voltage_v", "V", "v", "Module voltage"),
+       ("tx_power", "tx_power_dbm", "dBm", "dbm", "Laser tx power"), ("rx_power", "rx_power_dbm", "dBm", "dbm", "Laser rx power"),
+       ("bias", "bias_ma", "mA", "ma", "Laser bias current"))
+
+
+def judge_module(mod) -> list[tuple]:
+    """Findings for one transceiver (:class:`mfctl.hosts.ethtool.ModuleInfo`): every DOM reading
+    (module temperature and voltage; per channel Tx power, Rx power, laser bias) against the
+    module's own high/low alarm (critical) and warning thresholds, then the module's alarm and
+    warning flags that no reading explains (a latched flag: the event has passed). A channel
+    whose laser is off (bias 0 mA, no Tx power) is unused — the upper channels of a 4-lane
+    module in an 8-lane CMIS cage — and not judged; an active channel with no Rx reading is
+    dark: no light arrives (critical). Returns ``(severity, code, channel or None, value,
+    limit, unit, message)`` tuples."""
+    import re
+
+    th, out, seen = mod.thresholds, [], set()
+    unused = {ch for ch, b in mod.bias_ma.items() if (b or 0.0) == 0.0 and mod.tx_power_dbm.get(ch) is None}
+    if unused and unused == set(mod.bias_ma):  # every laser off: nothing is sent (disabled, or a failed module)
+        out.append(("critical", "optics.laser_off", None, sorted(unused), None, None,
+                    "every laser is off (bias 0 mA, no Tx power): the module sends nothing"))
+        unused = set()
+        seen |= {("bias", ch, "low") for ch in mod.bias_ma} | {("tx_power", ch, "low") for ch in mod.bias_ma}
+    for q, attr, unit, ukey, words in DOM:
+        vals, shown = getattr(mod, attr), "°C" if unit == "C" else unit
+        for ch, v in (vals.items() if isinstance(vals, dict) else [(None, vals)]):
+            if ch in unused or (q, ch, "low") in seen:
+                continue
+            if v is None:
+                if q == "rx_power":
+                    out.append(("critical", "optics.rx_power_low", ch, None, th.get("rx_power_low_alarm_dbm"), unit,
+                                "no Rx light (no power reading)"))
+                    seen.add((q, ch, "low"))
+                continue
+            for level, sev in (("alarm", "critical"), ("warning", "warning")):
+                hi, lo = th.get(f"{q}_high_{level}_{ukey}"), th.get(f"{q}_low_{level}_{ukey}")
+                side, limit = ("high", hi) if hi is not None and v > hi else ("low", lo) if lo is not None and v < lo else (None, None)
+                if side:
+                    out.append((sev, f"optics.{q}_{side}", ch, v, limit, unit,
+                                f"{words} {v:g} {shown} {'above' if side == 'high' else 'below'} the module's {level} threshold "
+                                f"{limit:g} {shown}"))
+                    seen.add((q, ch, side))
+                    break
+    flag = re.compile(r"^(?P<w>[A-Za-z ]+?) (?P<side>high|low) (?P<level>alarm|warning)(?: \(channel (?P<ch>\d+)\))?$")
+    quantity = {words.lower(): q for q, _, _, _, words in DOM}
+    for f in mod.flags_on:
+        m = flag.match(f)
+        q = quantity.get(m["w"].lower()) if m else None
+        ch = int(m["ch"]) if m and m["ch"] else None
+        if m and ((q, ch, m["side"]) in seen or ch in unused):
+            continue
+        out.append(("critical" if "alarm" in f else "warning", "optics.flag", ch, f, None, None, f"the module reports {f}"))
+    return out
+
+
 def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, float] | None = None,
                ocs_state: dict | None = None, baseline: dict | None = None) -> list[HostHealth]:
     """The operator's health sweep (``mfctl health``): the preflight checks plus XID events,
@@ -310,20 +367,9 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                 if lane.ocs_tx is not None and lane.netdev in hh.links_up:
                     mod = read(ethtool.module_argv(lane.netdev), ethtool.parse_module, "optics")
                     if mod is not None:
-                        for flag in mod.flags_on:
-                            add("critical" if "alarm" in flag else "warning", "optics", f"{lane.netdev}: {flag}",
-                                "optics.flag", component=lane.netdev, value=flag)
-                        low_w, low_a = mod.thresholds.get("rx_power_low_warning_dbm"), mod.thresholds.get("rx_power_low_alarm_dbm")
-                        for ch, v in mod.rx_power_dbm.items():
-                            if v is None:  # ethtool's "-inf dBm" (0 mW) or no reading: no light at all on a lit lane
-                                add("critical", "optics", f"{lane.netdev} channel {ch}: no Rx light (no power reading)",
-                                    "optics.rx_power_low", component=f"{lane.netdev}/{ch}", value=None, limit=low_a, unit="dBm")
-                            elif low_a is not None and v < low_a:
-                                add("critical", "optics", f"{lane.netdev} channel {ch}: Rx {v} dBm below the alarm threshold {low_a}",
-                                    "optics.rx_power_low", component=f"{lane.netdev}/{ch}", value=v, limit=low_a, unit="dBm")
-                            elif low_w is not None and v < low_w:
-                                add("warning", "optics", f"{lane.netdev} channel {ch}: Rx {v} dBm below the warning threshold {low_w}",
-                                    "optics.rx_power_low", component=f"{lane.netdev}/{ch}", value=v, limit=low_w, unit="dBm")
+                        for sev, code, part, v, limit, unit, msg in judge_module(mod):
+                            add(sev, "optics", f"{lane.netdev}{f' channel {part}' if part else ''}: {msg}", code,
+                                component=f"{lane.netdev}/{part}" if part else lane.netdev, value=v, limit=limit, unit=unit)
             st = read(ethtool.stats_argv(nic.lanes[0].netdev), ethtool.parse_stats, "nic")
             if st is not None:
                 for names, limit, what, code in ((ethtool.PHY_ERRORS, "nic_phy_errors_max", "physical-layer errors (a dirty "
