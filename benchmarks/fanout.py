@@ -155,6 +155,8 @@ def main() -> None:
                         ("parallel-ssh", pssh, "no (not supported)"), ("ansible ad hoc", ans, "yes (OpenSSH)")):
         print(f"{name:<26} | {v if v is None else round(v, 3)!s:>8} | {'—' if v is None else f'{v / cold:.2f}x':>13} | {kh}")
     print(f"({HOSTS} mock SSH hosts on 127.0.0.1, fan-out {FANOUT}, median of {REPEATS}; 'hostname' on every host)")
+    print("samples, s: mfctl cold " + " ".join(f"{x:.3f}" for x in cold_t)
+          + ("; parallel-ssh " + " ".join(f"{x:.3f}" for x in pssh_t) if pssh_t else ""))
     if pair_ratio is not None:
         print(f"parallel-ssh / mfctl cold, median of the {REPEATS} alternating pairs: {pair_ratio:.2f}x "
               f"({'mfctl at least as fast' if pair_ratio >= 1 else 'mfctl slower'})")
