@@ -160,6 +160,12 @@ def test_nic_error_counters_are_judged_by_what_they_gained_since_the_last_sweep(
     assert new_errors(st, names, before, 1000.0) == ({"rx_crc_errors_phy": 10}, "in the 5 min since the last sweep", True)
     rebooted = {"t": 0.0, "counters": {"rx_crc_errors_phy": 500}}  # a counter went down: totals again
     assert new_errors(st, names, rebooted, 1000.0)[1:] == ("since the driver loaded", False)
+    from mfctl.hosts.health import _reading  # a damaged baseline file is no baseline, never a crash
+
+    for bad in ([], {"gpu01": []}, {"gpu01": {"nic1": "x"}}, {"gpu01": {"nic1": {"t": "y", "counters": {}}}},
+                {"gpu01": {"nic1": {"t": 1, "counters": {"rx_crc_errors_phy": "12"}}}}):
+        assert _reading(bad if isinstance(bad, dict) else None, "gpu01", "nic1") is None
+    assert _reading({"gpu01": {"nic1": before}}, "gpu01", "nic1") == before
 
 
 def test_host_sets_name_unknown_hosts_and_groups_and_refuse_huge_ranges_at_once():

@@ -225,6 +225,17 @@ def new_errors(stats, names: tuple[str, ...], before: dict | None, now: float) -
     return grown, f"in the {_duration(now - float(before.get('t', now)))} since the last sweep", True
 
 
+def _reading(baseline: dict | None, host: str, nic: str) -> dict | None:
+    """The previous sweep's reading of one NIC from a baseline file, or None when the file does
+    not hold a well-formed one (``{"t": number, "counters": {name: integer}}``)."""
+    r = (baseline or {}).get(host)
+    r = r.get(nic) if isinstance(r, dict) else None
+    if not (isinstance(r, dict) and isinstance(r.get("t"), (int, float)) and isinstance(r.get("counters"), dict)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in r["counters"].values())):
+        return None
+    return r
+
+
 def _duration(s: float) -> str:
     s = max(0.0, s)
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
@@ -376,7 +387,7 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                                                   "connector, a failing transceiver or fibre?)", "nic.phy_errors"),
                                                  (ethtool.DROPS, "nic_drops_max", "drops for lack of buffers (PFC/buffers?)",
                                                   "nic.drops")):
-                    bad, since, grown = new_errors(st, names, (baseline or {}).get(name, {}).get(nic.name), now)
+                    bad, since, grown = new_errors(st, names, _reading(baseline, name, nic.name), now)
                     if sum(bad.values()) > lim[limit]:
                         add("warning", "nic", f"{nic.name}: {what} {since}: "
                             + ", ".join(f"{k}={'+' if grown else ''}{v}" for k, v in bad.items()),
