@@ -54,15 +54,24 @@ def csv_rows(pool, host, fields=nvidia_smi.HEALTH_FIELDS + ["uuid", "pci.bus_id"
 
 
 def test_nvidia_smi_table_list_and_id_selection_follow_the_real_layout(mock):
-    """`nvidia-smi` without options lays out its table column for column like the 550 capture
-    (same widths, same separators); -L and -i agree with the query CSV."""
+    """`nvidia-smi` without options lays out its table like the driver it claims: on an R550 host
+    column for column like the 550 capture (same widths, same separators); on the default R535
+    host two columns narrower in the Bus-Id/Memory column (R530-R535: 41 + 22 + 22 inside,
+    89 wide). -L and -i agree with the query CSV."""
     from conftest import DATA
 
-    _, _, pool, _ = mock
+    tb, _, pool, _ = mock
     real = (DATA / "nvidia-smi" / "h100x8-default-table-drv550.txt").read_text().splitlines()
-    got = out(pool, "gpu02", ["nvidia-smi"]).splitlines()
     shape = lambda lines: [(len(ln), [i for i, c in enumerate(ln) if c in "|+"]) for ln in lines[1:]]  # noqa: E731
-    assert shape(got) == shape(real)  # 8 GPUs in both: every line the same length, every separator in place
+    tb.hosts["gpu02"].driver = 550
+    try:
+        assert shape(out(pool, "gpu02", ["nvidia-smi"]).splitlines()) == shape(real)  # every line, every separator
+    finally:
+        tb.hosts["gpu02"].driver = 535
+    got = out(pool, "gpu02", ["nvidia-smi"]).splitlines()
+    assert "NVIDIA-SMI 535.161.08             Driver Version: 535.161.08   CUDA Version: 12.2     |" in got[2]
+    narrow = [(max(n - 2, 0), [i if i <= 42 else i - 2 for i in seps]) for n, seps in shape(real)]
+    assert shape(got) == narrow  # the 550 layout with its middle column 24 → 22 wide
     rows = csv_rows(pool, "gpu02")
     gpu3 = got[8 + 4 * 3: 8 + 4 * 3 + 2]
     assert gpu3[0].split("|")[1].split() == ["3", *rows[3]["name"].split(), "On"]

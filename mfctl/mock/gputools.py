@@ -358,30 +358,40 @@ def select_ids(args: list[str], n: int) -> tuple[list[int], list[str], str | Non
     return ids, rest, None
 
 
+#: nvidia-smi's default table by driver branch: (inner width, middle column width, driver, CUDA).
+#: R530–R535 draw 87 columns with a 22-wide Bus-Id/Memory column (public 535.129/171/183 outputs);
+#: R545+ widen that column to 24 (89 columns: the corpus' 550.90.07 capture, tests/data).
+TABLES = {535: (87, 22, DRIVER, CUDA), 550: (89, 24, "550.90.07", "12.4")}
+
+
 def _table(h, ids: list[int]) -> str:
-    """nvidia-smi without options: the 89-column GPU table of R530+ drivers (the corpus' 550
-    capture) and the processes table (the mock runs no CUDA process)."""
-    bar = "+" + "-" * 89 + "+"
-    sep = "+-----------------------------------------+------------------------+----------------------+"
+    """nvidia-smi without options: the GPU table and the processes table (the mock runs no CUDA
+    process), in the layout of the mock host's driver branch (:data:`TABLES`)."""
+    w, m, drv, cuda = TABLES[550 if getattr(h, "driver", 535) >= 545 else 535]
+    wide = m == 24
+    bar = "+" + "-" * w + "+"
+    sep = "+" + "-" * 41 + "+" + "-" * m + "+" + "-" * 22 + "+"
     out = [time.strftime("%a %b %d %H:%M:%S %Y"), bar,
-           f"| NVIDIA-SMI {DRIVER:<23}Driver Version: {DRIVER:<15}CUDA Version: {CUDA:<9}|",
-           "|-----------------------------------------+------------------------+----------------------+",
-           "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
-           "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
-           "|                                         |                        |               MIG M. |",
-           "|=========================================+========================+======================|"]
+           f"| NVIDIA-SMI {drv:<23}Driver Version: {drv:<{w - 74}}CUDA Version: {cuda:<9}|",
+           "|" + "-" * 41 + "+" + "-" * m + "+" + "-" * 22 + "+",
+           f"| GPU  Name                 Persistence-M | Bus-Id{'Disp.A':>{m - 8}} | Volatile Uncorr. ECC |",
+           f"| Fan  Temp   Perf          Pwr:Usage/Cap |{'Memory-Usage':>{m - 1}} | GPU-Util  Compute M. |",
+           f"|                                         |{'':>{m}}|               MIG M. |",
+           "|" + "=" * 41 + "+" + "=" * m + "+" + "=" * 22 + "|"]
     for i in ids:
         g = gpu(h, i)
         ecc = "On" if g.mig else str(g.ecc_uncorrected)
         util = "N/A" if g.util is None else f"{g.util}%"
-        out += [f"|{i:>4}  {g.name[:25]:<25}{'On' if g.persistence else 'Off':>8}  |{g.bus:>19} Off |{ecc:>21} |",
-                f"| N/A  {f'{g.temp}C':>4}    P0{f'{g.power:.0f}W':>16} / {f'{POWER_LIMIT_W:.0f}W':>5} |"
-                f"{f'{MEM_USED_MIB}MiB':>11} / {f'{MEM_TOTAL_MIB - MEM_RESERVED_MIB}MiB':>9} |{util:>8}{'Default':>13} |",
-                f"|                                         |                        |{_ed(g.mig):>21} |", sep]
-    out += ["", bar, "| Processes:" + " " * 78 + "|",
-            "|  GPU   GI   CI        PID   Type   Process name                              GPU Memory |",
-            "|        ID   ID                                                               Usage      |",
-            "|" + "=" * 89 + "|", "|  No running processes found" + " " * 61 + "|", bar]
+        power, cap = f"{g.power:.0f}W", f"{POWER_LIMIT_W:.0f}W"
+        used, total = f"{MEM_USED_MIB}MiB", f"{MEM_TOTAL_MIB - MEM_RESERVED_MIB}MiB"
+        out += [f"|{i:>4}  {g.name[:25]:<25}{'On' if g.persistence else 'Off':>8}  |{g.bus:>{m - 5}} Off |{ecc:>21} |",
+                f"| N/A  {f'{g.temp}C':>4}    P0{power:>{16 if wide else 17}} / {cap:>{5 if wide else 4}} |"
+                f"{used:>{11 if wide else 10}} / {total:>{9 if wide else 8}} |{util:>8}{'Default':>13} |",
+                f"|                                         |{'':>{m}}|{_ed(g.mig):>21} |", sep]
+    out += ["", bar, "| Processes:" + " " * (w - 11) + "|",
+            f"|  GPU   GI   CI        PID   Type   {'Process name':<{w - 47}}GPU Memory |",
+            "|        ID   ID" + " " * (w - 26) + "Usage      |",
+            "|" + "=" * w + "|", "|  No running processes found" + " " * (w - 28) + "|", bar]
     return "".join(ln + "\n" for ln in out)
 
 
