@@ -37,7 +37,7 @@ SETTINGS: dict[str, Setting] = {
         Setting("json", "", "--json: one JSON object on stdout."),
         Setting("yes", "", "--yes: do not ask for confirmation."),
         Setting("skip_health", "", "mfctl run --skip-health."),
-        Setting("mock_state_dir", "~/.local/state/mfctl/mock", "mfctl mock --state-dir."),
+        Setting("mock_state_dir", "", "mfctl mock --state-dir (default: <state_dir>/mock)."),
         Setting("mock_time_scale", "1", "mfctl mock up --time-scale."),
     ]
 }

@@ -177,10 +177,12 @@ def test_host_sets_name_unknown_hosts_and_groups_and_refuse_huge_ranges_at_once(
     assert select_hosts("@region0", known, regions) == ["gpu01", "gpu02", "gpu03"]
     assert select_hosts("@region0!gpu02,@spare", known, regions) == ["gpu01", "gpu03", "gpu04"]
     assert select_hosts("gpu[01-04]!gpu[02-03]", known, regions) == ["gpu01", "gpu04"]
+    assert select_hosts("all!gpu01", known, regions) == ["gpu02", "gpu03", "gpu04"]
+    assert select_hosts("all!@region0", known, regions) == ["gpu04"]
     for spec, msg in (("gpu[05-09]", "unknown host(s) gpu[05-09]; the inventory has gpu[01-04]"),
                       ("gpu[03-06]", "unknown host(s) gpu[05-06]"),
                       ("@all", "unknown group @all in host set '@all'; the groups are the inventory's regions: @region0, @spare"),
-                      ("gpu[1-9999999]", "names more than 100,000 hosts"), ("gpu[1-400],node[1-400]x[1-400]", "more than"),
+                      ("gpu[1-9999999]", "expands to more than 100,000 names"), ("gpu[1-400],node[1-400]x[1-400]", "more than"),
                       ("gpu[01-02]!gpu[01-02]", "names no host"), (" ", "empty host set"), ("gpu[", "bad host set")):
         t = time.monotonic()
         with pytest.raises(UsageError) as e:
@@ -269,6 +271,9 @@ def test_every_judgement_on_real_captures():
     assert not [f for f in hh.findings if f.check == "optics" and not f.component.startswith("ens1f0np0")]  # healthy modules
     assert {(f.code, f.component, f.value) for f in ocs.findings} == {("ocs.alarm", None, "LOS-1 port 12"),
                                                                       ("ocs.dark_port", "port700", 700)}
+    tl1 = '500:MJ,LOS,SA,11-30,03-30-00,NEND,RCV:\\"Loss of signal\\"'  # as RTRV-ALM-ALL answers (the OCS emulator)
+    [_, ocs] = health.full_sweep(pool, inv, ["gpu01"], ocs_state={"standing": [tl1], "dark_outputs": []})
+    assert [(f.code, f.component) for f in ocs.findings] == [("ocs.alarm", "port500")]
 
 
 
@@ -290,3 +295,16 @@ def test_transceiver_readings_are_judged_against_the_modules_own_thresholds():
     got = {(sev, code, ch, v, lim) for sev, code, ch, v, lim, _, _ in judge_module(m)}
     assert got == {("critical", "optics.tx_power_low", 2, -9.0, -8.0), ("warning", "optics.bias_high", 3, 52.0, 50.0),
                    ("warning", "optics.voltage_low", None, 3.0, 3.135), ("critical", "optics.rx_power_low", 4, None, -16.0)}
+
+
+def test_threshold_overrides_are_checked_alone_and_together():
+    from mfctl.hosts.health import thresholds
+
+    assert thresholds({"gpu_temp_warn_c": 88, "gpu_temp_crit_c": 95})["gpu_temp_warn_c"] == 88  # together they agree
+    for bad, msg in (({"roce_priority": 9}, "priority from 0 to 7"), ({"roce_priority": 2.5}, "priority from 0 to 7"),
+                     ({"gpu_temp_warn_c": 90}, "below gpu_temp_crit_c (87)"), ({"nic_drops_max": -1}, "0 or more"),
+                     ({"sm_clock_min_share": 2}, "share from 0 to 1"), ({"gpu_temp_crit_c": float("nan")}, "finite")):
+        with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+            thresholds(bad)
+    with pytest.raises(KeyError):
+        thresholds({"nope": 1})

@@ -83,6 +83,11 @@ def test_nvidia_smi_table_list_and_id_selection_follow_the_real_layout(mock):
     assert len(out(pool, "gpu02", ["nvidia-smi", "-i", rows[6]["pci.bus_id"]]).splitlines()) == len(got) - 4 * 7
     r = pool.run("gpu02", ["nvidia-smi", "-i", "8", "-L"])
     assert r.rc == 6 and r.stdout == "No devices were found\n"
+    assert out(pool, "gpu02", ["nvidia-smi", "-L", "-i", f"{rows[4]['uuid']},4,{rows[1]['pci.bus_id']}"]).splitlines() == [
+        listed[4], listed[1]]  # by UUID, index or bus id; each GPU once
+    assert pool.run("gpu02", ["nvidia-smi", "-L", "-i"]).rc == 2
+    import re
+    assert re.fullmatch(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", rows[0]["uuid"])
 
 def test_gpu_formats_agree_with_the_query_csv(mock):
     _, _, pool, _ = mock

@@ -55,6 +55,9 @@ def test_topo_plan_output_stays_readable_for_big_and_absurd_matrices(tmp_path, c
     p.write_text(json.dumps(huge.tolist()))
     line = [ln for ln in run(cli_env, "topo", "plan", p).stdout.splitlines() if ln.startswith("estimated")][0]
     assert "e+293 ms" in line and len(line) < 150
+    p.write_text("[[0, 1" + "0" * 400 + ", 1], [1, 0, 1], [1, 1, 0]]")  # an integer no float can hold
+    r = run(cli_env, "topo", "plan", p, check=3)
+    assert "too large for a float" in r.stderr and "Traceback" not in r.stderr
 
 def test_topo_eval_and_min_change(tokens_json, tmp_path, cli_env):
     out = json.loads(run(cli_env, "topo", "eval", tokens_json, "--ports", "3", "--json").stdout)

@@ -58,8 +58,10 @@ def version(json_out: bool = JSON_OPT, settings_table: bool = typer.Option(False
         emit_json(data)
         return
     typer.echo(f"mfctl {__version__}")
-    for s in data.get("settings", []):
-        typer.echo(f"  {s['env']:<26} {s['value']!s:<24} {s['help']}")
+    rows = data.get("settings", [])
+    w = max([24] + [len(str(s["value"])) + 1 for s in rows])
+    for s in rows:
+        typer.echo(f"  {s['env']:<26} {s['value']!s:<{w}} {s['help']}")
 
 
 def main() -> None:

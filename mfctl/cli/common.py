@@ -89,7 +89,8 @@ def setup_logging() -> None:
         root.addHandler(logging.NullHandler())
         return
     except OSError as e:
-        print_error(f"no log file: {path}: {e.strerror or e}; running without one", "warning")
+        why = "a parent is not a directory" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror or e
+        print_error(f"no log file: {path}: {why}; running without one", "warning")
         root.addHandler(logging.NullHandler())
         return
     h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

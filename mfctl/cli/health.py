@@ -41,13 +41,16 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
     overrides = {}
     for t in threshold or []:
         k, _, v = t.partition("=")
+        if k not in H.THRESHOLDS:
+            raise UsageError(f"--threshold {t!r}: expected name=number with name one of {', '.join(H.THRESHOLDS)}")
         try:
             overrides[k] = float(v)
-            H.thresholds({k: overrides[k]})
-        except KeyError:
-            raise UsageError(f"--threshold {t!r}: expected name=number with name one of {', '.join(H.THRESHOLDS)}") from None
-        except ValueError as e:
-            raise UsageError(f"--threshold {t!r}: expected {str(e).split(': ', 1)[-1] if '=' in str(e) else 'a number'}") from None
+        except ValueError:
+            raise UsageError(f"--threshold {t!r}: expected a number") from None
+    try:
+        H.thresholds(overrides)  # each value, and the pairs that must agree (warning below critical)
+    except ValueError as e:
+        raise UsageError(f"--threshold {e.args[0].split(':', 1)[0]}: expected {e.args[0].split(': ', 1)[-1]}") from None
     ocs_state = None
     if not no_ocs:
         from mfctl.ocs.driver import driver_from_inventory

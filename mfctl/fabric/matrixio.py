@@ -59,6 +59,8 @@ def _load_array(path: Path) -> tuple[np.ndarray, dict]:
             doc = doc.get("layers", doc.get("matrix", doc.get("circuits")))
         try:
             return np.asarray(doc, dtype=float), meta
+        except OverflowError:  # an integer beyond a float (10**400): not a byte count
+            raise ConfigError("matrix holds a number too large for a float (above ~1.8e308)", path=str(path)) from None
         except (TypeError, ValueError) as e:
             raise ConfigError(f"matrix is not a rectangular array of numbers: {e}", path=str(path)) from None
     rows = []

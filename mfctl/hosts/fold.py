@@ -72,7 +72,9 @@ def select_hosts(spec: str, known: list[str], groups: dict[str, list[str]] | Non
             have = ", ".join(f"@{n}" for n in groups) or "none"
             raise UsageError(f"unknown group @{g} in host set {spec!r}; the groups are the inventory's regions: {have}")
     if _set_size(spec) > MAX_SET:
-        raise UsageError(f"host set {spec!r} names more than {MAX_SET:,} hosts")
+        raise UsageError(f"host set {spec!r} expands to more than {MAX_SET:,} names (before any ! exclusion)")
+    if re.search(r"(^|[,!&^])\s*all\s*($|[,!&^])", spec):  # "all" inside an expression: every inventory host
+        spec = re.sub(r"(?<![\w@.-])all(?![\w.-])", hostset(known), spec)
     resolver = GroupResolver(GroupSource("inventory", {g: ",".join(hs) for g, hs in groups.items()}))
     try:
         ns = NodeSet(spec, resolver=resolver)

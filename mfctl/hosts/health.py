@@ -29,7 +29,8 @@ THRESHOLDS = {
 
 def thresholds(overrides: dict[str, float] | None = None) -> dict[str, float]:
     """The declared thresholds with ``overrides`` applied; unknown names raise KeyError, a value
-    that is not finite (or a ``*_share`` outside 0..1) raises ValueError."""
+    that is not finite, a ``*_share`` outside 0..1, a count below 0, a RoCE priority that is not
+    0..7, or a warning temperature at or above the critical one raises ValueError."""
     import math
 
     out = dict(THRESHOLDS)
@@ -37,9 +38,17 @@ def thresholds(overrides: dict[str, float] | None = None) -> dict[str, float]:
         if k not in out:
             raise KeyError(k)
         v = float(v)
-        if not math.isfinite(v) or (k.endswith("_share") and not 0 <= v <= 1):
-            raise ValueError(f"{k}={v}: {'a share from 0 to 1' if k.endswith('_share') else 'a finite number'}")
+        if not math.isfinite(v):
+            raise ValueError(f"{k}={v}: a finite number")
+        if k.endswith("_share") and not 0 <= v <= 1:
+            raise ValueError(f"{k}={v:g}: a share from 0 to 1")
+        if k.endswith("_max") and v < 0:
+            raise ValueError(f"{k}={v:g}: a count of 0 or more")
+        if k == "roce_priority" and (v != int(v) or not 0 <= v <= 7):
+            raise ValueError(f"{k}={v:g}: an 802.1p priority from 0 to 7")
         out[k] = v
+    if out["gpu_temp_warn_c"] >= out["gpu_temp_crit_c"]:
+        raise ValueError(f"gpu_temp_warn_c={out['gpu_temp_warn_c']:g}: below gpu_temp_crit_c ({out['gpu_temp_crit_c']:g})")
     return out
 
 
@@ -413,7 +422,10 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
         if ocs_state.get("error"):
             hh.findings.append(Finding(inv.ocs.name, "critical", "ocs", ocs_state["error"], "ocs.unreachable"))
         for a in ocs_state.get("standing", []):
-            hh.findings.append(Finding(inv.ocs.name, "critical", "ocs", f"standing alarm {a}", "ocs.alarm", value=a))
+            m = re.match(r'^\s*"?([^:\s"]+):', str(a))  # TL1: AID:NTFCNCDE,CONDTYPE,... (the AID is the port)
+            aid = m.group(1) if m else None
+            hh.findings.append(Finding(inv.ocs.name, "critical", "ocs", f"standing alarm {a}", "ocs.alarm",
+                                       component=f"port{aid}" if aid and aid.isdigit() else aid, value=a))
         for p in ocs_state.get("dark_outputs", []):
             hh.findings.append(Finding(inv.ocs.name, "critical", "ocs", f"output port {p} is connected but dark", "ocs.dark_port",
                                        component=f"port{p}", value=p))

@@ -98,7 +98,7 @@ def gpu(h, i: int) -> GPU:
     slow = f.slowdown.get(i)
     reasons = {slow, "hw_slowdown"} - {None} if slow and slow.startswith("hw") else {slow} - {None}
     pend, fail = i in f.remap_pending, i in f.remap_failure
-    return GPU(i, bus_id(i), f"GPU-{hashlib.md5(f'{h.name}{i}'.encode()).hexdigest()[:8]}-0000-0000-0000-000000000000",
+    return GPU(i, bus_id(i), uuid(h.name, i),
                h.gpu_model, h.gpu_temps[i], 62.5 + 3 * i, None if mig else 0, cfg is None or cfg.gpu_persistence, mig,
                f.ecc_uncorrected.get(i, 0), None if mig else (pend or fail) * 4, None if mig else pend, None if mig else fail,
                SLOWDOWN_SM_MHZ if reasons else f.sm_clock_mhz.get(i, SM_MAX_MHZ), reasons, f.last_xid.get(i, 0))
@@ -334,27 +334,35 @@ def _nvlink(h) -> str:
     return "".join(ln + "\n" for ln in out)
 
 
-def select_ids(args: list[str], n: int) -> tuple[list[int], list[str], str | None]:
-    """nvidia-smi's ``-i ID[,ID]`` / ``--id=ID[,ID]`` (indexes or PCI bus ids): the GPUs, the other
-    arguments, and an error text (None when fine)."""
+def uuid(host_name: str, i: int) -> str:
+    """GPU ``i``'s UUID on a mock host, stable and shaped like nvidia-smi's (GPU-8-4-4-4-12 hex)."""
+    d = hashlib.md5(f"{host_name}{i}".encode()).hexdigest()
+    return f"GPU-{d[:8]}-{d[8:12]}-{d[12:16]}-{d[16:20]}-{d[20:32]}"
+
+
+def select_ids(args: list[str], n: int, host_name: str = "") -> tuple[list[int], list[str], str | None]:
+    """nvidia-smi's ``-i ID[,ID]`` / ``--id=ID[,ID]`` (indexes, PCI bus ids or UUIDs of the mock
+    host ``host_name``): the GPUs, the other arguments, and an error text (None when fine)."""
     rest, spec = [], None
     it = iter(args)
     for a in it:
         if a in ("-i", "--id"):
-            spec = next(it, "")
+            spec = next(it, None)
+            if spec is None:
+                return [], rest, "Option -i requires a value (a GPU index, PCI bus id or UUID)\n"
         elif a.startswith("--id="):
             spec = a.split("=", 1)[1]
         else:
             rest.append(a)
     if spec is None:
         return list(range(n)), rest, None
-    ids = []
+    ids: list[int] = []
     for part in spec.split(","):
         part = part.strip()
-        hit = [i for i in range(n) if part == str(i) or part.upper() in (bus_id(i), bus_id(i)[4:])]
+        hit = [i for i in range(n) if part == str(i) or part.upper() in (bus_id(i), bus_id(i)[4:]) or part == uuid(host_name, i)]
         if not hit:
             return [], rest, "No devices were found\n"
-        ids += hit
+        ids += [i for i in hit if i not in ids]  # each GPU once, in the order asked
     return ids, rest, None
 
 

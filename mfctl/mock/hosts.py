@@ -174,10 +174,10 @@ class MockHost:
     driver: int = 535  # the mock driver branch: before 535 only clocks_throttle_reasons.* exist
 
     def _nvidia_smi(self, args: list[str], channel) -> int:
-        ids, args, problem = gputools.select_ids(args, self.gpus)
+        ids, args, problem = gputools.select_ids(args, self.gpus, self.name)
         if problem:
             channel.sendall(problem.encode())
-            return 6  # nvidia-smi's "not found" return code
+            return 6 if problem.startswith("No devices") else 2  # nvidia-smi's "not found" / usage return codes
         for flag, attr in (("-pm", "gpu_persistence"), ("-mig", "gpu_mig")):
             if flag in args and self.config is not None:
                 v = args[args.index(flag) + 1] if args.index(flag) + 1 < len(args) else ""
