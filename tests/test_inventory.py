@@ -150,6 +150,10 @@ def test_cache_entries_that_are_damaged_edited_or_fail_the_cross_checks_are_not_
     assert head == cache._checksum(k, body) and Inventory.model_validate_json(body).model_dump() == good.model_dump()
     entry.write_bytes(head + b"\n" + body[:100])  # truncated
     assert load_inventory(p) == good and "damaged inventory cache entry" in caplog.text
+    import os
+    entry.unlink()
+    os.mkfifo(entry)  # planted: a FIFO would block a reader forever
+    assert load_inventory(p) == good
     # hand-edited: gpu01 pointed at gpu02's port, still a valid inventory, but the checksum no longer matches
     doc = good.model_dump(mode="json")
     doc["hosts"][0]["ssh"]["port"] = doc["hosts"][1]["ssh"]["port"]

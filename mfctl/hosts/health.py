@@ -477,8 +477,11 @@ def load_baseline(inv) -> dict:
     """The previous sweep's NIC counters by host (``{}`` when there is none or it is unreadable)."""
     import json
 
+    p = baseline_path(inv)
     try:
-        data = json.loads(baseline_path(inv).read_text())
+        if not p.is_file() or p.stat().st_size > 64 << 20:  # a FIFO or a device would block or never end
+            return {}
+        data = json.loads(p.read_text())
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}

@@ -65,8 +65,11 @@ def _checksum(k: str, body: bytes) -> bytes:
 def get(raw: bytes) -> Inventory | None:
     """The validated inventory for these file bytes, or None (not cached, unreadable, damaged)."""
     k = key(raw)
+    p = _dir() / f"{k}.json"
     try:
-        data = (_dir() / f"{k}.json").read_bytes()
+        if not p.is_file() or p.stat().st_size > 8 * len(raw) + (1 << 20):  # a FIFO, a device, /dev/zero: not ours
+            return None
+        data = p.read_bytes()
     except OSError:
         return None
     head, _, body = data.partition(b"\n")
