@@ -148,24 +148,36 @@ def test_faults_injected_from_the_command_line_reach_the_health_sweep(tmp_path, 
         subprocess.run(mfctl_cmd("mock", "down", "--state-dir", state), env=cli_env, capture_output=True)
 
 
-def test_nic_error_counters_are_judged_by_what_they_gained_since_the_last_sweep():
+def test_nic_error_counters_are_judged_over_a_window_of_earlier_sweeps():
     from mfctl.hosts import ethtool
-    from mfctl.hosts.health import new_errors
+    from mfctl.hosts.health import _history, new_errors, reference, remember
 
-    st = ethtool.parse_stats("NIC statistics:\n     rx_crc_errors_phy: 130\n     rx_symbol_err_phy: 4\n     tx_errors_phy: 0\n")
+    stats = lambda crc: ethtool.parse_stats(f"NIC statistics:\n     rx_crc_errors_phy: {crc}\n"  # noqa: E731
+                                            "     rx_symbol_err_phy: 4\n     tx_errors_phy: 0\n")
     names = ethtool.PHY_ERRORS
-    assert new_errors(st, names, None, 1000.0) == ({"rx_crc_errors_phy": 130, "rx_symbol_err_phy": 4},
-                                                   "since the driver loaded", False)
-    before = {"t": 1000.0 - 300, "counters": {"rx_crc_errors_phy": 120, "rx_symbol_err_phy": 4, "tx_errors_phy": 0}}
-    assert new_errors(st, names, before, 1000.0) == ({"rx_crc_errors_phy": 10}, "in the 5 min since the last sweep", True)
+    assert new_errors(stats(130), names, None, 1000.0) == ({"rx_crc_errors_phy": 130, "rx_symbol_err_phy": 4},
+                                                          "since the driver loaded", False)
+    before = {"t": 700.0, "counters": {"rx_crc_errors_phy": 120, "rx_symbol_err_phy": 4, "tx_errors_phy": 0}}
+    assert new_errors(stats(130), names, before, 1000.0) == ({"rx_crc_errors_phy": 10}, "in the last 5 min (since an earlier sweep)",
+                                                            True)
     rebooted = {"t": 0.0, "counters": {"rx_crc_errors_phy": 500}}  # a counter went down: totals again
-    assert new_errors(st, names, rebooted, 1000.0)[1:] == ("since the driver loaded", False)
-    from mfctl.hosts.health import _reading  # a damaged baseline file is no baseline, never a crash
-
+    assert new_errors(stats(130), names, rebooted, 1000.0)[1:] == ("since the driver loaded", False)
+    # a history of sweeps: errors stay visible for a whole window however often someone looks
+    reading = lambda t, crc: {"t": t, "counters": {"rx_crc_errors_phy": crc, "rx_symbol_err_phy": 4}}  # noqa: E731
+    hist, window = [], 3600.0
+    seen = []
+    for t, crc in ((0, 100), (600, 110), (700, 110), (4000, 110), (4300, 110)):
+        ref = reference(hist, t, window)
+        seen.append(new_errors(stats(crc), names, ref, t)[0].get("rx_crc_errors_phy"))
+        hist = remember(hist, reading(t, crc), window)
+    assert seen == [100, 10, 10, 10, None]  # first look: totals; +10 for an hour; then clear
+    assert [x["t"] for x in hist] == [700, 4000, 4300]  # the window and the newest reading at least a window old
+    # a damaged readings file is no history, never a crash
     for bad in ([], {"gpu01": []}, {"gpu01": {"nic1": "x"}}, {"gpu01": {"nic1": {"t": "y", "counters": {}}}},
-                {"gpu01": {"nic1": {"t": 1, "counters": {"rx_crc_errors_phy": "12"}}}}):
-        assert _reading(bad if isinstance(bad, dict) else None, "gpu01", "nic1") is None
-    assert _reading({"gpu01": {"nic1": before}}, "gpu01", "nic1") == before
+                {"gpu01": {"nic1": [{"t": 1, "counters": {"rx_crc_errors_phy": "12"}}, 5, None]}},
+                {"gpu01": {"nic1": {"t": True, "counters": {}}}}):
+        assert _history(bad if isinstance(bad, dict) else None, "gpu01", "nic1") == []
+    assert _history({"gpu01": {"nic1": [reading(9, 1), reading(3, 1)]}}, "gpu01", "nic1") == [reading(3, 1), reading(9, 1)]
 
 
 def test_host_sets_name_unknown_hosts_and_groups_and_refuse_huge_ranges_at_once():

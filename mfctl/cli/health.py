@@ -16,12 +16,12 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
            threshold: list[str] = typer.Option(None, "--threshold", help="Override a threshold: name=value (repeat)."),
            no_ocs: bool = typer.Option(False, "--no-ocs", help="Skip the OCS (alarms, dark connected ports)."),
            since_boot: bool = typer.Option(False, "--since-boot", help="Judge NIC error counters as totals since the "
-                                           "driver loaded, not by what they gained since the last sweep."),
+                                           "driver loaded, not by what they gained over the window of earlier sweeps."),
            junit: Path = typer.Option(None, "--junit", help="Also write a JUnit XML report here (for CI; - prints only the XML on stdout)."),
            json_out: bool = JSON_OPT):
     """Sweep every host in parallel (nvidia-smi, dmesg XIDs, ip/ethtool links, ethtool -S priorities,
     ethtool -m DOM) and the OCS; identical findings are folded. NIC error counters are judged by what they
-    gained since the previous sweep of the host (its readings are kept in the state dir), the first time as
+    gained over the last hour of sweeps (readings kept in the state dir; nic_error_window_s), the first time as
     totals. Exit 0 healthy, 1 when anything is critical (an unreachable host is), 4 when no host could be reached."""
     from rich.table import Table
 
@@ -69,7 +69,7 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
         before = H.load_baseline(inv)
         results = H.full_sweep(pool, inv, names, overrides, ocs_state, None if since_boot else before)
     try:
-        H.save_baseline(inv, results, before)
+        H.save_baseline(inv, results, before, H.thresholds(overrides)["nic_error_window_s"])
     except OSError as e:
         print_error(f"NIC counters of this sweep not kept ({e.strerror or e}): the next sweep judges totals", "warning")
     crit = any(f.severity == "critical" for r in results for f in r.findings)

@@ -22,6 +22,7 @@ THRESHOLDS = {
     "wrong_priority_share": 0.01,  # RoCE bytes outside the lossless priority, as a share of all bytes
     "nic_phy_errors_max": 0.0,  # physical-layer error frames (CRC, symbol, length) a NIC may gain between sweeps
     "nic_drops_max": 0.0,  # frames dropped for lack of buffers (discards, out of buffer) between sweeps
+    "nic_error_window_s": 3600.0,  # NIC error counters: what they gained over (at least) this window, from earlier sweeps
     "roce_priority": 3.0,
     "sm_clock_min_share": 0.5,  # SM clock below this share of clocks.max.sm on a busy GPU, with no reason given
 }
@@ -44,6 +45,8 @@ def thresholds(overrides: dict[str, float] | None = None) -> dict[str, float]:
             raise ValueError(f"{k}={v:g}: a share from 0 to 1")
         if k.endswith("_max") and v < 0:
             raise ValueError(f"{k}={v:g}: a count of 0 or more")
+        if k.endswith("_window_s") and v <= 0:
+            raise ValueError(f"{k}={v:g}: a duration above 0 s")
         if k == "roce_priority" and (v != int(v) or not 0 <= v <= 7):
             raise ValueError(f"{k}={v:g}: an 802.1p priority from 0 to 7")
         out[k] = v
@@ -219,9 +222,9 @@ XID_MEANING = {13: "graphics engine exception", 31: "GPU memory page fault", 43:
 
 
 def new_errors(stats, names: tuple[str, ...], before: dict | None, now: float) -> tuple[dict[str, int], str, bool]:
-    """The error counters of ``names`` that grew since ``before`` (the previous sweep's reading of
-    this NIC: ``{"t": epoch s, "counters": {name: value}}``), the period they cover in words, and
-    whether they are increments (True) or totals (False).
+    """The error counters of ``names`` that grew since ``before`` (an earlier sweep's reading of
+    this NIC, :func:`reference`: ``{"t": epoch s, "counters": {name: value}}``), the period they
+    cover in words, and whether they are increments (True) or totals (False).
     Without a previous reading, or when a counter went down (the driver was reloaded, the host
     rebooted), the totals since the driver loaded."""
     from mfctl.hosts import ethtool
@@ -231,18 +234,37 @@ def new_errors(stats, names: tuple[str, ...], before: dict | None, now: float) -
     if not before or any(v < old_c.get(n, 0) for n, v in now_c.items()):
         return ethtool.nonzero(stats, names), "since the driver loaded", False
     grown = {n: v - old_c.get(n, 0) for n, v in now_c.items() if v > old_c.get(n, 0)}
-    return grown, f"in the {_duration(now - float(before.get('t', now)))} since the last sweep", True
+    return grown, f"in the last {_duration(now - float(before.get('t', now)))} (since an earlier sweep)", True
 
 
-def _reading(baseline: dict | None, host: str, nic: str) -> dict | None:
-    """The previous sweep's reading of one NIC from a baseline file, or None when the file does
-    not hold a well-formed one (``{"t": number, "counters": {name: integer}}``)."""
+def _history(baseline: dict | None, host: str, nic: str) -> list[dict]:
+    """One NIC's earlier readings from the readings file, oldest first; only well-formed ones
+    (``{"t": epoch s, "counters": {name: integer}}``): a damaged file is no history, never a crash."""
     r = (baseline or {}).get(host)
     r = r.get(nic) if isinstance(r, dict) else None
-    if not (isinstance(r, dict) and isinstance(r.get("t"), (int, float)) and isinstance(r.get("counters"), dict)
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in r["counters"].values())):
-        return None
-    return r
+    r = [r] if isinstance(r, dict) else r if isinstance(r, list) else []
+    ok = [x for x in r if isinstance(x, dict) and isinstance(x.get("t"), (int, float)) and not isinstance(x.get("t"), bool)
+          and isinstance(x.get("counters"), dict)
+          and all(isinstance(v, int) and not isinstance(v, bool) for v in x["counters"].values())]
+    return sorted(ok, key=lambda x: x["t"])
+
+
+def reference(history: list[dict], now: float, window_s: float) -> dict | None:
+    """The reading to judge a NIC's error counters against: the newest one at least ``window_s``
+    old (so that errors stay visible for a whole window, however often someone looks — like
+    Prometheus' ``increase()`` over a range), else the oldest one there is; None without any."""
+    past = [x for x in history if x["t"] <= now]
+    old = [x for x in past if now - x["t"] >= window_s]
+    return old[-1] if old else (past[0] if past else None)
+
+
+def remember(history: list[dict], reading: dict, window_s: float, keep: int = 200) -> list[dict]:
+    """``history`` with ``reading`` added, trimmed to what :func:`reference` can still use: the
+    readings inside the window and the newest one before it (at most ``keep``)."""
+    now = reading["t"]
+    past = [x for x in history if x["t"] < now] + [reading]
+    old = [x for x in past if now - x["t"] >= window_s]
+    return (old[-1:] + [x for x in past if now - x["t"] < window_s])[-keep:]
 
 
 def _duration(s: float) -> str:
@@ -313,9 +335,10 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
     per-lane link speed, per-priority RoCE counters, transceiver DOM against each module's
     own thresholds, and (given ``ocs_state``) OCS alarms and dark connected ports.
 
-    NIC error counters are judged by what they gained since ``baseline`` (the previous sweep's
-    ``HostHealth.nic_counters`` by host, see :func:`load_baseline`), else as totals since the
-    driver loaded; each result's ``nic_counters`` holds this sweep's readings."""
+    NIC error counters are judged by what they gained over the ``nic_error_window_s`` threshold,
+    against the earlier sweeps' readings in ``baseline`` (by host and NIC, see :func:`load_baseline`
+    and :func:`reference`), else as totals since the driver loaded; each result's
+    ``nic_counters`` holds this sweep's readings."""
     import re
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -396,7 +419,8 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                                                   "connector, a failing transceiver or fibre?)", "nic.phy_errors"),
                                                  (ethtool.DROPS, "nic_drops_max", "drops for lack of buffers (PFC/buffers?)",
                                                   "nic.drops")):
-                    bad, since, grown = new_errors(st, names, _reading(baseline, name, nic.name), now)
+                    ref = reference(_history(baseline, name, nic.name), now, lim["nic_error_window_s"])
+                    bad, since, grown = new_errors(st, names, ref, now)
                     if sum(bad.values()) > lim[limit]:
                         add("warning", "nic", f"{nic.name}: {what} {since}: "
                             + ", ".join(f"{k}={'+' if grown else ''}{v}" for k, v in bad.items()),
@@ -487,14 +511,18 @@ def load_baseline(inv) -> dict:
         return {}
 
 
-def save_baseline(inv, results: list[HostHealth], before: dict) -> None:
-    """Record this sweep's NIC counters (hosts not swept keep their earlier reading); atomic."""
+def save_baseline(inv, results: list[HostHealth], before: dict, window_s: float = THRESHOLDS["nic_error_window_s"]) -> None:
+    """Add this sweep's NIC readings to each NIC's history (:func:`remember`: the window and one
+    reading before it); hosts not swept keep theirs. Written atomically."""
     import json
     import os
     import tempfile
 
-    data = dict(before)
-    data.update({hh.host: hh.nic_counters for hh in results if hh.nic_counters})
+    data = {h: v for h, v in before.items() if isinstance(v, dict)}
+    for hh in results:
+        if hh.nic_counters:
+            data[hh.host] = {**data.get(hh.host, {}), **{nic: remember(_history(before, hh.host, nic), r, window_s)
+                                                         for nic, r in hh.nic_counters.items()}}
     p = baseline_path(inv)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-")
