@@ -191,10 +191,12 @@ def test_host_sets_name_unknown_hosts_and_groups_and_refuse_huge_ranges_at_once(
     assert select_hosts("gpu[01-04]!gpu[02-03]", known, regions) == ["gpu01", "gpu04"]
     assert select_hosts("all!gpu01", known, regions) == ["gpu02", "gpu03", "gpu04"]
     assert select_hosts("all!@region0", known, regions) == ["gpu04"]
+    assert select_hosts("gpu[1-400]!gpu[5-400]", [f"gpu{i}" for i in range(1, 401)]) == ["gpu1", "gpu2", "gpu3", "gpu4"]
     for spec, msg in (("gpu[05-09]", "unknown host(s) gpu[05-09]; the inventory has gpu[01-04]"),
                       ("gpu[03-06]", "unknown host(s) gpu[05-06]"),
                       ("@all", "unknown group @all in host set '@all'; the groups are the inventory's regions: @region0, @spare"),
-                      ("gpu[1-9999999]", "expands to more than 100,000 names"), ("gpu[1-400],node[1-400]x[1-400]", "more than"),
+                      ("gpu[1-9999999]", "expands to more than 100,000 names"),
+                      ("gpu[1-99999]!gpu[1-99998]", "expands to more than 100,000 names"), ("gpu[1-400],node[1-400]x[1-400]", "more than"),
                       ("gpu[01-02]!gpu[01-02]", "names no host"), (" ", "empty host set"), ("gpu[", "bad host set")):
         t = time.monotonic()
         with pytest.raises(UsageError) as e:

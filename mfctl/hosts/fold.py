@@ -28,14 +28,15 @@ MAX_SET = 100_000  # hosts a host set may expand to (ClusterShell expands ranges
 
 
 def _set_size(spec: str) -> int:
-    """An upper bound of the hosts ``spec`` expands to, without expanding it: per comma-separated
-    word, the product of its bracket groups' sizes (``a-b`` counts b-a+1, ``/step`` ignored)."""
+    """An upper bound of the names ``spec`` expands to, without expanding it: the sum over its
+    operands (separated by ``,`` ``!`` ``&`` ``^`` outside brackets) of the product of each one's
+    bracket groups' sizes (``a-b`` counts b-a+1, ``/step`` ignored)."""
     import re
 
     total, depth, word = 0, 0, ""
     for ch in spec + ",":
         depth += (ch == "[") - (ch == "]")
-        if ch == "," and depth == 0:
+        if ch in ",!&^" and depth == 0:
             n = 1
             for group in re.findall(r"\[([^\]]*)\]", word):
                 size = 0
@@ -72,7 +73,7 @@ def select_hosts(spec: str, known: list[str], groups: dict[str, list[str]] | Non
             have = ", ".join(f"@{n}" for n in groups) or "none"
             raise UsageError(f"unknown group @{g} in host set {spec!r}; the groups are the inventory's regions: {have}")
     if _set_size(spec) > MAX_SET:
-        raise UsageError(f"host set {spec!r} expands to more than {MAX_SET:,} names (before any ! exclusion)")
+        raise UsageError(f"host set {spec!r} expands to more than {MAX_SET:,} names")
     if re.search(r"(^|[,!&^])\s*all\s*($|[,!&^])", spec):  # "all" inside an expression: every inventory host
         spec = re.sub(r"(?<![\w@.-])all(?![\w.-])", hostset(known), spec)
     resolver = GroupResolver(GroupSource("inventory", {g: ",".join(hs) for g, hs in groups.items()}))
