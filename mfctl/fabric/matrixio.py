@@ -57,6 +57,13 @@ def _load_array(path: Path) -> tuple[np.ndarray, dict]:
                 raise ConfigError(f"expected a 'matrix' or 'layers' (or 'circuits') key, found {sorted(doc) or 'none'}",
                                   path=str(path))
             doc = doc.get("layers", doc.get("matrix", doc.get("circuits")))
+        stack = [doc]
+        while stack:  # true/false would become 1/0: not a byte count
+            x = stack.pop()
+            if isinstance(x, bool):
+                raise ConfigError("matrix holds true/false where numbers are expected", path=str(path))
+            if isinstance(x, list):
+                stack.extend(x)
         try:
             return np.asarray(doc, dtype=float), meta
         except OverflowError:  # an integer beyond a float (10**400): not a byte count
