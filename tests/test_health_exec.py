@@ -136,48 +136,70 @@ def test_faults_injected_from_the_command_line_reach_the_health_sweep(tmp_path, 
         assert suite.get("skipped") == "5" and {tc.get("name") for tc in suite if tc.get("classname") == "gpu03"} == {
             "ssh", "gpu", "nic", "rdma", "optics", "roce"}
         assert [tc.get("name") for tc in suite if tc.get("classname") == "ocs1"] == ["ocs"]
-        # NIC error counters: the next sweep judges what they gained since this one (nothing), --since-boot the totals
-        r = subprocess.run(mfctl_cmd("health", "-i", inv, "--json", "--no-ocs"), capture_output=True, text=True, env=cli_env,
-                           timeout=60)
-        assert [t["findings"] for t in json.loads(r.stdout)["targets"] if t["host"] == "gpu04"] == [[]]
-        r = subprocess.run(mfctl_cmd("health", "-i", inv, "--json", "--no-ocs", "--since-boot"), capture_output=True,
-                           text=True, env=cli_env, timeout=60)
-        [f] = [f for t in json.loads(r.stdout)["targets"] if t["host"] == "gpu04" for f in t["findings"]]
-        assert f["code"] == "nic.phy_errors" and "since the driver loaded: rx_crc_errors_phy=120" in f["message"]
+        # NIC error counters: totals until a reading is a window old; then what they gained over the window (nothing)
+        sweep = lambda *a: [f for t in json.loads(subprocess.run(  # noqa: E731
+            mfctl_cmd("health", "-i", inv, "--json", "--no-ocs", *a), capture_output=True, text=True, env=cli_env,
+            timeout=60).stdout)["targets"] if t["host"] == "gpu04" for f in t["findings"]]
+        [f] = sweep()
+        assert f["code"] == "nic.phy_errors" and "less than a window): rx_crc_errors_phy=120" in f["message"]
+        time.sleep(1.1)
+        assert sweep("--threshold", "nic_error_window_s=1") == []
+        [f] = sweep("--since-boot")
+        assert f["value"] == {"rx_crc_errors_phy": 120} and "since the driver loaded: rx_crc_errors_phy=120" in f["message"]
     finally:
         subprocess.run(mfctl_cmd("mock", "down", "--state-dir", state), env=cli_env, capture_output=True)
 
 
 def test_nic_error_counters_are_judged_over_a_window_of_earlier_sweeps():
     from mfctl.hosts import ethtool
-    from mfctl.hosts.health import _history, new_errors, reference, remember
+    from mfctl.hosts.health import KEEP_READINGS_S, _history, new_errors, reading, reference, remember
 
     stats = lambda crc: ethtool.parse_stats(f"NIC statistics:\n     rx_crc_errors_phy: {crc}\n"  # noqa: E731
                                             "     rx_symbol_err_phy: 4\n     tx_errors_phy: 0\n")
-    names = ethtool.PHY_ERRORS
-    assert new_errors(stats(130), names, None, 1000.0) == ({"rx_crc_errors_phy": 130, "rx_symbol_err_phy": 4},
-                                                          "since the driver loaded", False)
-    before = {"t": 700.0, "counters": {"rx_crc_errors_phy": 120, "rx_symbol_err_phy": 4, "tx_errors_phy": 0}}
-    assert new_errors(stats(130), names, before, 1000.0) == ({"rx_crc_errors_phy": 10}, "in the last 5 min (since an earlier sweep)",
-                                                            True)
-    rebooted = {"t": 0.0, "counters": {"rx_crc_errors_phy": 500}}  # a counter went down: totals again
-    assert new_errors(stats(130), names, rebooted, 1000.0)[1:] == ("since the driver loaded", False)
-    # a history of sweeps: errors stay visible for a whole window however often someone looks
-    reading = lambda t, crc: {"t": t, "counters": {"rx_crc_errors_phy": crc, "rx_symbol_err_phy": 4}}  # noqa: E731
-    hist, window = [], 3600.0
+    names, window = ethtool.PHY_ERRORS, 3600.0
+
+    def sweep(hist, t, crc, since_boot=False):
+        cur = reading(stats(crc), hist, t)
+        ref = None if since_boot else reference(hist, t, window)
+        found = new_errors(cur, names, ref, hist[0]["t"] if hist and not since_boot else None)
+        return remember(hist, cur), found
+
+    # no reading a window old yet: the totals, however often someone looks (CI with a fresh state dir agrees)
+    h, f = sweep([], 0, 100)
+    assert f == ({"rx_crc_errors_phy": 100, "rx_symbol_err_phy": 4}, "since the driver loaded", False)
+    h, f = sweep(h, 5, 100)
+    assert f[0]["rx_crc_errors_phy"] == 100 and f[1] == "since the driver loaded (readings for 5 s only, less than a window)"
+    # then what the counters gained over the window: +10 at t=600 stays a finding until the window has passed it
     seen = []
-    for t, crc in ((0, 100), (600, 110), (700, 110), (4000, 110), (4300, 110)):
-        ref = reference(hist, t, window)
-        seen.append(new_errors(stats(crc), names, ref, t)[0].get("rx_crc_errors_phy"))
-        hist = remember(hist, reading(t, crc), window)
-    assert seen == [100, 10, 10, 10, None]  # first look: totals; +10 for an hour; then clear
-    assert [x["t"] for x in hist] == [700, 4000, 4300]  # the window and the newest reading at least a window old
+    for t, crc in ((600, 110), (700, 110), (3700, 110), (4000, 110), (4300, 110)):
+        h, f = sweep(h, t, crc)
+        seen.append((f[0].get("rx_crc_errors_phy"), f[2]))
+    assert seen == [(110, False), (110, False), (10, True), (10, True), (None, True)]
+    # a driver reload in between (110 → 50 → 140) is counted like Prometheus' increase(): 50 + 90
+    h2 = h
+    for t, crc in ((5000, 50), (5100, 140)):
+        h2, f = sweep(h2, t, crc)
+    assert f[0]["rx_crc_errors_phy"] == 140 and f[2] and f[1] in ("in the last 73 min", "in the last 75 min")  # t=700 or 600
+    # --since-boot: totals, and the history stays consistent
+    _, f = sweep(h2, 5200, 140, since_boot=True)
+    assert f == ({"rx_crc_errors_phy": 140, "rx_symbol_err_phy": 4}, "since the driver loaded", False)
+    # readings thin out with age, whatever the sweep rate: a week of sweeps every 10 s keeps ~100 per NIC,
+    # and errors 50 min old still count against an hour's window
+    h3, crc = [], 0
+    for t in range(0, 3 * 24 * 3600, 10):
+        crc += 1 if t == 3 * 24 * 3600 - 3000 else 0
+        h3 = remember(h3, reading(stats(crc), h3, float(t)))
+    assert len(h3) < 160 and h3[-1]["t"] == 3 * 24 * 3600 - 10 and KEEP_READINGS_S > 3 * 24 * 3600
+    now = 3 * 24 * 3600.0
+    ref = reference(h3, now, window)
+    assert now - ref["t"] >= window and new_errors(reading(stats(crc), h3, now), names, ref)[0] == {"rx_crc_errors_phy": 1}
     # a damaged readings file is no history, never a crash
+    good = {"t": 3, "counters": {"rx_crc_errors_phy": 1}}
     for bad in ([], {"gpu01": []}, {"gpu01": {"nic1": "x"}}, {"gpu01": {"nic1": {"t": "y", "counters": {}}}},
                 {"gpu01": {"nic1": [{"t": 1, "counters": {"rx_crc_errors_phy": "12"}}, 5, None]}},
-                {"gpu01": {"nic1": {"t": True, "counters": {}}}}):
+                {"gpu01": {"nic1": {"t": True, "counters": {}}}}, {"gpu01": {"nic1": [{**good, "total": {"x": None}}]}}):
         assert _history(bad if isinstance(bad, dict) else None, "gpu01", "nic1") == []
-    assert _history({"gpu01": {"nic1": [reading(9, 1), reading(3, 1)]}}, "gpu01", "nic1") == [reading(3, 1), reading(9, 1)]
+    assert _history({"gpu01": {"nic1": [{**good, "t": 9}, good]}}, "gpu01", "nic1") == [good, {**good, "t": 9}]
 
 
 def test_host_sets_name_unknown_hosts_and_groups_and_refuse_huge_ranges_at_once():
@@ -316,7 +338,9 @@ def test_threshold_overrides_are_checked_alone_and_together():
 
     assert thresholds({"gpu_temp_warn_c": 88, "gpu_temp_crit_c": 95})["gpu_temp_warn_c"] == 88  # together they agree
     for bad, msg in (({"roce_priority": 9}, "priority from 0 to 7"), ({"roce_priority": 2.5}, "priority from 0 to 7"),
-                     ({"gpu_temp_warn_c": 90}, "below gpu_temp_crit_c (87)"), ({"nic_drops_max": -1}, "0 or more"),
+                     ({"gpu_temp_warn_c": 90}, "expected below gpu_temp_crit_c (87, the default)"),
+                     ({"gpu_temp_crit_c": 70}, "gpu_temp_crit_c=70: expected above gpu_temp_warn_c (80, the default)"),
+                     ({"gpu_temp_crit_c": 70, "gpu_temp_warn_c": 75}, "gpu_temp_warn_c=75: expected below gpu_temp_crit_c (70)"), ({"nic_drops_max": -1}, "0 or more"),
                      ({"sm_clock_min_share": 2}, "share from 0 to 1"), ({"gpu_temp_crit_c": float("nan")}, "finite")):
         with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
             thresholds(bad)

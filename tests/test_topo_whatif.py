@@ -59,7 +59,9 @@ def test_topo_plan_output_stays_readable_for_big_and_absurd_matrices(tmp_path, c
     r = run(cli_env, "topo", "plan", p, check=3)
     assert "too large for a float" in r.stderr and "Traceback" not in r.stderr
     p.write_text("[[0, true], [1, 0]]")
-    assert "true/false where numbers are expected" in run(cli_env, "topo", "plan", p, check=3).stderr
+    assert "matrix[0][1] is true, expected a number" in run(cli_env, "topo", "plan", p, check=3).stderr
+    p.write_text('{"matrix": [[0, 5], ["12", 0]]}')
+    assert 'matrix[1][0] is "12", expected a number' in run(cli_env, "topo", "plan", p, check=3).stderr
 
 def test_topo_eval_and_min_change(tokens_json, tmp_path, cli_env):
     out = json.loads(run(cli_env, "topo", "eval", tokens_json, "--ports", "3", "--json").stdout)

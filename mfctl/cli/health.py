@@ -40,7 +40,9 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
         names = select_hosts(hosts, [h.name for h in inv.hosts], {r.name: r.hosts for r in inv.regions})
     overrides = {}
     for t in threshold or []:
-        k, _, v = t.partition("=")
+        k, eq, v = t.partition("=")
+        if not eq or " " in v.strip():
+            raise UsageError(f"--threshold {t!r}: expected NAME=NUMBER, one per --threshold (repeat the option)")
         if k not in H.THRESHOLDS:
             raise UsageError(f"--threshold {t!r}: expected name=number with name one of {', '.join(H.THRESHOLDS)}")
         try:
@@ -50,7 +52,7 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
     try:
         H.thresholds(overrides)  # each value, and the pairs that must agree (warning below critical)
     except ValueError as e:
-        raise UsageError(f"--threshold {e.args[0].split(':', 1)[0]}: expected {e.args[0].split(': ', 1)[-1]}") from None
+        raise UsageError(f"--threshold {e}") from None
     ocs_state = None
     if not no_ocs:
         from mfctl.ocs.driver import driver_from_inventory
@@ -67,9 +69,9 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
     with SSHPool(targets_from_inventory(inv), connect_timeout=settings.get_float("connect_timeout"),
                  command_timeout=settings.get_float("command_timeout"), fanout=settings.get_int("fanout")) as pool:
         before = H.load_baseline(inv)
-        results = H.full_sweep(pool, inv, names, overrides, ocs_state, None if since_boot else before)
+        results = H.full_sweep(pool, inv, names, overrides, ocs_state, before, since_boot=since_boot)
     try:
-        H.save_baseline(inv, results, before, H.thresholds(overrides)["nic_error_window_s"])
+        H.save_baseline(inv, results, before)
     except OSError as e:
         print_error(f"NIC counters of this sweep not kept ({e.strerror or e}): the next sweep judges totals", "warning")
     crit = any(f.severity == "critical" for r in results for f in r.findings)

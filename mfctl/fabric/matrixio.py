@@ -57,13 +57,14 @@ def _load_array(path: Path) -> tuple[np.ndarray, dict]:
                 raise ConfigError(f"expected a 'matrix' or 'layers' (or 'circuits') key, found {sorted(doc) or 'none'}",
                                   path=str(path))
             doc = doc.get("layers", doc.get("matrix", doc.get("circuits")))
-        stack = [doc]
-        while stack:  # true/false would become 1/0: not a byte count
-            x = stack.pop()
-            if isinstance(x, bool):
-                raise ConfigError("matrix holds true/false where numbers are expected", path=str(path))
+        stack = [((), doc)]
+        while stack:  # true/false would become 1/0 and "12" 12.0: neither is a byte count
+            at, x = stack.pop()
+            if isinstance(x, (bool, str)):
+                cell = "".join(f"[{i}]" for i in at)
+                raise ConfigError(f"matrix{cell} is {json.dumps(x)}, expected a number", path=str(path))
             if isinstance(x, list):
-                stack.extend(x)
+                stack.extend((at + (i,), y) for i, y in enumerate(x))
         try:
             return np.asarray(doc, dtype=float), meta
         except OverflowError:  # an integer beyond a float (10**400): not a byte count

@@ -34,24 +34,28 @@ def thresholds(overrides: dict[str, float] | None = None) -> dict[str, float]:
     0..7, or a warning temperature at or above the critical one raises ValueError."""
     import math
 
-    out = dict(THRESHOLDS)
-    for k, v in (overrides or {}).items():
+    out, given = dict(THRESHOLDS), dict(overrides or {})
+    for k, v in given.items():
         if k not in out:
             raise KeyError(k)
-        v = float(v)
+        v = float(v) + 0.0  # (-0 is 0)
         if not math.isfinite(v):
-            raise ValueError(f"{k}={v}: a finite number")
+            raise ValueError(f"{k}={v}: expected a finite number")
         if k.endswith("_share") and not 0 <= v <= 1:
-            raise ValueError(f"{k}={v:g}: a share from 0 to 1")
+            raise ValueError(f"{k}={v:g}: expected a share from 0 to 1")
         if k.endswith("_max") and v < 0:
-            raise ValueError(f"{k}={v:g}: a count of 0 or more")
+            raise ValueError(f"{k}={v:g}: expected a count of 0 or more")
         if k.endswith("_window_s") and v <= 0:
-            raise ValueError(f"{k}={v:g}: a duration above 0 s")
+            raise ValueError(f"{k}={v:g}: expected a duration above 0 s")
         if k == "roce_priority" and (v != int(v) or not 0 <= v <= 7):
-            raise ValueError(f"{k}={v:g}: an 802.1p priority from 0 to 7")
+            raise ValueError(f"{k}={v:g}: expected an 802.1p priority from 0 to 7")
         out[k] = v
-    if out["gpu_temp_warn_c"] >= out["gpu_temp_crit_c"]:
-        raise ValueError(f"gpu_temp_warn_c={out['gpu_temp_warn_c']:g}: below gpu_temp_crit_c ({out['gpu_temp_crit_c']:g})")
+    w, c = out["gpu_temp_warn_c"], out["gpu_temp_crit_c"]
+    if w >= c:  # blame the value that was given (both given: the warning)
+        if "gpu_temp_crit_c" in given and "gpu_temp_warn_c" not in given:
+            raise ValueError(f"gpu_temp_crit_c={c:g}: expected above gpu_temp_warn_c ({w:g}, the default)")
+        raise ValueError(f"gpu_temp_warn_c={w:g}: expected below gpu_temp_crit_c "
+                         f"({c:g}{'' if 'gpu_temp_crit_c' in given else ', the default'})")
     return out
 
 
@@ -221,50 +225,95 @@ XID_MEANING = {13: "graphics engine exception", 31: "GPU memory page fault", 43:
                95: "uncontained ECC error", 119: "GSP RPC timeout", 120: "GSP error"}
 
 
-def new_errors(stats, names: tuple[str, ...], before: dict | None, now: float) -> tuple[dict[str, int], str, bool]:
-    """The error counters of ``names`` that grew since ``before`` (an earlier sweep's reading of
-    this NIC, :func:`reference`: ``{"t": epoch s, "counters": {name: value}}``), the period they
-    cover in words, and whether they are increments (True) or totals (False).
-    Without a previous reading, or when a counter went down (the driver was reloaded, the host
-    rebooted), the totals since the driver loaded."""
-    from mfctl.hosts import ethtool
-
-    now_c = {n: stats.counters[n] for n in names if n in stats.counters}
-    old_c = (before or {}).get("counters") or {}
-    if not before or any(v < old_c.get(n, 0) for n, v in now_c.items()):
-        return ethtool.nonzero(stats, names), "since the driver loaded", False
-    grown = {n: v - old_c.get(n, 0) for n, v in now_c.items() if v > old_c.get(n, 0)}
-    return grown, f"in the last {_duration(now - float(before.get('t', now)))} (since an earlier sweep)", True
+#: How long NIC readings are kept (any ``nic_error_window_s`` up to this can be judged), all of
+#: those younger than ``THIN_AFTER_S``; older ones are thinned to one per time cell of 1/8 of
+#: their age's power-of-two band (~8 per doubling of age: ~110 per NIC for a week, whatever the
+#: sweep rate). Cells are aligned, so a kept reading stays kept as it ages.
+KEEP_READINGS_S, THIN_AFTER_S = 7 * 24 * 3600.0, 60.0
 
 
 def _history(baseline: dict | None, host: str, nic: str) -> list[dict]:
     """One NIC's earlier readings from the readings file, oldest first; only well-formed ones
-    (``{"t": epoch s, "counters": {name: integer}}``): a damaged file is no history, never a crash."""
+    (``{"t": epoch s, "counters": {name: int}, "total": {name: int}}``, ``total`` optional): a
+    damaged file is no history, never a crash."""
+    def ints(d):
+        return isinstance(d, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in d.values())
+
     r = (baseline or {}).get(host)
     r = r.get(nic) if isinstance(r, dict) else None
     r = [r] if isinstance(r, dict) else r if isinstance(r, list) else []
     ok = [x for x in r if isinstance(x, dict) and isinstance(x.get("t"), (int, float)) and not isinstance(x.get("t"), bool)
-          and isinstance(x.get("counters"), dict)
-          and all(isinstance(v, int) and not isinstance(v, bool) for v in x["counters"].values())]
+          and ints(x.get("counters")) and ints(x.get("total", {}))]
     return sorted(ok, key=lambda x: x["t"])
+
+
+def reading(stats, history: list[dict], now: float) -> dict:
+    """This sweep's reading of a NIC: the raw counters, and ``total`` — each counter made
+    monotonic across driver reloads (a value below the previous one counts from zero, as
+    Prometheus' ``increase()`` does), so that the errors between any two readings are the
+    difference of their totals even when readings in between are thinned away."""
+    from mfctl.hosts import ethtool
+
+    raw = {k: stats.counters[k] for k in ethtool.PHY_ERRORS + ethtool.DROPS if k in stats.counters}
+    last = history[-1] if history else None
+    total = {}
+    for k, v in raw.items():
+        if last is None or k not in last["counters"]:
+            total[k] = v
+        else:
+            before = last["counters"][k]
+            total[k] = last.get("total", last["counters"]).get(k, before) + (v - before if v >= before else v)
+    return {"t": now, "counters": raw, "total": total}
 
 
 def reference(history: list[dict], now: float, window_s: float) -> dict | None:
     """The reading to judge a NIC's error counters against: the newest one at least ``window_s``
-    old (so that errors stay visible for a whole window, however often someone looks — like
-    Prometheus' ``increase()`` over a range), else the oldest one there is; None without any."""
-    past = [x for x in history if x["t"] <= now]
-    old = [x for x in past if now - x["t"] >= window_s]
-    return old[-1] if old else (past[0] if past else None)
+    old, so that errors stay a finding for a whole window however often someone looks (like
+    Prometheus' ``increase()`` over a range); None while no reading is that old."""
+    old = [x for x in history if now - x["t"] >= window_s]
+    return old[-1] if old else None
 
 
-def remember(history: list[dict], reading: dict, window_s: float, keep: int = 200) -> list[dict]:
-    """``history`` with ``reading`` added, trimmed to what :func:`reference` can still use: the
-    readings inside the window and the newest one before it (at most ``keep``)."""
-    now = reading["t"]
-    past = [x for x in history if x["t"] < now] + [reading]
-    old = [x for x in past if now - x["t"] >= window_s]
-    return (old[-1:] + [x for x in past if now - x["t"] < window_s])[-keep:]
+def new_errors(now_reading: dict, names: tuple[str, ...], ref: dict | None, first_t: float | None = None
+               ) -> tuple[dict[str, int], str, bool]:
+    """The error counters of ``names`` a NIC gained since ``ref`` (:func:`reference`), from the
+    two readings' totals (:func:`reading`); the period in words; True for increments, False for
+    totals. Without a reading a window old (the first sweeps of a history, ``first_t``: when it
+    starts), the totals since the driver loaded: errors of unknown age are judged, not hidden."""
+    raw, total = now_reading["counters"], now_reading["total"]
+    if ref is None:
+        since = "since the driver loaded" + (f" (readings for {_duration(now_reading['t'] - first_t)} only, less than a "
+                                              "window)" if first_t is not None else "")
+        return {n: raw[n] for n in names if raw.get(n, 0) > 0}, since, False
+    old = ref.get("total", ref["counters"])
+    grown = {n: total[n] - old.get(n, 0) for n in names if n in total and total[n] > old.get(n, 0)}
+    return grown, f"in the last {_duration(now_reading['t'] - ref['t'])}", True
+
+
+def remember(history: list[dict], new: dict) -> list[dict]:
+    """``history`` with the reading ``new`` added, thinned (:data:`THIN_AFTER_S`): per time cell the
+    earliest reading is kept, and the newest reading older than :data:`KEEP_READINGS_S`. Thinning
+    only ever makes a reference older (at most ~1/4 of its age), so errors are never hidden before
+    their window has passed."""
+    import math
+
+    now = new["t"]
+    past = [x for x in history if x["t"] < now]
+    expired = [x for x in past if now - x["t"] > KEEP_READINGS_S]
+    kept, cells = [], set()
+    for x in past:  # oldest first: the earliest reading of each cell wins
+        age = now - x["t"]
+        if age > KEEP_READINGS_S:
+            continue
+        if age >= THIN_AFTER_S:
+            level = int(math.log2(age / THIN_AFTER_S))
+            size = THIN_AFTER_S * 2 ** level / 8
+            cell = (level, math.floor(x["t"] / size))
+            if cell in cells:
+                continue
+            cells.add(cell)
+        kept.append(x)
+    return expired[-1:] + kept + [new]
 
 
 def _duration(s: float) -> str:
@@ -330,15 +379,15 @@ def judge_module(mod) -> list[tuple]:
 
 
 def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, float] | None = None,
-               ocs_state: dict | None = None, baseline: dict | None = None) -> list[HostHealth]:
+               ocs_state: dict | None = None, baseline: dict | None = None, since_boot: bool = False) -> list[HostHealth]:
     """The operator's health sweep (``mfctl health``): the preflight checks plus XID events,
     per-lane link speed, per-priority RoCE counters, transceiver DOM against each module's
     own thresholds, and (given ``ocs_state``) OCS alarms and dark connected ports.
 
     NIC error counters are judged by what they gained over the ``nic_error_window_s`` threshold,
     against the earlier sweeps' readings in ``baseline`` (by host and NIC, see :func:`load_baseline`
-    and :func:`reference`), else as totals since the driver loaded; each result's
-    ``nic_counters`` holds this sweep's readings."""
+    and :func:`reference`); as totals since the driver loaded while no reading is a window old, or
+    with ``since_boot``. Each result's ``nic_counters`` holds this sweep's readings (:func:`reading`)."""
     import re
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -415,18 +464,19 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                                 component=f"{lane.netdev}/{part}" if part else lane.netdev, value=v, limit=limit, unit=unit)
             st = read(ethtool.stats_argv(nic.lanes[0].netdev), ethtool.parse_stats, "nic")
             if st is not None:
+                hist = _history(baseline, name, nic.name)
+                cur = reading(st, hist, now)
                 for names, limit, what, code in ((ethtool.PHY_ERRORS, "nic_phy_errors_max", "physical-layer errors (a dirty "
                                                   "connector, a failing transceiver or fibre?)", "nic.phy_errors"),
                                                  (ethtool.DROPS, "nic_drops_max", "drops for lack of buffers (PFC/buffers?)",
                                                   "nic.drops")):
-                    ref = reference(_history(baseline, name, nic.name), now, lim["nic_error_window_s"])
-                    bad, since, grown = new_errors(st, names, ref, now)
+                    ref = None if since_boot else reference(hist, now, lim["nic_error_window_s"])
+                    bad, since, grown = new_errors(cur, names, ref, None if since_boot or not hist else hist[0]["t"])
                     if sum(bad.values()) > lim[limit]:
                         add("warning", "nic", f"{nic.name}: {what} {since}: "
                             + ", ".join(f"{k}={'+' if grown else ''}{v}" for k, v in bad.items()),
                             code, component=nic.name, value=bad, limit=lim[limit])
-                hh.nic_counters[nic.name] = {"t": now, "counters": {k: st.counters[k] for k in ethtool.PHY_ERRORS
-                                                                    + ethtool.DROPS if k in st.counters}}
+                hh.nic_counters[nic.name] = cur
                 pb = st.prio_bytes()
                 total = sum(pb.values())
                 roce = int(lim["roce_priority"])
@@ -448,7 +498,15 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
         for a in ocs_state.get("standing", []):
             m = re.match(r'^\s*"?([^:\s"]+):', str(a))  # TL1: AID:NTFCNCDE,CONDTYPE,... (the AID is the port)
             aid = m.group(1) if m else None
-            hh.findings.append(Finding(inv.ocs.name, "critical", "ocs", f"standing alarm {a}", "ocs.alarm",
+            if m:
+                from mfctl.ocs.service import parse_alarm
+
+                f = parse_alarm(str(a).strip().strip('"'))
+                text = (f"{'port ' if aid.isdigit() else ''}{aid}: {f['severity']} {f['condition']}"
+                        + (f" — {f['description']}" if f["description"] else ""))
+            else:
+                text = str(a)
+            hh.findings.append(Finding(inv.ocs.name, "critical", "ocs", f"standing alarm {text}", "ocs.alarm",
                                        component=f"port{aid}" if aid and aid.isdigit() else aid, value=a))
         for p in ocs_state.get("dark_outputs", []):
             hh.findings.append(Finding(inv.ocs.name, "critical", "ocs", f"output port {p} is connected but dark", "ocs.dark_port",
@@ -511,9 +569,9 @@ def load_baseline(inv) -> dict:
         return {}
 
 
-def save_baseline(inv, results: list[HostHealth], before: dict, window_s: float = THRESHOLDS["nic_error_window_s"]) -> None:
-    """Add this sweep's NIC readings to each NIC's history (:func:`remember`: the window and one
-    reading before it); hosts not swept keep theirs. Written atomically."""
+def save_baseline(inv, results: list[HostHealth], before: dict) -> None:
+    """Add this sweep's NIC readings to each NIC's history (:func:`remember`: a week, thinned;
+    whatever window the next sweep asks for); hosts not swept keep theirs. Written atomically."""
     import json
     import os
     import tempfile
@@ -521,7 +579,7 @@ def save_baseline(inv, results: list[HostHealth], before: dict, window_s: float 
     data = {h: v for h, v in before.items() if isinstance(v, dict)}
     for hh in results:
         if hh.nic_counters:
-            data[hh.host] = {**data.get(hh.host, {}), **{nic: remember(_history(before, hh.host, nic), r, window_s)
+            data[hh.host] = {**data.get(hh.host, {}), **{nic: remember(_history(before, hh.host, nic), r)
                                                          for nic, r in hh.nic_counters.items()}}
     p = baseline_path(inv)
     p.parent.mkdir(parents=True, exist_ok=True)
