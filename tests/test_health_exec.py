@@ -161,7 +161,7 @@ def test_nic_error_counters_are_judged_over_a_window_of_earlier_sweeps():
     def sweep(hist, t, crc, since_boot=False):
         cur = reading(stats(crc), hist, t)
         ref = None if since_boot else reference(hist, t, window)
-        found = new_errors(cur, names, ref, hist[0]["t"] if hist and not since_boot else None)
+        found = new_errors(cur, names, ref, hist[0] if hist and not since_boot else None)
         return remember(hist, cur), found
 
     # no reading a window old yet: the totals, however often someone looks (CI with a fresh state dir agrees)
@@ -180,6 +180,20 @@ def test_nic_error_counters_are_judged_over_a_window_of_earlier_sweeps():
     for t, crc in ((5000, 50), (5100, 140)):
         h2, f = sweep(h2, t, crc)
     assert f[0]["rx_crc_errors_phy"] == 140 and f[2] and f[1] in ("in the last 73 min", "in the last 75 min")  # t=700 or 600
+    # a reload before any reading is a window old does not hide the errors seen before it (0 → 50 → reload → 0)
+    hr = []
+    for t, crc in ((0, 0), (60, 50), (120, 0)):
+        hr, f = sweep(hr, t, crc)
+    assert f[0] == {"rx_crc_errors_phy": 50, "rx_symbol_err_phy": 4} and "(and before its reload)" in f[1]
+    # a counter missing from one reading continues from the last one that had it (100 → reload 5 → gone → 50: +45)
+    cnt = lambda t, **c: {"t": t, "counters": c}  # noqa: E731
+    hm = [cnt(0, rx_crc_errors_phy=100)]
+    hm = remember(hm, reading(stats(5), hm, 100.0))
+    hm = remember(hm, reading(ethtool.parse_stats("rx_symbol_err_phy: 4"), hm, 200.0))
+    hm = remember(hm, reading(stats(50), hm, 300.0))
+    assert [x.get("total", {}).get("rx_crc_errors_phy") for x in hm] == [None, 105, None, 150]
+    ref = reference(hm, 3750.0, window)
+    assert ref["t"] == 100 and new_errors(reading(stats(50), hm, 3750.0), names, ref)[0] == {"rx_crc_errors_phy": 45}
     # --since-boot: totals, and the history stays consistent
     _, f = sweep(h2, 5200, 140, since_boot=True)
     assert f == ({"rx_crc_errors_phy": 140, "rx_symbol_err_phy": 4}, "since the driver loaded", False)
@@ -197,7 +211,8 @@ def test_nic_error_counters_are_judged_over_a_window_of_earlier_sweeps():
     good = {"t": 3, "counters": {"rx_crc_errors_phy": 1}}
     for bad in ([], {"gpu01": []}, {"gpu01": {"nic1": "x"}}, {"gpu01": {"nic1": {"t": "y", "counters": {}}}},
                 {"gpu01": {"nic1": [{"t": 1, "counters": {"rx_crc_errors_phy": "12"}}, 5, None]}},
-                {"gpu01": {"nic1": {"t": True, "counters": {}}}}, {"gpu01": {"nic1": [{**good, "total": {"x": None}}]}}):
+                {"gpu01": {"nic1": {"t": True, "counters": {}}}}, {"gpu01": {"nic1": [{**good, "total": {"x": None}}]}},
+                {"gpu01": {"nic1": [{**good, "t": float("nan")}]}}):
         assert _history(bad if isinstance(bad, dict) else None, "gpu01", "nic1") == []
     assert _history({"gpu01": {"nic1": [{**good, "t": 9}, good]}}, "gpu01", "nic1") == [good, {**good, "t": 9}]
 
@@ -341,7 +356,8 @@ def test_threshold_overrides_are_checked_alone_and_together():
                      ({"gpu_temp_warn_c": 90}, "expected below gpu_temp_crit_c (87, the default)"),
                      ({"gpu_temp_crit_c": 70}, "gpu_temp_crit_c=70: expected above gpu_temp_warn_c (80, the default)"),
                      ({"gpu_temp_crit_c": 70, "gpu_temp_warn_c": 75}, "gpu_temp_warn_c=75: expected below gpu_temp_crit_c (70)"), ({"nic_drops_max": -1}, "0 or more"),
-                     ({"sm_clock_min_share": 2}, "share from 0 to 1"), ({"gpu_temp_crit_c": float("nan")}, "finite")):
+                     ({"sm_clock_min_share": 2}, "share from 0 to 1"), ({"gpu_temp_crit_c": float("nan")}, "finite"),
+                     ({"nic_error_window_s": 8 * 86400}, "at most 604800 s"), ({"nic_error_window_s": 0}, "above 0 s")):
         with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
             thresholds(bad)
     with pytest.raises(KeyError):

@@ -45,8 +45,9 @@ def thresholds(overrides: dict[str, float] | None = None) -> dict[str, float]:
             raise ValueError(f"{k}={v:g}: expected a share from 0 to 1")
         if k.endswith("_max") and v < 0:
             raise ValueError(f"{k}={v:g}: expected a count of 0 or more")
-        if k.endswith("_window_s") and v <= 0:
-            raise ValueError(f"{k}={v:g}: expected a duration above 0 s")
+        if k.endswith("_window_s") and not 0 < v <= KEEP_READINGS_S:
+            raise ValueError(f"{k}={v:g}: expected a duration above 0 s and at most {KEEP_READINGS_S:g} s (the readings "
+                             "are kept a week)")
         if k == "roce_priority" and (v != int(v) or not 0 <= v <= 7):
             raise ValueError(f"{k}={v:g}: expected an 802.1p priority from 0 to 7")
         out[k] = v
@@ -236,6 +237,8 @@ def _history(baseline: dict | None, host: str, nic: str) -> list[dict]:
     """One NIC's earlier readings from the readings file, oldest first; only well-formed ones
     (``{"t": epoch s, "counters": {name: int}, "total": {name: int}}``, ``total`` optional): a
     damaged file is no history, never a crash."""
+    import math
+
     def ints(d):
         return isinstance(d, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in d.values())
 
@@ -243,7 +246,7 @@ def _history(baseline: dict | None, host: str, nic: str) -> list[dict]:
     r = r.get(nic) if isinstance(r, dict) else None
     r = [r] if isinstance(r, dict) else r if isinstance(r, list) else []
     ok = [x for x in r if isinstance(x, dict) and isinstance(x.get("t"), (int, float)) and not isinstance(x.get("t"), bool)
-          and ints(x.get("counters")) and ints(x.get("total", {}))]
+          and math.isfinite(x["t"]) and ints(x.get("counters")) and ints(x.get("total", {}))]
     return sorted(ok, key=lambda x: x["t"])
 
 
@@ -255,15 +258,20 @@ def reading(stats, history: list[dict], now: float) -> dict:
     from mfctl.hosts import ethtool
 
     raw = {k: stats.counters[k] for k in ethtool.PHY_ERRORS + ethtool.DROPS if k in stats.counters}
-    last = history[-1] if history else None
     total = {}
     for k, v in raw.items():
-        if last is None or k not in last["counters"]:
+        last = next((x for x in reversed(history) if k in x["counters"]), None)  # a counter may skip a reading
+        if last is None:
             total[k] = v
         else:
             before = last["counters"][k]
-            total[k] = last.get("total", last["counters"]).get(k, before) + (v - before if v >= before else v)
+            total[k] = _total(last, k) + (v - before if v >= before else v)
     return {"t": now, "counters": raw, "total": total}
+
+
+def _total(r: dict, k: str) -> int:
+    """Reading ``r``'s reset-proof total of counter ``k`` (its raw value when it has none)."""
+    return r.get("total", {}).get(k, r["counters"].get(k, 0))
 
 
 def reference(history: list[dict], now: float, window_s: float) -> dict | None:
@@ -274,19 +282,25 @@ def reference(history: list[dict], now: float, window_s: float) -> dict | None:
     return old[-1] if old else None
 
 
-def new_errors(now_reading: dict, names: tuple[str, ...], ref: dict | None, first_t: float | None = None
+def new_errors(now_reading: dict, names: tuple[str, ...], ref: dict | None, first: dict | None = None
                ) -> tuple[dict[str, int], str, bool]:
     """The error counters of ``names`` a NIC gained since ``ref`` (:func:`reference`), from the
     two readings' totals (:func:`reading`); the period in words; True for increments, False for
-    totals. Without a reading a window old (the first sweeps of a history, ``first_t``: when it
-    starts), the totals since the driver loaded: errors of unknown age are judged, not hidden."""
+    totals. Without a reading a window old: every error known — the counters now, or, given the
+    history's ``first`` reading, what it showed plus all gained since, across driver reloads — as
+    errors of unknown age are judged, not hidden."""
     raw, total = now_reading["counters"], now_reading["total"]
     if ref is None:
-        since = "since the driver loaded" + (f" (readings for {_duration(now_reading['t'] - first_t)} only, less than a "
-                                              "window)" if first_t is not None else "")
-        return {n: raw[n] for n in names if raw.get(n, 0) > 0}, since, False
-    old = ref.get("total", ref["counters"])
-    grown = {n: total[n] - old.get(n, 0) for n in names if n in total and total[n] > old.get(n, 0)}
+        if first is None:
+            return {n: raw[n] for n in names if raw.get(n, 0) > 0}, "since the driver loaded", False
+        # everything known: what the first reading showed, and all the counters gained since (across reloads)
+        seen = {n: first["counters"].get(n, 0) + total[n] - _total(first, n) if n in first["counters"] else total[n]
+                for n in names if n in total}
+        reloaded = any(seen[n] != raw[n] for n in seen)
+        since = (f"since the driver loaded{' (and before its reload)' if reloaded else ''} (readings for "
+                 f"{_duration(now_reading['t'] - first['t'])} only, less than a window)")
+        return {n: v for n, v in seen.items() if v > 0}, since, False
+    grown = {n: total[n] - _total(ref, n) for n in names if n in total and total[n] > _total(ref, n)}
     return grown, f"in the last {_duration(now_reading['t'] - ref['t'])}", True
 
 
@@ -471,7 +485,7 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                                                  (ethtool.DROPS, "nic_drops_max", "drops for lack of buffers (PFC/buffers?)",
                                                   "nic.drops")):
                     ref = None if since_boot else reference(hist, now, lim["nic_error_window_s"])
-                    bad, since, grown = new_errors(cur, names, ref, None if since_boot or not hist else hist[0]["t"])
+                    bad, since, grown = new_errors(cur, names, ref, None if since_boot or not hist else hist[0])
                     if sum(bad.values()) > lim[limit]:
                         add("warning", "nic", f"{nic.name}: {what} {since}: "
                             + ", ".join(f"{k}={'+' if grown else ''}{v}" for k, v in bad.items()),
