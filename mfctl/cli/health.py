@@ -73,7 +73,7 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
     try:
         H.save_baseline(inv, results, before)
     except OSError as e:
-        print_error(f"NIC counters of this sweep not kept ({e.strerror or e}): the next sweep judges totals", "warning")
+        print_error(f"NIC counters of this sweep not kept ({e.strerror or e}): later sweeps lack this reading", "warning")
     crit = any(f.severity == "critical" for r in results for f in r.findings)
     to_stdout = junit is not None and str(junit) == "-"
     if to_stdout:  # the XML is the output

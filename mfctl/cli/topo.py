@@ -23,11 +23,11 @@ HIDDEN_OPT = typer.Option(4096, "--hidden", min=1, max=1 << 20, help="Hidden siz
 BPE_OPT = typer.Option(2, "--bytes-per-element", min=1, max=16, help="Bytes per activation element (tokens input).")
 
 
-
 def _ms(seconds: float, unit: bool = True) -> str:
     """Seconds as milliseconds for people: 2 decimals, or 4 significant digits once that is absurd."""
     v = seconds * 1e3
     return (f"{v:.2f}" if abs(v) < 1e6 else f"{v:.4g}") + (" ms" if unit else "")
+
 
 def _setup(traffic, kind, inventory, region, ports, lane_gbps, eps_gbps, tp, gps, hidden, bpe):
     import numpy as np

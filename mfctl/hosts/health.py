@@ -10,6 +10,7 @@ maximum on a GPU that is not idle, is a warning. ``[N/A]`` readings are never ju
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mfctl.errors import ParseError
@@ -560,10 +561,8 @@ def junit(results: list[HostHealth]) -> str:
     return ET.tostring(suite, encoding="unicode")
 
 
-def baseline_path(inv) -> "Path":
-    """Where the last sweep's NIC error counters of this inventory are kept (the state dir)."""
-    from pathlib import Path
-
+def baseline_path(inv) -> Path:
+    """Where the NIC error counters' readings of this inventory are kept (the state dir)."""
     from mfctl import settings
 
     return Path(settings.get("state_dir")).expanduser() / "health" / f"{inv.name}-nic-counters.json"

@@ -9,7 +9,6 @@ import base64
 import html
 import io
 import json
-import sqlite3
 from pathlib import Path
 
 
