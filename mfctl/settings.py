@@ -75,12 +75,18 @@ def get_int(name: str) -> int:
     return int(get_float(name))
 
 
+def state_path() -> Path:
+    """Where the state directory is, without creating or checking it: for optional files (the
+    inventory cache, NIC readings) whose callers carry on when it cannot be used."""
+    return Path(get("state_dir")).expanduser()
+
+
 def state_dir() -> Path:
     """The state directory (created if missing). Raises ConfigError (exit 3) naming
     MFCTL_STATE_DIR when it cannot be a directory (under a file, unwritable, …)."""
     from mfctl.errors import ConfigError
 
-    p = Path(get("state_dir")).expanduser()
+    p = state_path()
     if p.exists() and not p.is_dir():
         raise ConfigError(f"state directory {p} (MFCTL_STATE_DIR) is not a directory")
     try:

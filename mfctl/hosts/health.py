@@ -565,7 +565,7 @@ def baseline_path(inv) -> Path:
     """Where the NIC error counters' readings of this inventory are kept (the state dir)."""
     from mfctl import settings
 
-    return Path(settings.get("state_dir")).expanduser() / "health" / f"{inv.name}-nic-counters.json"
+    return settings.state_path() / "health" / f"{inv.name}-nic-counters.json"
 
 
 def load_baseline(inv) -> dict:

@@ -50,7 +50,7 @@ def _code_key() -> bytes:
 def _dir() -> Path:
     from mfctl import settings
 
-    return Path(settings.get("state_dir")).expanduser() / "inventory-cache"
+    return settings.state_path() / "inventory-cache"
 
 
 def key(raw: bytes) -> str:
