@@ -53,12 +53,6 @@ class SSHEndpoint(_Strict):
 
     _addr = field_validator("address")(classmethod(lambda cls, v: check_address(v)))
 
-    def key_path(self, base: Path | None = None) -> Path | None:
-        if not self.key_file:
-            return None
-        p = Path(os.path.expanduser(self.key_file))
-        return p if p.is_absolute() or base is None else (base / p)
-
 
 class Lane(_Strict):
     """One lane of a NIC port. An optical lane has the OCS ports its fibres land on.

@@ -197,6 +197,7 @@ class SSHPool:
         self._exec: dict = {}  # host → libssh2.ExecSession
         self._locks: dict[str, threading.Lock] = {n: threading.Lock() for n in self.targets}
         self._exec_locks: dict[str, threading.Lock] = {n: threading.Lock() for n in self.targets}
+        self._failed: dict[str, UnreachableError] = {}  # a connection that failed ahead (start_many)
 
     def client(self, host: str) -> paramiko.SSHClient:
         with self._locks[host]:
@@ -206,15 +207,6 @@ class SSHPool:
             c = connect(self.targets[host], self.connect_timeout)
             self._clients[host] = c
             return c
-
-    def _exec_session(self, host: str):
-        from mfctl.transport.libssh2 import ExecSession
-
-        with self._exec_locks[host]:
-            s = self._exec.get(host)
-            if s is None:
-                s = self._exec[host] = ExecSession(self.targets[host], self.connect_timeout)
-            return s
 
     def run(self, host: str, argv: Sequence[str], *, timeout: float | None = None,
             stdin: bytes | None = None) -> CommandResult:
@@ -260,16 +252,35 @@ class SSHPool:
         """Run a command on many hosts in parallel (at most ``fanout`` at once), in host order.
         ``close``: end each host's session as soon as its command is done (one-shot callers such
         as ``mfctl exec``: the goodbyes then overlap the other hosts' work instead of following it)."""
-        def one(h: str) -> CommandResult:
-            r = self.run(h, argv_for(h), timeout=timeout)
-            if close:
-                self._drop_exec(h)
-            if on_done:
-                on_done(r)
-            return r
+        return self.start_many(hosts, close=close).run(argv_for, timeout=timeout, on_done=on_done)
 
-        with ThreadPoolExecutor(max_workers=min(self.fanout, max(1, len(hosts)))) as ex:
-            return list(ex.map(one, hosts))
+    def start_many(self, hosts: Sequence[str], *, close: bool = False) -> "Batch":
+        """Begin a :meth:`run_many` before its command is known: up to ``fanout`` hosts are
+        connected (TCP, SSH handshake, host key check, authentication) while the caller is still
+        working out what to run; :meth:`Batch.run` then runs it, :meth:`Batch.cancel` gives up.
+        No command is sent before :meth:`Batch.run`. A connection that fails ahead is reported
+        by the host's result (it is not tried twice)."""
+        return Batch(self, hosts, close=close)
+
+    def _exec_session(self, host: str):
+        from mfctl.transport.libssh2 import ExecSession
+
+        with self._exec_locks[host]:
+            failed = self._failed.pop(host, None)
+            if failed is not None:
+                raise failed
+            s = self._exec.get(host)
+            if s is None:
+                s = self._exec[host] = ExecSession(self.targets[host], self.connect_timeout)
+            return s
+
+    def _connect_ahead(self, host: str) -> None:
+        """Open ``host``'s session now; a failure is kept for the host's next command."""
+        try:
+            self._exec_session(host)
+        except UnreachableError as e:
+            with self._exec_locks[host]:
+                self._failed[host] = e
 
     def _drop_exec(self, host: str) -> None:
         s = self._exec.pop(host, None)
@@ -285,6 +296,7 @@ class SSHPool:
     def close(self) -> None:
         for h in set(self._clients) | set(self._exec):
             self.drop(h)
+        self._failed.clear()
 
     def __enter__(self) -> "SSHPool":
         return self
@@ -293,16 +305,102 @@ class SSHPool:
         self.close()
 
 
+_LATE = object()  # a Batch worker gave up waiting for its command: the host is run afresh
+
+
+class Batch:
+    """A :meth:`SSHPool.run_many` started before its command is known (:meth:`SSHPool.start_many`).
+
+    ``fanout`` workers take the hosts in order; each connects its host, waits for :meth:`run`
+    (or :meth:`cancel`), runs the command, and goes on to the next host — so at most ``fanout``
+    sessions are open at once, as in :meth:`SSHPool.run_many`. The workers wait at most
+    ``wait_limit_s`` (s) for :meth:`run`; then they close their sessions and stop, and
+    :meth:`run`, if it still comes, connects those hosts afresh: a batch that is never run nor
+    cancelled holds no session, and no thread, for longer than that."""
+
+    def __init__(self, pool: SSHPool, hosts: Sequence[str], *, close: bool = False, wait_limit_s: float = 30.0):
+        self.pool = pool
+        self.hosts = list(hosts)
+        self._close = close
+        self._wait_limit_s = wait_limit_s
+        self._go = threading.Event()
+        self._cancelled = self._expired = False
+        self._argv_for: Callable[[str], Sequence[str]] | None = None
+        self._timeout: float | None = None
+        self._on_done: Callable[[CommandResult], None] | None = None
+        self._ex = ThreadPoolExecutor(max_workers=min(pool.fanout, max(1, len(self.hosts))))
+        self._futures = [self._ex.submit(self._one, h) for h in self.hosts]
+
+    def _one(self, host: str):
+        if not self._go.is_set():
+            if self._expired:
+                return _LATE
+            self.pool._connect_ahead(host)
+            if not self._go.wait(self._wait_limit_s):
+                self._expired = True
+                self.pool._drop_exec(host)
+                self.pool._failed.pop(host, None)
+                return _LATE
+        if self._cancelled:
+            self.pool._drop_exec(host)
+            self.pool._failed.pop(host, None)
+            return None
+        r = self.pool.run(host, self._argv_for(host), timeout=self._timeout)
+        if self._close:
+            self.pool._drop_exec(host)
+        if self._on_done:
+            self._on_done(r)
+        return r
+
+    def run(self, argv_for: Callable[[str], Sequence[str]], *, timeout: float | None = None,
+            on_done: Callable[[CommandResult], None] | None = None) -> list[CommandResult]:
+        """Run ``argv_for(host)`` on every host (``timeout``: per command, s; default the pool's);
+        the results in host order, as :meth:`SSHPool.run_many`. Raises RuntimeError once cancelled."""
+        if self._cancelled:
+            raise RuntimeError("this batch was cancelled")
+        self._argv_for, self._timeout, self._on_done = argv_for, timeout, on_done
+        self._go.set()
+        try:
+            results = [f.result() for f in self._futures]
+        finally:
+            self._ex.shutdown()
+        late = [h for h, r in zip(self.hosts, results) if r is _LATE]
+        if late:
+            again = iter(Batch(self.pool, late, close=self._close).run(argv_for, timeout=timeout, on_done=on_done))
+            results = [next(again) if r is _LATE else r for r in results]
+        return results
+
+    def cancel(self) -> None:
+        """Give up before :meth:`run`: no command is run and every session the batch opened is
+        closed. Does nothing once :meth:`run` has begun, or a second time."""
+        if self._go.is_set():
+            return
+        self._cancelled = True
+        self._go.set()
+        self._ex.shutdown(cancel_futures=True)
+
+
 def targets_from_inventory(inv) -> list[SSHTarget]:
     """SSH targets for every host of an :class:`~mfctl.inventory.Inventory`."""
-    base = inv.base_dir
+    return targets_from_data(inv.model_dump(mode="json", include={"ssh": True, "hosts": {"__all__": {"name", "ssh"}}}),
+                             inv.base_dir)
+
+
+def targets_from_data(doc: dict, base: Path | None) -> list[SSHTarget]:
+    """SSH targets for every host of a validated inventory as JSON data (``Inventory.model_dump``
+    or the inventory cache's JSON); ``base``: the inventory file's folder, against which relative
+    key files and ``known_hosts`` are resolved (None: the working directory)."""
+    def here(p: str) -> Path:
+        p = Path(p).expanduser()
+        return p if p.is_absolute() or base is None else base / p
+
+    ssh = doc.get("ssh") or {}
+    kh = str(here(ssh.get("known_hosts", "~/.ssh/known_hosts")))
+    policy = ssh.get("host_key_policy", "strict")
     out = []
-    for h in inv.hosts:
-        kp = h.ssh.key_path(base)
-        kh = Path(inv.ssh.known_hosts).expanduser()
-        if base is not None and not kh.is_absolute():
-            kh = base / kh
-        out.append(SSHTarget(name=h.name, address=h.ssh.address, port=h.ssh.port, user=h.ssh.user,
-                             key_file=str(kp) if kp else None, agent=h.ssh.agent,
-                             known_hosts=str(kh), host_key_policy=inv.ssh.host_key_policy))
+    for h in doc["hosts"]:
+        e = h["ssh"]
+        out.append(SSHTarget(name=h["name"], address=e["address"], port=e.get("port", 22), user=e.get("user", "root"),
+                             key_file=str(here(e["key_file"])) if e.get("key_file") else None,
+                             agent=e.get("agent", True), known_hosts=kh, host_key_policy=policy))
     return out
