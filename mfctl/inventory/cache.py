@@ -23,10 +23,10 @@ import logging
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from mfctl.inventory.models import Inventory
+if TYPE_CHECKING:
+    from mfctl.inventory.models import Inventory
 
 log = logging.getLogger(__name__)
 KEEP = 32
@@ -37,11 +37,10 @@ def _code_key() -> bytes:
     global _CODE
     if _CODE is None:
         from mfctl import __version__
-        from mfctl.inventory import loader, models
 
         parts = [__version__]
-        for mod in (models, loader):
-            st = os.stat(mod.__file__)
+        for name in ("models.py", "loader.py"):  # beside this file (not imported: see entry())
+            st = os.stat(Path(__file__).with_name(name))
             parts.append(f"{st.st_size}:{st.st_mtime_ns}")
         _CODE = "|".join(parts).encode()
     return _CODE
@@ -62,8 +61,11 @@ def _checksum(k: str, body: bytes) -> bytes:
     return hashlib.sha256(k.encode() + b"\0" + body).hexdigest().encode()
 
 
-def get(raw: bytes) -> Inventory | None:
-    """The validated inventory for these file bytes, or None (not cached, unreadable, damaged)."""
+def entry(raw: bytes) -> bytes | None:
+    """The cached JSON of the inventory with these file bytes (validated when it was stored,
+    checksum checked now), or None (not cached, unreadable, damaged). Needs neither pydantic nor
+    the models: ``mfctl exec`` reads its hosts' SSH targets from it before its CLI has loaded
+    (:mod:`mfctl.cli.ahead`); :func:`get` validates it into an :class:`Inventory`."""
     k = key(raw)
     p = _dir() / f"{k}.json"
     try:
@@ -75,6 +77,18 @@ def get(raw: bytes) -> Inventory | None:
     head, _, body = data.partition(b"\n")
     if head != _checksum(k, body):
         log.warning("ignoring a damaged inventory cache entry %s.json (checksum)", k[:12])
+        return None
+    return body
+
+
+def get(raw: bytes) -> Inventory | None:
+    """The validated inventory for these file bytes, or None (not cached, unreadable, damaged)."""
+    from pydantic import ValidationError
+
+    from mfctl.inventory.models import Inventory
+
+    body = entry(raw)
+    if body is None:
         return None
     try:
         return Inventory.model_validate_json(body)
