@@ -1,4 +1,4 @@
-from mfctl.cli.app import main
+from mfctl.cli.main import main
 
 if __name__ == "__main__":
     main()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -22,20 +23,25 @@ def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02, 
     """Run COMMAND on HOSTS in parallel (each word quoted for the remote shell); identical results are folded.
     Exit code: 0 all ok, 1 a command failed somewhere, 4 a host was unreachable or timed out."""
     from mfctl import settings
+    from mfctl.cli import ahead
     from mfctl.errors import UsageError
     from mfctl.hosts.fold import fold, select_hosts
-    from mfctl.inventory import load_inventory
-    from mfctl.transport.ssh import SSHPool, targets_from_inventory
+    from mfctl.inventory.data import load_inventory_data
+    from mfctl.transport.ssh import SSHPool
 
     if not command:
         raise UsageError("no command given (mfctl exec -i INV HOSTS -- COMMAND ...)")
-    inv = load_inventory(inventory)
-    known = [h.name for h in inv.hosts]
-    names = select_hosts(hosts, known, {r.name: r.hosts for r in inv.regions})
-    with SSHPool(targets_from_inventory(inv), connect_timeout=connect_timeout or settings.get_float("connect_timeout"),
-                 command_timeout=timeout or settings.get_float("command_timeout"),
-                 fanout=fanout or settings.get_int("fanout")) as pool:
-        results = pool.run_many(names, lambda h: command, close=True)
+    path = os.path.abspath(inventory)
+    doc = load_inventory_data(path)  # hosts, regions, SSH endpoints: no pydantic models needed
+    names = select_hosts(hosts, [h["name"] for h in doc["hosts"]], {r["name"]: r["hosts"] for r in doc["regions"]})
+    fanout = fanout or settings.get_int("fanout")
+    connect_timeout = connect_timeout or settings.get_float("connect_timeout")
+    timeout = timeout or settings.get_float("command_timeout")
+    targets = ahead.targets_for(doc, path, names)
+    # the connections `mfctl exec` began while this parser loaded (mfctl.cli.ahead), if they are for exactly this
+    batch = ahead.take(ahead.Key(path, tuple(names), fanout, connect_timeout, tuple(targets)))
+    with batch.pool if batch else SSHPool(targets, connect_timeout=connect_timeout, fanout=fanout) as pool:
+        results = (batch or pool.start_many(names, close=True)).run(lambda h: command, timeout=timeout)
     worst = 4 if any(r.error for r in results) else (1 if any(r.rc != 0 for r in results) else 0)
     groups = fold(results, lambda r: r.host, lambda r: (r.rc, r.stdout, r.stderr, r.error))
     if json_out:

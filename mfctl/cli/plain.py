@@ -1,0 +1,68 @@
+"""Output and logging helpers that need neither typer nor rich (``mfctl exec`` starts with them
+before its command line is parsed: :mod:`mfctl.cli.ahead`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+
+def _sgr(stream, style: str, color: str = "") -> str:
+    """The ANSI SGR prefix for ``style`` (and ``color`` unless NO_COLOR is set: no-color.org asks
+    for no colour, not no bold — as rich does), or "" when ``stream`` is not a terminal."""
+    if not stream.isatty():
+        return ""
+    return f"\033[{style}{'' if os.environ.get('NO_COLOR') or not color else ';' + color}m"
+
+
+def print_error(message: str, prefix: str = "error") -> None:
+    """One line on stderr, never wrapped or markup-interpreted (grep-able in CI logs)."""
+    sgr = _sgr(sys.stderr, "1", "31")
+    head = f"{sgr}{prefix}:\033[0m" if sgr else f"{prefix}:"
+    sys.stderr.write(f"{head} {message}\n")
+    sys.stderr.flush()
+
+
+def print_heading(text: str) -> None:
+    """One line on stdout, bold at a terminal; written as is (no rich: ``mfctl exec`` prints
+    only headings and the hosts' own output, and rich's import is ~25 ms of its start)."""
+    sgr = _sgr(sys.stdout, "1")
+    sys.stdout.write(f"{sgr}{text}\033[0m\n" if sgr else f"{text}\n")
+
+
+def emit_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def setup_logging() -> None:
+    """Log to the log file (never to the terminal: progress and results go there). A log file
+    that cannot be written (a directory, a read-only or broken state dir) is a warning: the
+    command runs without it (and fails on its own if it needs the state dir)."""
+    from mfctl import settings
+    from mfctl.errors import MfctlError
+
+    root = logging.getLogger("mfctl")
+    logging.getLogger("paramiko").setLevel(logging.WARNING)
+    if any(isinstance(h, (logging.FileHandler, logging.NullHandler)) for h in root.handlers):
+        return  # done already (or failed already, and said so once)
+    path = settings.get("log_file")
+    try:
+        path = path or str(settings.state_dir() / "mfctl.log")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        h = logging.FileHandler(path)
+    except MfctlError as e:
+        print_error(f"no log file: {e}; running without one", "warning")
+        root.addHandler(logging.NullHandler())
+        return
+    except OSError as e:
+        why = "a parent is not a directory" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror or e
+        print_error(f"no log file: {path}: {why}; running without one", "warning")
+        root.addHandler(logging.NullHandler())
+        return
+    h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(h)
+    root.setLevel(logging.INFO)

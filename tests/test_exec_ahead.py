@@ -1,0 +1,207 @@
+"""mfctl exec connects while its CLI loads (mfctl.cli.ahead, SSHPool.start_many): the command line
+read ahead agrees with Typer's, a batch is used only for exactly the command it was started for,
+and a batch that is cancelled, mismatched or never run leaves nothing open."""
+
+import os
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import PROTOTYPE, mfctl_cmd
+from mfctl import mockctl
+from mfctl.cli import ahead
+from mfctl.cli.app import build
+from mfctl.inventory import load_inventory
+from mfctl.inventory.data import load_inventory_data
+from mfctl.transport.ssh import SSHPool, SSHTarget, targets_from_inventory
+
+
+@pytest.mark.parametrize("args, want", [
+    (["-i", "inv.yaml", "all", "--", "hostname"], {"inventory": "inv.yaml", "hosts": "all"}),
+    (["all", "--inventory=inv.yaml", "--fanout", "8", "--", "echo", "--json"],
+     {"inventory": "inv.yaml", "hosts": "all", "fanout": "8"}),
+    (["-iinv.yaml", "--json", "gpu[01-02]", "--connect-timeout=2.5", "--timeout", "9", "--", "x"],
+     {"inventory": "inv.yaml", "hosts": "gpu[01-02]", "connect_timeout": "2.5", "timeout": "9"}),
+    (["-i", "a.yaml", "-i", "b.yaml", "all", "--", "x"], {"inventory": "b.yaml", "hosts": "all"}),  # the last wins, as in click
+    (["-i", "inv.yaml", "all", "hostname"], None),  # no `--`: the parser decides what is a command word
+    (["-i", "inv.yaml", "all", "--"], None),  # no command
+    (["-i", "inv.yaml", "--help", "all", "--", "x"], None),
+    (["-i", "inv.yaml", "-h", "all", "--", "x"], None),
+    (["-i", "inv.yaml", "--fanout-x", "3", "all", "--", "x"], None),  # an option it does not know
+    (["-i", "inv.yaml", "all", "gpu01", "--", "x"], None),  # a second positional word
+    (["all", "--", "x"], None),  # no inventory (and none in the environment)
+    (["-i", "inv.yaml", "--", "x"], None),  # no host set
+    (["-i", "inv.yaml", "all", "--timeout"], None),
+])
+def test_read_argv(args, want, monkeypatch):
+    for v in ("MFCTL_INVENTORY", "MFCTL_FANOUT", "MFCTL_CONNECT_TIMEOUT"):
+        monkeypatch.delenv(v, raising=False)
+    assert ahead.read_argv(args) == want
+
+
+def test_read_argv_takes_the_environment_like_the_parser(monkeypatch):
+    monkeypatch.setenv("MFCTL_INVENTORY", "env.yaml")
+    monkeypatch.setenv("MFCTL_FANOUT", "4")
+    assert ahead.read_argv(["all", "--", "x"]) == {"inventory": "env.yaml", "hosts": "all", "fanout": "4"}
+    assert ahead.read_argv(["-i", "cli.yaml", "all", "--", "x"])["inventory"] == "cli.yaml"
+
+
+@pytest.fixture
+def mock_inv(tmp_path, monkeypatch):
+    monkeypatch.setenv("MFCTL_FANOUT", "2")
+    inv = mockctl.start(PROTOTYPE, tmp_path / "mock", time_scale=100)["inventory"]
+    yield inv
+    ahead.cancel()
+    mockctl.stop(tmp_path / "mock")
+
+
+def _exec_in_process(args, capsys, start=True):
+    """``mfctl exec ARGS`` in this process, as mfctl.cli.main runs it; returns (exit code, stdout, taken?)."""
+    taken = {}
+    real_take = ahead.take
+
+    def spy(key):
+        batch = real_take(key)
+        taken["batch"] = batch
+        return batch
+
+    ahead.take, code = spy, None
+    try:
+        if start:
+            ahead.start(args)
+        build("exec")(["exec", *args])
+    except SystemExit as e:
+        code = e.code
+    finally:
+        ahead.take = real_take
+        ahead.cancel()
+    return code, capsys.readouterr().out, taken.get("batch") is not None
+
+
+@pytest.mark.parametrize("form", [
+    lambda inv: ["-i", inv, "all", "--", "hostname"],
+    lambda inv: ["all", "--json", f"--inventory={inv}", "--fanout=2", "--", "hostname"],
+    lambda inv: [f"-i{inv}", "@region0", "--connect-timeout", "5", "--", "hostname"],
+    lambda inv: ["-i", os.path.relpath(inv), "gpu[01-04]!gpu02", "--timeout", "20", "--", "hostname"],
+])
+def test_every_form_the_parser_accepts_uses_the_connections_made_ahead(mock_inv, capsys, form):
+    code, out, taken = _exec_in_process(form(mock_inv), capsys)
+    assert code == 0 and taken
+    assert "gpu01" in out and "gpu03" in out
+
+
+def test_a_batch_for_another_command_is_not_used_and_the_result_is_the_same(mock_inv, capsys):
+    ahead.start(["-i", mock_inv, "gpu01", "--", "hostname"])  # e.g. the command line was read wrongly
+    pending = ahead._pending[1]
+    code, out, taken = _exec_in_process(["-i", mock_inv, "gpu02", "--", "hostname"], capsys, start=False)
+    assert pending._cancelled and not pending.pool._exec  # cancelled, its session closed
+    assert code == 0 and not taken and out.split() == ["----", "gpu02", "(rc=0)", "----", "gpu02"]
+
+
+def test_no_connection_ahead_for_accept_new_or_an_inventory_that_does_not_load(mock_inv, tmp_path):
+    doc = (tmp_path / "mock" / "inventory.yaml").read_text()
+    relaxed = tmp_path / "relaxed.yaml"
+    relaxed.write_text(doc.replace("host_key_policy: strict", "host_key_policy: accept-new"))
+    ahead.start(["-i", str(relaxed), "all", "--", "hostname"])
+    assert ahead._pending is None  # it would write known_hosts before the parser has accepted the line
+    for bad in (tmp_path / "missing.yaml", PROTOTYPE.parent / "nosuch.yaml"):
+        ahead.start(["-i", str(bad), "all", "--", "x"])
+        assert ahead._pending is None
+    ahead.start(["-i", mock_inv, "gpu99", "--", "x"])  # unknown host: the parser's run says so
+    assert ahead._pending is None
+
+
+def test_a_line_the_parser_refuses_closes_what_was_opened(mock_inv, monkeypatch, capsys):
+    # should the reading ahead ever accept a line that the parser refuses, main() still cancels the batch
+    from mfctl.cli import main as cli_main
+
+    started = []
+    real = SSHPool.start_many
+    monkeypatch.setattr(SSHPool, "start_many", lambda self, *a, **k: started.append(real(self, *a, **k)) or started[-1])
+    monkeypatch.setattr(ahead, "read_argv", lambda args: {"inventory": mock_inv, "hosts": "all"})
+    monkeypatch.setattr("sys.argv", ["mfctl", "exec", "-i", mock_inv, "--bogus", "all", "--", "hostname"])
+    with pytest.raises(SystemExit) as e:
+        cli_main.main()
+    assert e.value.code == 2 and "--bogus" in capsys.readouterr().err
+    assert len(started) == 1 and started[0]._cancelled and not started[0].pool._exec and ahead._pending is None
+
+
+def test_exec_through_the_console_script_path(mock_inv, cli_env):
+    r = subprocess.run(mfctl_cmd("exec", "-i", mock_inv, "--json", "all", "--", "hostname"),
+                       capture_output=True, text=True, env=dict(cli_env, MFCTL_FANOUT="2"), timeout=60)
+    assert r.returncode == 0 and r.stdout.count('"rc": 0') == 4 + 4  # per host, and per folded group
+
+
+class _CountingServer:
+    """A TCP server on 127.0.0.1 that counts connections and closes each at once (not SSH)."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            c.close()
+
+
+def test_a_connection_that_fails_ahead_is_reported_once_not_tried_again(tmp_path):
+    srv = _CountingServer()
+    target = SSHTarget(name="h1", address="127.0.0.1", port=srv.port, user="ops", agent=False,
+                       known_hosts=str(tmp_path / "kh"))
+    pool = SSHPool([target], connect_timeout=2)
+    batch = pool.start_many(["h1"], close=True)
+    time.sleep(0.3)  # the worker has tried by now
+    res = batch.run(lambda h: ["true"])
+    assert srv.accepted == 1 and res[0].error and "closed the connection" in res[0].error
+    assert pool.run_many(["h1"], lambda h: ["true"])[0].error == res[0].error  # same words without a batch
+    assert srv.accepted == 2
+    srv.sock.close()
+
+
+def test_batch_cancel_and_wait_limit(mock_inv):
+    inv = load_inventory(mock_inv)
+    names = [h.name for h in inv.hosts]
+    with SSHPool(targets_from_inventory(inv), fanout=2) as pool:
+        b = pool.start_many(names, close=True)
+        b.cancel()
+        assert not pool._exec and not pool._failed and all(f.done() for f in b._futures)
+        with pytest.raises(RuntimeError):
+            b.run(lambda h: ["hostname"])
+        # never run in time: the first hosts' sessions are closed after the wait limit, and a late run
+        # connects them again
+        from mfctl.transport.ssh import Batch
+
+        late = Batch(pool, names, close=True, wait_limit_s=0.3)
+        time.sleep(1.0)
+        assert not pool._exec
+        res = late.run(lambda h: ["hostname"])
+        assert [r.stdout.strip() for r in res] == names and all(r.ok for r in res)
+
+
+def test_inventory_data_is_the_validated_inventory_from_cache_or_file(tmp_path):
+    from mfctl.inventory import cache
+
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(PROTOTYPE.read_text().replace("known_hosts: ~/.ssh/known_hosts", "known_hosts: kh/known_hosts").replace(
+        "user: mfabric, agent: true}", "user: mfabric, agent: false, key_file: keys/id}", 1))
+    first = load_inventory_data(inv)  # a miss: parsed, validated and stored
+    assert cache.entry(inv.read_bytes()) is not None
+    assert load_inventory_data(inv) == first == load_inventory(inv).model_dump(mode="json")
+    # the targets come out the same either way; relative paths are the inventory's folder's
+    from mfctl.transport.ssh import targets_from_data
+
+    model_targets = targets_from_inventory(load_inventory(inv))
+    assert targets_from_data(first, inv.parent) == model_targets
+    assert model_targets[0].known_hosts == str(tmp_path / "kh" / "known_hosts")
+    assert model_targets[0].key_file == str(tmp_path / "keys" / "id") and not model_targets[0].agent
+    assert model_targets[1].key_file is None and model_targets[1].agent
