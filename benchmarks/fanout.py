@@ -4,8 +4,9 @@
 All three run against the same mock testbed (128 paramiko SSH servers on 127.0.0.1, per-
 instance host keys) in one run:
   - mfctl cold: `mfctl exec -i INV all -- hostname` as a new process (start-up, 128 SSH
-    handshakes over libssh2 with strict host-key checks, the command, folding), the inventory
-    already validated once (mfctl.inventory.cache, as after any earlier command on the file);
+    handshakes over libssh2 with strict host-key checks — the first ones while its CLI loads,
+    mfctl.cli.ahead — the command, folding), the inventory already validated once
+    (mfctl.inventory.cache, as after any earlier command on the file);
     "first use of inventory" is the same with a new state directory (the YAML parsed too);
   - mfctl warm: the same command again over the pooled, already-authenticated connections
     (one `SSHPool`, second `run_many`);
