@@ -121,6 +121,7 @@ def test_faults_injected_from_the_command_line_reach_the_health_sweep(tmp_path, 
         assert r.returncode == 1
         by = {t["host"]: t for t in out["targets"]}
         assert any("XID 79" in f["message"] and f["severity"] == "critical" for f in by["gpu02"]["findings"])
+        assert [(f["code"], f["component"]) for f in by["gpu02"]["findings"] if f["code"] == "gpu.lost"] == [("gpu.lost", "0000:4e:00")]
         assert any("remap" in f["message"] and f["severity"] == "warning" for f in by["gpu01"]["findings"])
         assert any(f["message"] == "GPU 0: NVLink 3 inactive (11 of 12 up)" for f in by["gpu01"]["findings"])
         assert by["gpu03"]["status"] == "critical"

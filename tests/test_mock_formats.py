@@ -171,7 +171,7 @@ def test_injected_gpu_faults_reach_every_format_and_the_sweep(mock):
     tb, inv, pool, env = mock
     host = tb.hosts["gpu03"]
     try:
-        line = host.faults.xid(2, 79)
+        line = host.faults.xid(2, 48)
         host.faults.remap_failure.add(5)
         host.faults.remap_pending.add(1)
         host.faults.slowdown[3] = "hw_thermal_slowdown"
@@ -187,14 +187,14 @@ def test_injected_gpu_faults_reach_every_format_and_the_sweep(mock):
             assert [i for i, g in enumerate(parsed) if g.remapped_rows_failure] == [5]
             assert [i for i, g in enumerate(parsed) if g.remapped_rows_pending] == [1]
         by = {(s.metric, s.gpu): s.value for s in dcgm.parse_exporter(out(pool, "gpu03", EXPORTER))}
-        assert by["DCGM_FI_DEV_XID_ERRORS", "2"] == 79 and by["DCGM_FI_DEV_ROW_REMAP_FAILURE", "5"] == 1
+        assert by["DCGM_FI_DEV_XID_ERRORS", "2"] == 48 and by["DCGM_FI_DEV_ROW_REMAP_FAILURE", "5"] == 1
         assert by["DCGM_FI_DEV_SM_CLOCK", "3"] == 705
         diag = dcgmi.parse_diag(out(pool, "gpu03", ["dcgmi", "diag", "-r", "3"]))
         assert {"Page Retirement/Row Remap", "GPU Memory", "Targeted Power"} <= set(diag.failed)
 
         [hh] = health.full_sweep(pool, inv, ["gpu03"])
         got = {(f.severity, f.message) for f in hh.findings if f.check == "gpu"}
-        assert got == {("critical", "GPU 2: XID 79 (fallen off the bus) at PCI 0000:47:00"),
+        assert got == {("critical", "GPU 2: XID 48 (double-bit ECC error) at PCI 0000:47:00"),
                        ("critical", "GPU 5: row remapping failed (memory repair exhausted: RMA)"),
                        ("warning", "GPU 1: row remap pending (reset the GPU to apply it)"),
                        ("warning", "GPU 3 clocks slowed by hw_slowdown, hw_thermal_slowdown (SM 705 of 1410 MHz)"),
@@ -210,8 +210,8 @@ def test_injected_gpu_faults_reach_every_format_and_the_sweep(mock):
         assert not doc["healthy"] and doc["thresholds"]["sm_clock_min_share"] == 0.5
         # findings as data for CI: a stable code, the part, the value read and the limit it was judged against
         found = [f for t in doc["targets"] for f in t["findings"]]
-        assert {"severity": "critical", "check": "gpu", "message": "GPU 2: XID 79 (fallen off the bus) at PCI 0000:47:00",
-                "host": "gpu03", "code": "gpu.xid", "component": "gpu2", "value": 79, "limit": None, "unit": None} in found
+        assert {"severity": "critical", "check": "gpu", "message": "GPU 2: XID 48 (double-bit ECC error) at PCI 0000:47:00",
+                "host": "gpu03", "code": "gpu.xid", "component": "gpu2", "value": 48, "limit": None, "unit": None} in found
         assert [(f["component"], f["value"], f["limit"], f["unit"]) for f in found if f["code"] == "gpu.sm_clock_low"] \
             == [("gpu4", 420.0, 705.0, "MHz")]
         assert {f["code"] for f in found} == {"gpu.xid", "gpu.remap_failed", "gpu.remap_pending", "gpu.clocks_slowed",
@@ -220,6 +220,32 @@ def test_injected_gpu_faults_reach_every_format_and_the_sweep(mock):
         host.faults = GPUFaults()
     [hh] = health.full_sweep(pool, inv, ["gpu03"])
     assert not [f for f in hh.findings if f.check == "gpu"]
+
+
+def test_a_gpu_fallen_off_the_bus_is_lost_to_the_tools_and_judged_alone(mock):
+    """XID 79: as on a real node, nvidia-smi cannot reach the GPU (exit 15, one line in its place);
+    the sweep says it is lost and still judges the seven others."""
+    tb, inv, pool, env = mock
+    host = tb.hosts["gpu03"]
+    try:
+        host.faults.xid(2, 79)
+        host.faults.slowdown[5] = "sw_thermal_slowdown"
+        lost = "Unable to determine the device handle for GPU 0000:47:00.0: GPU is lost.  Reboot the system to recover this GPU"
+        for argv in (["nvidia-smi"], ["nvidia-smi", "-L"], ["nvidia-smi", "-q"]):
+            r = pool.run("gpu03", argv)
+            assert (r.rc, r.stdout) == (15, lost + "\n")
+        r = pool.run("gpu03", nvidia_smi.query_argv())
+        assert r.rc == 15 and r.stdout.splitlines()[3] == lost
+        assert [row["index"] for row in nvidia_smi.parse_query_csv(r.stdout)] == [0, 1, 3, 4, 5, 6, 7]
+        assert pool.run("gpu03", ["nvidia-smi", "-i", "3", "-L"]).rc == 0  # only a lost GPU's own queries fail
+        [hh] = health.full_sweep(pool, inv, ["gpu03"])
+        got = {(f.code, f.severity, f.component, f.message) for f in hh.findings if f.check == "gpu"}
+        assert got == {("gpu.lost", "critical", "0000:47:00", "GPU at PCI 0000:47:00 is lost (fallen off the bus: unreachable until a reboot)"),
+                       ("gpu.xid", "critical", "0000:47:00", "a GPU: XID 79 (fallen off the bus) at PCI 0000:47:00"),
+                       ("gpu.clocks_slowed", "warning", "gpu5", "GPU 5 clocks slowed by sw_thermal_slowdown (SM 705 of 1410 MHz)")}
+        assert hh.gpus == 7  # no gpu.count finding: the lost one has its own
+    finally:
+        host.faults = GPUFaults()
 
 
 def test_mig_mode_reports_missing_data_not_values(mock):

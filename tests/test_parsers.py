@@ -36,6 +36,19 @@ def test_nvidia_smi_bad_output_is_a_typed_error(text, line):
     assert e.value.tool == "nvidia-smi" and e.value.line_no == line and "expected" in str(e.value)
 
 
+def test_nvidia_smi_gpus_it_cannot_reach_are_named_not_rows():
+    # the line nvidia-smi prints in place of a GPU NVML cannot reach (wording of public reports:
+    # NVIDIA/open-gpu-kernel-modules#387 "Unknown Error", JosephKJ/OWOD#81 "GPU is lost")
+    text = ("index, pci.bus_id, temperature.gpu\n0, 00000000:07:00.0, 34\n"
+            "Unable to determine the device handle for GPU 0000:0B:00.0: Unknown Error\n"
+            "Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost.  Reboot the system to recover this GPU\n"
+            "3, 00000000:47:00.0, 36\n")
+    assert [r["index"] for r in nvidia_smi.parse_query_csv(text)] == [0, 3]
+    assert nvidia_smi.unreachable_gpus(text) == [("0000:0B:00.0", "Unknown Error"),
+                                                 ("0000:02:00.0", "GPU is lost.  Reboot the system to recover this GPU")]
+    assert nvidia_smi.unreachable_gpus("Unable to determine the device handle for GPU: nonsense\n") == []
+
+
 def test_nvidia_smi_err_and_na_are_missing_not_numbers():
     rows = nvidia_smi.parse_query_csv("index, temperature.gpu, power.draw [W]\n0, ERR!, [N/A]\n1, 40, 61.00 W\n")
     assert rows[0]["temperature.gpu"] is None and rows[0]["power.draw"] is None

@@ -125,10 +125,19 @@ def check_host(inv_host, gpu_res, link_res, limits: dict[str, float] | None = No
     if gpu_res.error and link_res.error:
         add("critical", "ssh", gpu_res.error, "ssh.unreachable")
         return hh
-    if not gpu_res.ok:
+    # GPUs nvidia-smi cannot reach (fallen off the bus: exit 15) are findings; the others are still read
+    unreachable = [] if gpu_res.error else nvidia_smi.unreachable_gpus(gpu_res.stdout + "\n" + gpu_res.stderr)
+    for bus, why in unreachable:
+        dom, b, dev = bus.lower().split(":")
+        pci = f"{dom[-4:]}:{b}:{dev.split('.')[0]}"  # as the kernel log's XID lines name it: 0000:4e:00
+        lost = "lost" in why.lower()
+        add("critical", "gpu", f"GPU at PCI {pci} is lost (fallen off the bus: unreachable until a reboot)" if lost
+            else f"GPU at PCI {pci} cannot be reached (nvidia-smi: {why})", "gpu.lost" if lost else "gpu.unreachable",
+            component=pci, value=why)
+    if not gpu_res.ok and not unreachable:
         add("critical", "gpu", gpu_res.error or f"nvidia-smi exited {gpu_res.rc}: {gpu_res.stderr.strip()[:200]}",
             "gpu.query_failed", value=gpu_res.rc)
-    else:
+    elif not unreachable or any(ln.strip() and not nvidia_smi.unreachable_gpus(ln) for ln in gpu_res.stdout.splitlines()):
         try:
             rows = nvidia_smi.parse_query_csv(gpu_res.stdout)
             gpus = [nvidia_smi.GPUStatus.from_row(r) for r in rows]
@@ -147,8 +156,9 @@ def check_host(inv_host, gpu_res, link_res, limits: dict[str, float] | None = No
         if mig:  # MoE training takes whole GPUs; a MIG-partitioned GPU shows up as slices
             add("warning", "gpu", f"MIG mode is enabled on GPU {_indexes(mig)} (training needs whole GPUs: "
                                   "nvidia-smi -mig 0 and a GPU reset)", "gpu.mig_enabled", value=mig)
-        if gpus and len(gpus) != inv_host.gpus.count:
-            add("critical", "gpu", f"{len(gpus)} GPUs visible, inventory says {inv_host.gpus.count}", "gpu.count",
+        if gpus and len(gpus) + len(unreachable) != inv_host.gpus.count:
+            add("critical", "gpu", f"{len(gpus)} GPUs visible{f' (and {len(unreachable)} unreachable)' if unreachable else ''}"
+                                   f", inventory says {inv_host.gpus.count}", "gpu.count",
                 value=len(gpus), limit=inv_host.gpus.count)
         for g in gpus:
             gpu = f"gpu{g.index}"

@@ -52,12 +52,26 @@ def _value(v: str):
     return v
 
 
+#: What nvidia-smi prints for a GPU NVML cannot reach, in place of its data (a GPU that fell off the
+#: bus — XID 79 — says "GPU is lost.  Reboot the system to recover this GPU"; others "Unknown Error"),
+#: with return code 15 when the GPU is lost (nvidia-smi(1)). Wording from public reports
+#: (NVIDIA/open-gpu-kernel-modules#387, JosephKJ/OWOD#81, AlexeyAB/darknet#86).
+_UNREACHABLE = re.compile(r"^Unable to determine the device handle for GPU\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*:\s*(.*?)\s*$")
+
+
+def unreachable_gpus(text: str) -> list[tuple[str, str]]:
+    """The GPUs nvidia-smi could not reach, from its output (either stream): ``(PCI bus id as printed,
+    the reason, e.g. "GPU is lost.  Reboot the system to recover this GPU")``, in output order."""
+    return [(m[1], m[2]) for ln in text.splitlines() if (m := _UNREACHABLE.match(ln.strip()))]
+
+
 def parse_query_csv(text: str) -> list[dict[str, object]]:
-    """Parse query CSV (with header) into one dict per GPU, keys without units.
+    """Parse query CSV (with header) into one dict per GPU, keys without units. Lines for GPUs the
+    tool could not reach (:func:`unreachable_gpus`) are not rows: they are left out.
 
     Raises ParseError when there is no header, or a row has the wrong number of values.
     """
-    lines = [ln for ln in text.splitlines() if ln.strip()]
+    lines = [ln for ln in text.splitlines() if ln.strip() and not _UNREACHABLE.match(ln.strip())]
     if not lines:
         raise ParseError(TOOL, 1, "a CSV header line", "")
     if lines[0].startswith("Field ") and "not a valid field" in lines[0]:

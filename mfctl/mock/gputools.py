@@ -59,14 +59,28 @@ class GPUFaults:
     nvlink_down: set[tuple[int, int]] = field(default_factory=set)  # (GPU, link) inactive
     kmsg: list[tuple[float, str, str]] = field(default_factory=list)  # kernel log: (uptime s, level, text)
     last_xid: dict[int, int] = field(default_factory=dict)
+    lost: set[int] = field(default_factory=set)  # fallen off the bus (XID 79): NVML cannot reach them
 
     def xid(self, gpu: int, code: int, text: str | None = None) -> str:
-        """Log an NVRM XID event for ``gpu`` (the driver's kmsg line, level err); returns the line."""
+        """Log an NVRM XID event for ``gpu`` (the driver's kmsg line, level err); returns the line.
+        XID 79 also makes the GPU lost, as on a real node: the tools cannot reach it until a reboot."""
         pci = bus_id(gpu)[4:-2].lower()  # 0000:07:00
         line = f"NVRM: Xid (PCI:{pci}): {code}, pid='<unknown>', name=<unknown>, {text or XID_TEXT.get(code, 'Unknown Error')}"
         self.kmsg.append((uptime(), "err", line))
         self.last_xid[gpu] = code
+        if code == 79:
+            self.lost.add(gpu)
         return line
+
+
+#: nvidia-smi's return code when a GPU "has fallen off the bus or has otherwise become inaccessible"
+#: (nvidia-smi(1), RETURN VALUE: 15), and the line it prints for such a GPU in place of its data (the
+#: wording of public reports, e.g. NVIDIA/open-gpu-kernel-modules#387, JosephKJ/OWOD#81).
+RC_GPU_LOST = 15
+
+
+def lost_line(i: int) -> str:
+    return f"Unable to determine the device handle for GPU {bus_id(i)[4:]}: GPU is lost.  Reboot the system to recover this GPU\n"
 
 
 @dataclass
@@ -405,8 +419,14 @@ def _table(h, ids: list[int]) -> str:
 
 def nvidia_smi(h, args: list[str], out, err, ids: list[int] | None = None) -> int | None:
     """No options (the table), ``-L``, ``-q [-x]``, ``topo -m``, ``nvlink -s``, on the GPUs ``ids``
-    (default all: see :func:`select_ids`); None for arguments this module does not model."""
+    (default all: see :func:`select_ids`); None for arguments this module does not model. A lost GPU
+    (XID 79) among ``ids``: the table, ``-L`` and ``-q`` print :func:`lost_line` only and return
+    :data:`RC_GPU_LOST`."""
     ids = list(range(h.gpus)) if ids is None else ids
+    lost = [i for i in ids if i in h.faults.lost]
+    if lost and (not args or args in (["-L"], ["--list-gpus"]) or args[:1] in (["-q"], ["--query"])):
+        out("".join(lost_line(i) for i in lost))  # a lost GPU: the tool prints this and nothing else
+        return RC_GPU_LOST
     if not args:
         out(_table(h, ids))
         return 0

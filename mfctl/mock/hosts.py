@@ -213,13 +213,16 @@ class MockHost:
                 hdr = [h.split(" [")[0] for h in hdr]
             lines.append(", ".join(hdr))
         for i in ids:
+            if i in self.faults.lost:  # its row is the tool's complaint; the others are read as usual
+                lines.append(gputools.lost_line(i).rstrip("\n"))
+                continue
             g = gputools.gpu(self, i)
             vals = [self.GPU_FIELDS[f][1](g) for f in fields]
             if "nounits" in opts:
                 vals = [v.rsplit(" ", 1)[0] if v.endswith((" W", " %", " MiB", " MHz")) else v for v in vals]
             lines.append(", ".join(vals))
         channel.sendall(("\n".join(lines) + "\n").encode())
-        return 0
+        return gputools.RC_GPU_LOST if self.faults.lost & set(ids) else 0
 
     def _ip(self, args: list[str], channel) -> int:
         json_out = "-j" in args or "-json" in args

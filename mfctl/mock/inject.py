@@ -4,6 +4,7 @@
 
 ==========================  ==============================================================
 ``gpu02:gpu3=xid79``         an NVRM XID event (any number) in gpu02's kernel log for GPU 3
+                             (79: the GPU is also lost — nvidia-smi cannot reach it, exit 15)
 ``gpu02:gpu1=remap-pending`` a row remap waiting for a GPU reset (query CSV, ``-q``, XML)
 ``gpu02:gpu5=remap-failure`` row remapping failed
 ``gpu01:gpu0=ecc:4``         4 volatile uncorrectable ECC errors
