@@ -47,6 +47,35 @@ def test_read_argv_takes_the_environment_like_the_parser(monkeypatch):
     monkeypatch.setenv("MFCTL_FANOUT", "4")
     assert ahead.read_argv(["all", "--", "x"]) == {"inventory": "env.yaml", "hosts": "all", "fanout": "4"}
     assert ahead.read_argv(["-i", "cli.yaml", "all", "--", "x"])["inventory"] == "cli.yaml"
+    monkeypatch.setenv("MFCTL_JSON", "yes")
+    assert ahead.read_argv(["all", "--", "x"]) is not None
+
+
+@pytest.mark.parametrize("args, env", [
+    (["--fanout", "\u0664", "all", "--", "x"], {}),  # Arabic-Indic 4: int() takes it, the parser does not
+    (["--timeout", "1e3", "all", "--", "x"], {}),
+    (["all", "--", "x"], {"MFCTL_COMMAND_TIMEOUT": "30s"}),
+    (["all", "--", "x"], {"MFCTL_FANOUT": "four"}),
+    (["all", "--", "x"], {"MFCTL_JSON": "maybe"}),
+])
+def test_read_argv_gives_up_on_values_the_parser_refuses(args, env, monkeypatch):
+    monkeypatch.setenv("MFCTL_INVENTORY", "inv.yaml")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert ahead.read_argv(args) is None
+
+
+def test_read_argv_knows_every_option_and_variable_of_exec():
+    """The tables of mfctl.cli.ahead against exec's real parameters: a new option or variable must be
+    taught to read_argv (or read_argv gives up on it, which the first assertion checks)."""
+    from typer.main import get_command
+
+    exec_cmd = get_command(build("exec")).commands["exec"]
+    opts = {o for p in exec_cmd.params if p.param_type_name == "option" for o in p.opts if o not in ("-h", "--help")}
+    assert opts == set(ahead._VALUED) | set(ahead._FLAGS)
+    envs = {p.envvar for p in exec_cmd.params if p.envvar}
+    assert envs == set(ahead._ENV.values()) | set(ahead._FLAG_ENV.values())
+    assert {p.name for p in exec_cmd.params if p.param_type_name == "argument"} == {"hosts", "command"}
 
 
 @pytest.fixture
@@ -174,7 +203,9 @@ def test_batch_cancel_and_wait_limit(mock_inv):
     with SSHPool(targets_from_inventory(inv), fanout=2) as pool:
         b = pool.start_many(names, close=True)
         b.cancel()
-        assert not pool._exec and not pool._failed and all(f.done() for f in b._futures)
+        for t in b._threads:
+            t.join(5)
+        assert not pool._exec and not pool._failed and not any(t.is_alive() for t in b._threads)
         with pytest.raises(RuntimeError):
             b.run(lambda h: ["hostname"])
         # never run in time: the first hosts' sessions are closed after the wait limit, and a late run
@@ -182,8 +213,9 @@ def test_batch_cancel_and_wait_limit(mock_inv):
         from mfctl.transport.ssh import Batch
 
         late = Batch(pool, names, close=True, wait_limit_s=0.3)
-        time.sleep(1.0)
-        assert not pool._exec
+        for t in late._threads:
+            t.join(5)  # the workers end after the wait limit: no thread, no session left
+        assert not pool._exec and not any(t.is_alive() for t in late._threads)
         res = late.run(lambda h: ["hostname"])
         assert [r.stdout.strip() for r in res] == names and all(r.ok for r in res)
 
@@ -205,3 +237,113 @@ def test_inventory_data_is_the_validated_inventory_from_cache_or_file(tmp_path):
     assert model_targets[0].known_hosts == str(tmp_path / "kh" / "known_hosts")
     assert model_targets[0].key_file == str(tmp_path / "keys" / "id") and not model_targets[0].agent
     assert model_targets[1].key_file is None and model_targets[1].agent
+    # a home that does not exist is the host's own failure later (a named key file it cannot read), not a crash here
+    odd = dict(first, hosts=[dict(first["hosts"][0], ssh=dict(first["hosts"][0]["ssh"], key_file="~nosuchuser99/id"))])
+    assert targets_from_data(odd, inv.parent)[0].key_file == str(tmp_path / "~nosuchuser99" / "id")
+
+
+class _SilentServer(_CountingServer):
+    """Accepts TCP connections and never says a word (a hung sshd)."""
+
+    def _run(self):
+        self.held = []
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            self.held.append(c)
+
+
+def test_cancel_does_not_wait_for_a_handshake_under_way(tmp_path):
+    srv = _SilentServer()
+    target = SSHTarget(name="h1", address="127.0.0.1", port=srv.port, user="ops", agent=False,
+                       known_hosts=str(tmp_path / "kh"))
+    pool = SSHPool([target], connect_timeout=3)
+    b = pool.start_many(["h1"])
+    time.sleep(0.2)
+    t = time.monotonic()
+    b.cancel()
+    assert time.monotonic() - t < 0.5
+    b._threads[0].join(10)  # the worker ends when its handshake times out, and keeps nothing
+    assert not b._threads[0].is_alive() and not pool._exec and not pool._failed
+    srv.sock.close()
+
+
+@pytest.fixture
+def echo_server(tmp_path):
+    """One mock sshd that many host names point at; it records the commands it runs."""
+    import paramiko
+
+    from mfctl.mock.sshd import MockSSHServer
+
+    hk, ck = paramiko.ECDSAKey.generate(bits=256), paramiko.ECDSAKey.generate(bits=256)
+    ck.write_private_key_file(str(tmp_path / "id"))
+    seen = []
+
+    def on_exec(cmd, chan):
+        seen.append(cmd)
+        time.sleep(0.2)
+        return 0
+
+    srv = MockSSHServer("h", hk, users={"ops"}, authorized_keys=[ck], on_exec=on_exec)
+    (tmp_path / "kh").write_text(f"[127.0.0.1]:{srv.port} {hk.get_name()} {hk.get_base64()}\n")
+    targets = [SSHTarget(name=f"h{i:02d}", address="127.0.0.1", port=srv.port, user="ops", key_file=str(tmp_path / "id"),
+                         agent=False, known_hosts=str(tmp_path / "kh")) for i in range(20)]
+    yield targets, seen
+    srv.close()
+
+
+def test_a_failure_in_on_done_stops_the_rollout(echo_server):
+    targets, seen = echo_server
+
+    def boom(r):
+        raise ValueError(f"stop at {r.host}")
+
+    with SSHPool(targets, fanout=2) as pool, pytest.raises(ValueError, match="stop at"):
+        pool.run_many([t.name for t in targets], lambda h: ["true"], on_done=boom)
+    assert 1 <= len(seen) <= 3  # the commands under way end; no other host gets it
+
+
+def test_ctrl_c_stops_the_rollout_at_once(echo_server):
+    import signal
+
+    targets, seen = echo_server
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()  # a real signal, as a terminal sends
+    t = time.monotonic()
+    with SSHPool(targets, fanout=2) as pool, pytest.raises(KeyboardInterrupt):
+        pool.run_many([t.name for t in targets], lambda h: ["true"])
+    assert time.monotonic() - t < 1.5
+    n = len(seen)
+    time.sleep(0.6)
+    assert n < 20 and len(seen) <= n + 2  # at most the commands already under way
+
+
+def test_the_console_script_runs_exec(mock_inv, cli_env):
+    import shutil
+    import sys
+
+    script = shutil.which("mfctl", path=os.path.dirname(sys.executable))
+    if script is None:
+        pytest.skip("mfctl is not installed as a console script in this interpreter's environment")
+    r = subprocess.run([script, "exec", "-i", mock_inv, "gpu[01-02]", "--", "hostname"], capture_output=True, text=True,
+                       env=cli_env, timeout=60)
+    assert r.returncode == 0 and r.stdout.split() == ["----", "gpu01", "(rc=0)", "----", "gpu01",
+                                                       "----", "gpu02", "(rc=0)", "----", "gpu02"]
+
+
+def test_ctrl_c_on_exec_exits_130_at_once(tmp_path, cli_env):
+    import signal
+
+    inv = mockctl.start(PROTOTYPE, tmp_path / "mock", time_scale=1)["inventory"]  # real time: sleep 30 takes 30 s
+    try:
+        p = subprocess.Popen(mfctl_cmd("exec", "-i", inv, "all", "--", "sleep", "30.5"), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=cli_env)
+        time.sleep(1.5)
+        t = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 130 and "interrupted" in err and time.monotonic() - t < 3
+    finally:
+        mockctl.stop(tmp_path / "mock")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,12 @@ log = logging.getLogger(__name__)
 _VALUED = {"-i": "inventory", "--inventory": "inventory", "--fanout": "fanout",
            "--connect-timeout": "connect_timeout", "--timeout": "timeout"}
 _FLAGS = {"--json"}
-_ENV = {"inventory": "MFCTL_INVENTORY", "fanout": "MFCTL_FANOUT", "connect_timeout": "MFCTL_CONNECT_TIMEOUT"}
+_ENV = {"inventory": "MFCTL_INVENTORY", "fanout": "MFCTL_FANOUT", "connect_timeout": "MFCTL_CONNECT_TIMEOUT",
+        "timeout": "MFCTL_COMMAND_TIMEOUT"}
+_FLAG_ENV = {"--json": "MFCTL_JSON"}  # a flag's variable: any value but these is refused by the parser
+_BOOL_WORDS = {"", "0", "1", "true", "false", "yes", "no", "on", "off", "t", "f", "y", "n"}
+_INT = re.compile(r"[0-9]{1,9}")  # ASCII only: int() would also take other scripts' digits, the parser does not
+_FLOAT = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?")
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,12 @@ def read_argv(args: list[str]) -> dict | None:
     for name, env in _ENV.items():
         if name not in opts and os.environ.get(env):
             opts[name] = os.environ[env]
+    if any(os.environ.get(env, "").strip().lower() not in _BOOL_WORDS for env in _FLAG_ENV.values()):
+        return None
+    if "fanout" in opts and not _INT.fullmatch(opts["fanout"]):
+        return None
+    if any(k in opts and not _FLOAT.fullmatch(opts[k]) for k in ("connect_timeout", "timeout")):
+        return None
     return opts if "inventory" in opts and "hosts" in opts else None
 
 

@@ -76,3 +76,10 @@ def version(json_out: bool = JSON_OPT, settings_table: bool = typer.Option(False
     w = max([24] + [len(str(s["value"])) + 1 for s in rows])
     for s in rows:
         typer.echo(f"  {s['env']:<26} {s['value']!s:<{w}} {s['help']}")
+
+
+def main() -> None:
+    """The console script's former target (kept for launchers written by older installs)."""
+    from mfctl.cli.main import main as run
+
+    run()

@@ -9,7 +9,9 @@ and check the schema): an edited file, or an mfctl whose rules changed, misses. 
 checked against its own checksum first (the first line: SHA-256 of the key and the JSON, so a
 damaged, truncated, hand-edited or moved entry is ignored), then validated again by the same
 model (``Inventory.model_validate_json``), and the loader runs the cross-checks again; anything
-odd (unreadable, invalid, a full disk) only costs the time of a normal load. The checksum
+odd (unreadable, invalid, a full disk) only costs the time of a normal load. Readers that need
+only the data (``mfctl exec``: :mod:`mfctl.inventory.data`) take the checksummed JSON as it is
+(:func:`entry`): it was validated and cross-checked by the same code when it was stored. The checksum
 catches accidents, not an adversary who can write the state directory (who could as well
 change the journals and locks kept there). At most :data:`KEEP` entries are kept (the oldest
 are removed). Inventories hold no secrets by design (DESIGN §7), so an entry holds none either.
@@ -38,9 +40,11 @@ def _code_key() -> bytes:
     if _CODE is None:
         from mfctl import __version__
 
+        import importlib.util
+
         parts = [__version__]
-        for name in ("models.py", "loader.py"):  # beside this file (not imported: see entry())
-            st = os.stat(Path(__file__).with_name(name))
+        for name in ("mfctl.inventory.models", "mfctl.inventory.loader"):  # found, not imported (see entry())
+            st = os.stat(importlib.util.find_spec(name).origin)
             parts.append(f"{st.st_size}:{st.st_mtime_ns}")
         _CODE = "|".join(parts).encode()
     return _CODE

@@ -51,12 +51,17 @@ class CommandTimeout(TimeoutError):
     pass
 
 
+class CommandAborted(Exception):
+    """The caller gave up on the command (its ``abort`` event was set: Ctrl-C)."""
+
+
 class ExecSession:
     """An authenticated libssh2 session to one host; commands run one at a time (a lock)."""
 
-    def __init__(self, target, connect_timeout: float):
+    def __init__(self, target, connect_timeout: float, abort: threading.Event | None = None):
         self.target = target
         self.lock = threading.Lock()
+        self._abort = abort  # set by the caller: a command under way ends (CommandAborted) within ~50 ms
         t = target
         try:
             # the address as bytes: inventory addresses are ASCII (an IP or a host name, checked by the
@@ -148,6 +153,8 @@ class ExecSession:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise CommandTimeout
+        if self._abort is not None and self._abort.is_set():
+            raise CommandAborted
         self._slice = min(self._slice * 2, 0.05)
         d = self.session.block_directions()
         r = [self.sock] if d & S.LIBSSH2_SESSION_BLOCK_INBOUND or not d else []
@@ -202,7 +209,7 @@ class ExecSession:
                 self._call(chan.close, deadline)
                 self._call(chan.wait_closed, deadline)  # the exit status has arrived by now
                 return chan.get_exit_status(), bytes(out), bytes(err)
-            except CommandTimeout:
+            except (CommandTimeout, CommandAborted):
                 try:
                     chan.close()
                 except E.SSH2Error:
@@ -210,12 +217,18 @@ class ExecSession:
                 raise
 
     def close(self) -> None:
-        try:
-            self.session.set_blocking(True)
-            self.session.set_timeout(1000)
-            self.session.disconnect()
-        except (E.SSH2Error, OSError):
-            pass
+        """Say goodbye and close the socket. The goodbye waits (≤ 2 s) for a command under way in
+        another thread to end: a libssh2 session must not be used by two threads at once; if it
+        does not end, only the socket is closed (that command then fails)."""
+        if self.lock.acquire(timeout=2.0):
+            try:
+                self.session.set_blocking(True)
+                self.session.set_timeout(1000)
+                self.session.disconnect()
+            except (E.SSH2Error, OSError):
+                pass
+            finally:
+                self.lock.release()
         try:
             self.sock.close()
         except OSError:

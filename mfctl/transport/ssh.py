@@ -11,11 +11,11 @@ password passed in by the caller from the environment — never from an inventor
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
@@ -198,6 +198,7 @@ class SSHPool:
         self._locks: dict[str, threading.Lock] = {n: threading.Lock() for n in self.targets}
         self._exec_locks: dict[str, threading.Lock] = {n: threading.Lock() for n in self.targets}
         self._failed: dict[str, UnreachableError] = {}  # a connection that failed ahead (start_many)
+        self._abort = threading.Event()  # set while a Batch stops: commands under way end at once
 
     def client(self, host: str) -> paramiko.SSHClient:
         with self._locks[host]:
@@ -214,7 +215,7 @@ class SSHPool:
         Never raises for remote failures: they are in the result."""
         from ssh2.exceptions import SSH2Error
 
-        from mfctl.transport.libssh2 import CommandTimeout
+        from mfctl.transport.libssh2 import CommandAborted, CommandTimeout
 
         t0 = time.monotonic()
         res = CommandResult(host=host, argv=[str(a) for a in argv])
@@ -227,6 +228,9 @@ class SSHPool:
         except CommandTimeout:
             res.error = f"timeout: command did not finish within {timeout:g} s"
             self._drop_exec(host)  # the session may hold the abandoned channel's data
+        except CommandAborted:
+            res.error = "interrupted: the command was abandoned"
+            self._drop_exec(host)
         except (SSH2Error, OSError) as e:
             res.error = f"SSH error: {str(e) or type(e).__name__}"
             self._drop_exec(host)
@@ -271,7 +275,7 @@ class SSHPool:
                 raise failed
             s = self._exec.get(host)
             if s is None:
-                s = self._exec[host] = ExecSession(self.targets[host], self.connect_timeout)
+                s = self._exec[host] = ExecSession(self.targets[host], self.connect_timeout, self._abort)
             return s
 
     def _connect_ahead(self, host: str) -> None:
@@ -311,12 +315,18 @@ _LATE = object()  # a Batch worker gave up waiting for its command: the host is 
 class Batch:
     """A :meth:`SSHPool.run_many` started before its command is known (:meth:`SSHPool.start_many`).
 
-    ``fanout`` workers take the hosts in order; each connects its host, waits for :meth:`run`
-    (or :meth:`cancel`), runs the command, and goes on to the next host — so at most ``fanout``
-    sessions are open at once, as in :meth:`SSHPool.run_many`. The workers wait at most
-    ``wait_limit_s`` (s) for :meth:`run`; then they close their sessions and stop, and
-    :meth:`run`, if it still comes, connects those hosts afresh: a batch that is never run nor
-    cancelled holds no session, and no thread, for longer than that."""
+    ``fanout`` worker threads take the hosts in order; each connects its host, waits for
+    :meth:`run` (or :meth:`cancel`), runs the command, and goes on to the next host — so at most
+    ``fanout`` sessions are open at once, as in :meth:`SSHPool.run_many`. The workers wait at most
+    ``wait_limit_s`` (s) for :meth:`run`; then they close their sessions and end, and :meth:`run`,
+    if it still comes, connects those hosts afresh: a batch that is never run nor cancelled holds
+    no session and no thread for longer than that (plus a handshake under way).
+
+    Stopping: when :meth:`run` is interrupted (Ctrl-C) or ``on_done`` raises, no host that has not
+    begun its command gets it. On Ctrl-C the commands under way are abandoned too (their channels
+    closed within ~50 ms; sshd hangs up the remote processes) and KeyboardInterrupt is raised at
+    once; any other exception is raised when the commands under way have ended. The workers are
+    daemon threads: a process that exits does not wait for a handshake under way."""
 
     def __init__(self, pool: SSHPool, hosts: Sequence[str], *, close: bool = False, wait_limit_s: float = 30.0):
         self.pool = pool
@@ -324,12 +334,32 @@ class Batch:
         self._close = close
         self._wait_limit_s = wait_limit_s
         self._go = threading.Event()
-        self._cancelled = self._expired = False
+        self._lock = threading.Lock()
+        self._next = 0  # index of the next host a worker takes
+        self._cancelled = self._expired = self._stop = False
         self._argv_for: Callable[[str], Sequence[str]] | None = None
         self._timeout: float | None = None
         self._on_done: Callable[[CommandResult], None] | None = None
-        self._ex = ThreadPoolExecutor(max_workers=min(pool.fanout, max(1, len(self.hosts))))
-        self._futures = [self._ex.submit(self._one, h) for h in self.hosts]
+        self._results: list = [None] * len(self.hosts)
+        self._errors: list[BaseException] = []
+        self._threads = [threading.Thread(target=self._work, daemon=True, name=f"mfctl-ssh-{i}")
+                         for i in range(min(pool.fanout, len(self.hosts)))]
+        for t in self._threads:
+            t.start()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                if self._stop or self._next >= len(self.hosts):
+                    return
+                i, self._next = self._next, self._next + 1
+            try:
+                self._results[i] = self._one(self.hosts[i])
+            except BaseException as e:  # noqa: BLE001 - on_done's or a bug's: stop the others, raise in run()
+                with self._lock:
+                    self._errors.append(e)
+                    self._stop = True
+                return
 
     def _one(self, host: str):
         if not self._go.is_set():
@@ -341,7 +371,7 @@ class Batch:
                 self.pool._drop_exec(host)
                 self.pool._failed.pop(host, None)
                 return _LATE
-        if self._cancelled:
+        if self._cancelled or self._stop:
             self.pool._drop_exec(host)
             self.pool._failed.pop(host, None)
             return None
@@ -355,15 +385,26 @@ class Batch:
     def run(self, argv_for: Callable[[str], Sequence[str]], *, timeout: float | None = None,
             on_done: Callable[[CommandResult], None] | None = None) -> list[CommandResult]:
         """Run ``argv_for(host)`` on every host (``timeout``: per command, s; default the pool's);
-        the results in host order, as :meth:`SSHPool.run_many`. Raises RuntimeError once cancelled."""
+        the results in host order, as :meth:`SSHPool.run_many`. Raises RuntimeError once cancelled,
+        and what ``on_done`` raised (after the commands under way have ended; no new host starts)."""
         if self._cancelled:
             raise RuntimeError("this batch was cancelled")
         self._argv_for, self._timeout, self._on_done = argv_for, timeout, on_done
         self._go.set()
         try:
-            results = [f.result() for f in self._futures]
-        finally:
-            self._ex.shutdown()
+            for t in self._threads:
+                t.join()
+        except BaseException:  # Ctrl-C: no host that has not begun gets the command, and those under way end
+            self._stop = True
+            self.pool._abort.set()
+            deadline = time.monotonic() + 1.0  # (a handshake under way is not waited for: daemon threads)
+            for t in self._threads:
+                t.join(max(0.0, deadline - time.monotonic()))
+            self.pool._abort.clear()
+            raise
+        if self._errors:
+            raise self._errors[0]
+        results = self._results
         late = [h for h, r in zip(self.hosts, results) if r is _LATE]
         if late:
             again = iter(Batch(self.pool, late, close=self._close).run(argv_for, timeout=timeout, on_done=on_done))
@@ -371,13 +412,13 @@ class Batch:
         return results
 
     def cancel(self) -> None:
-        """Give up before :meth:`run`: no command is run and every session the batch opened is
-        closed. Does nothing once :meth:`run` has begun, or a second time."""
+        """Give up before :meth:`run`: no command is run; every session the batch opened is closed
+        (a handshake under way is closed when it ends; this does not wait for it). Does nothing once
+        :meth:`run` has begun, or a second time."""
         if self._go.is_set():
             return
         self._cancelled = True
         self._go.set()
-        self._ex.shutdown(cancel_futures=True)
 
 
 def targets_from_inventory(inv) -> list[SSHTarget]:
@@ -391,7 +432,7 @@ def targets_from_data(doc: dict, base: Path | None) -> list[SSHTarget]:
     or the inventory cache's JSON); ``base``: the inventory file's folder, against which relative
     key files and ``known_hosts`` are resolved (None: the working directory)."""
     def here(p: str) -> Path:
-        p = Path(p).expanduser()
+        p = Path(os.path.expanduser(p))  # (Path.expanduser raises for ~nosuchuser; this leaves it to fail later)
         return p if p.is_absolute() or base is None else base / p
 
     ssh = doc.get("ssh") or {}
