@@ -59,6 +59,13 @@ def test_exec_folds_and_exit_codes(mock):
     assert r.returncode == 4 and json.loads(r.stdout)["command"] == ["sleep", "300"]
     r = run("--json", "gpu01", "--", "echo", "-n", "--json")  # ... and after --, every word is the command's
     assert r.returncode == 0 and json.loads(r.stdout)["results"][0]["stdout"] == "-n --json\n"
+    # the command must stand after --: click would read its options (-i, --json, --timeout) as mfctl's
+    r = run("gpu01", "echo", "-i", "/nonexistent")
+    assert r.returncode == 2 and "put the command after --" in r.stderr
+    r = run("gpu01", "echo", "a", "--", "b")
+    assert r.returncode == 2 and "'echo a' stands before --" in r.stderr
+    r = run("--", "gpu01", "hostname")
+    assert r.returncode == 2 and "HOSTS goes before --" in r.stderr
     # identical failures fold although each names its host; the exit code is the worst outcome
     r = run("--json", "--timeout", "0.5", "all", "--", "sleep", "300")
     out = json.loads(r.stdout)
@@ -235,7 +242,10 @@ def test_host_sets_name_unknown_hosts_and_groups_and_refuse_huge_ranges_at_once(
                       ("@all", "unknown group @all in host set '@all'; the groups are the inventory's regions: @region0, @spare"),
                       ("gpu[1-9999999]", "expands to more than 100,000 names"),
                       ("gpu[1-99999]!gpu[1-99998]", "expands to more than 100,000 names"), ("gpu[1-400],node[1-400]x[1-400]", "more than"),
-                      ("gpu[01-02]!gpu[01-02]", "names no host"), (" ", "empty host set"), ("gpu[", "bad host set")):
+                      ("gpu[01-02]!gpu[01-02]", "names no host"), (" ", "empty host set"), ("gpu[", "bad host set"),
+                      ("gpu[1-2]", "unknown host(s) gpu[1-2] (did you mean gpu[01-02]? names are matched exactly"),
+                      ("!gpu01", "starts with '!', which takes hosts away from (or intersects with) a set before it: e.g. all!gpu01"),
+                      ("gpu01!gpu01" * 1000, "(11,000 characters)' names no host")):
         t = time.monotonic()
         with pytest.raises(UsageError) as e:
             select_hosts(spec, known, regions)

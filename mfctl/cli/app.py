@@ -50,7 +50,7 @@ def build(only: str | None = None) -> typer.Typer:
             if group:
                 app.add_typer(obj, name=name)
             else:
-                app.command(name)(obj)
+                app.command(name, **getattr(obj, "typer_options", {}))(obj)
     if only is not None:
         app.callback()(_one_command)
     return app

@@ -64,7 +64,15 @@ def handle_errors(fn):
         except MfctlError as e:
             raise fail(e) from None
         except KeyboardInterrupt:
-            err_console().print("[yellow]interrupted[/]")
+            from mfctl.errors import Interrupted
+
+            logging.getLogger("mfctl").warning("interrupted")
+            if kwargs.get("json_out"):  # CI reads one JSON object whatever happened
+                try:
+                    emit_json({"schema": "mfctl.error/v1", "error": Interrupted("interrupted (Ctrl-C)").to_dict()})
+                except OSError:
+                    pass
+            print_error("interrupted", "mfctl")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except BrokenPipeError:  # `mfctl ... | head`: the reader left, which is not a failure
             import os

@@ -8,20 +8,39 @@ from pathlib import Path
 
 import typer
 
+from typer.core import TyperCommand
+
 from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, print_error, print_heading
+
+_ARGS = "mfctl.exec.args"
+
+
+class ExecCommand(TyperCommand):
+    """exec's click command: it keeps the words it was given, so that exec can insist that the
+    remote command stands after ``--`` (click would otherwise read the command's own options,
+    ``-i``, ``--json``, ``--timeout``…, as mfctl's)."""
+
+    def parse_args(self, ctx, args):
+        ctx.meta[_ARGS] = list(args)
+        return super().parse_args(ctx, args)
 
 
 @handle_errors
-def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02, gpu[01-04], gpu[01-04]!gpu02 or @REGION."),
+def exec_cmd(ctx: typer.Context,
+             hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02, gpu[01-04], gpu[01-04]!gpu02 or @REGION."),
              command: list[str] = typer.Argument(..., help="The command and its arguments, after -- (mfctl's own "
                                                  "options may stand anywhere before it)."),
              inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCTL_INVENTORY"),
-             fanout: int = typer.Option(None, "--fanout", min=1, envvar="MFCTL_FANOUT", help="Hosts contacted at once."),
-             connect_timeout: float = typer.Option(None, "--connect-timeout", min=0.1, max=86400, envvar="MFCTL_CONNECT_TIMEOUT"),
-             timeout: float = typer.Option(None, "--timeout", min=0.1, max=86400, envvar="MFCTL_COMMAND_TIMEOUT", help="Per-command timeout, s."),
+             fanout: int = typer.Option(None, "--fanout", min=1, envvar="MFCTL_FANOUT",
+                                        help="Hosts contacted at once [default: 32, or the fanout setting]."),
+             connect_timeout: float = typer.Option(None, "--connect-timeout", min=0.1, max=86400, envvar="MFCTL_CONNECT_TIMEOUT",
+                                                   help="TCP, SSH handshake and login, per host, s [default: 10]."),
+             timeout: float = typer.Option(None, "--timeout", min=0.1, max=86400, envvar="MFCTL_COMMAND_TIMEOUT",
+                                           help="Per-command timeout, s [default: 30]."),
              json_out: bool = JSON_OPT):
     """Run COMMAND on HOSTS in parallel (each word quoted for the remote shell); identical results are folded.
-    Exit code: 0 all ok, 1 a command failed somewhere, 4 a host was unreachable or timed out."""
+    Exit code: 0 all ok, 1 a command failed somewhere, 2 usage, 4 a host was unreachable or timed out,
+    130 interrupted (Ctrl-C: no further host gets the command, those under way are abandoned)."""
     from mfctl import settings
     from mfctl.cli import ahead
     from mfctl.errors import UsageError
@@ -31,6 +50,17 @@ def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02, 
 
     if not command:
         raise UsageError("no command given (mfctl exec -i INV HOSTS -- COMMAND ...)")
+    words = ctx.meta.get(_ARGS)
+    if words is not None and "--" not in words:
+        raise UsageError(f"put the command after --: mfctl exec [OPTIONS] {hosts} -- {' '.join(command)[:200]} "
+                         "(without it, the command's own options would be read as mfctl's)")
+    if words is not None and words[words.index("--") + 1:] != list(command):
+        before = words[:words.index("--")]
+        if hosts not in before:
+            raise UsageError("HOSTS goes before --: mfctl exec [OPTIONS] HOSTS -- COMMAND")
+        extra = [w for w in before if w in command]
+        raise UsageError(f"only HOSTS and mfctl's options go before --, the whole command after it "
+                         f"({' '.join(extra or command)[:200]!r} stands before --)")
     path = os.path.abspath(inventory)
     doc = load_inventory_data(path)  # hosts, regions, SSH endpoints: no pydantic models needed
     names = select_hosts(hosts, [h["name"] for h in doc["hosts"]], {r["name"]: r["hosts"] for r in doc["regions"]})
@@ -59,3 +89,6 @@ def exec_cmd(hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02, 
                 print_error(r.stderr.rstrip("\n"), f"stderr {hs}")
         sys.stdout.flush()
     raise typer.Exit(worst)
+
+
+exec_cmd.typer_options = {"cls": ExecCommand}  # read by mfctl.cli.app.build

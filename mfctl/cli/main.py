@@ -9,6 +9,13 @@ def main() -> None:
     """Run the CLI. ``mfctl exec`` first starts its SSH connections (:mod:`mfctl.cli.ahead`), so
     that they overlap the import of the CLI itself; whatever they opened and no command took is
     closed on the way out, whatever happens."""
+    if sys.stderr is None:  # started with `2>&-`: diagnostics go nowhere (the log file still has them)
+        import os
+
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
+    if sys.stdout is None:  # started with `>&-`: results cannot be given (like coreutils' "write error")
+        sys.stderr.write("mfctl: standard output is closed\n")
+        sys.exit(1)
     ahead = None
     try:
         if sys.argv[1:2] == ["exec"]:
@@ -18,6 +25,9 @@ def main() -> None:
         from mfctl.cli.app import build
 
         build(sys.argv[1] if len(sys.argv) > 1 else None)()
+    except KeyboardInterrupt:  # before a command runs (while the CLI loads); commands handle their own
+        sys.stderr.write("mfctl: interrupted\n")
+        sys.exit(130)
     finally:
         if ahead is not None:
             ahead.cancel()

@@ -64,6 +64,10 @@ def select_hosts(spec: str, known: list[str], groups: dict[str, list[str]] | Non
         raise UsageError("empty host set (all, gpu01,gpu02 or gpu[01-04])")
     if spec.strip() == "all":
         return list(known)
+    shown = spec if len(spec) <= 120 else spec[:100] + f"… ({len(spec):,} characters)"  # messages quote it, and logs
+    if spec.lstrip()[:1] in ("!", "&", "^"):
+        raise UsageError(f"host set {shown!r} starts with {spec.lstrip()[0]!r}, which takes hosts away from (or intersects "
+                         f"with) a set before it: e.g. all{spec.lstrip()}")
     from ClusterShell.NodeSet import NodeSet, NodeSetExternalError, NodeSetParseError  # not for "all"
     from ClusterShell.NodeUtils import GroupResolver, GroupSource
 
@@ -71,19 +75,24 @@ def select_hosts(spec: str, known: list[str], groups: dict[str, list[str]] | Non
     for g in re.findall(r"@([^,!&^\s\[\]]*)", spec):
         if g not in groups:
             have = ", ".join(f"@{n}" for n in groups) or "none"
-            raise UsageError(f"unknown group @{g} in host set {spec!r}; the groups are the inventory's regions: {have}")
+            raise UsageError(f"unknown group @{g} in host set {shown!r}; the groups are the inventory's regions: {have}")
     if _set_size(spec) > MAX_SET:
-        raise UsageError(f"host set {spec!r} expands to more than {MAX_SET:,} names")
+        raise UsageError(f"host set {shown!r} expands to more than {MAX_SET:,} names")
     if re.search(r"(^|[,!&^])\s*all\s*($|[,!&^])", spec):  # "all" inside an expression: every inventory host
         spec = re.sub(r"(?<![\w@.-])all(?![\w.-])", hostset(known), spec)
     resolver = GroupResolver(GroupSource("inventory", {g: ",".join(hs) for g, hs in groups.items()}))
     try:
         ns = NodeSet(spec, resolver=resolver)
     except (NodeSetParseError, NodeSetExternalError, ValueError) as e:
-        raise UsageError(f"bad host set {spec!r}: {e}") from None
+        raise UsageError(f"bad host set {shown!r}: {str(e)[:200]}") from None
     unknown = ns.difference(NodeSet.fromlist(known))
     if unknown:
-        raise UsageError(f"unknown host(s) {unknown}; the inventory has {hostset(known)}")
+        # gpu[1-2] for gpu01, gpu02: names are matched exactly, padding included
+        have = {re.sub(r"\d+", lambda m: str(int(m[0])), h): h for h in known}
+        near = [have[re.sub(r"\d+", lambda m: str(int(m[0])), u)] for u in unknown
+                if re.sub(r"\d+", lambda m: str(int(m[0])), u) in have]
+        hint = f" (did you mean {hostset(near)}? names are matched exactly, zero padding included)" if near else ""
+        raise UsageError(f"unknown host(s) {str(unknown)[:200]}{hint}; the inventory has {hostset(known)}")
     if not ns:
-        raise UsageError(f"host set {spec!r} names no host")
+        raise UsageError(f"host set {shown!r} names no host")
     return [h for h in ns]
