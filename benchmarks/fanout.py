@@ -160,7 +160,7 @@ def main() -> None:
           + ("; parallel-ssh " + " ".join(f"{x:.3f}" for x in pssh_t) if pssh_t else ""))
     if pair_ratio is not None:
         print(f"parallel-ssh / mfctl cold, median of the {REPEATS} alternating pairs: {pair_ratio:.2f}x "
-              f"({'mfctl at least as fast' if pair_ratio >= 1 else 'mfctl slower'})")
+              f"({'mfctl at least as fast' if pair_ratio >= 1 else f'mfctl {100 * (1 / pair_ratio - 1):.1f} % slower'})")
     print(json.dumps({"benchmark": "fanout", "hosts": HOSTS, "mfctl_cold_s": round(cold, 3), "mfctl_cold_first_s": round(first, 3), "mfctl_warm_s": round(warm, 4),
                       "parallel_ssh_s": None if pssh is None else round(pssh, 3), "ansible_s": None if ans is None else round(ans, 3)}))
 
