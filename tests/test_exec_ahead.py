@@ -2,6 +2,7 @@
 read ahead agrees with Typer's, a batch is used only for exactly the command it was started for,
 and a batch that is cancelled, mismatched or never run leaves nothing open."""
 
+import json
 import os
 import socket
 import subprocess
@@ -345,5 +346,27 @@ def test_ctrl_c_on_exec_exits_130_at_once(tmp_path, cli_env):
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=30)
         assert p.returncode == 130 and "interrupted" in err and time.monotonic() - t < 3
+    finally:
+        mockctl.stop(tmp_path / "mock")
+
+
+def test_hosts_down_the_same_way_fold_into_one_line(tmp_path, cli_env):
+    inv = mockctl.start(PROTOTYPE, tmp_path / "mock", time_scale=100,
+                        inject=["gpu01:ssh=refuse", "gpu02:ssh=refuse", "gpu04:ssh=refuse"])["inventory"]
+    try:
+        r = subprocess.run(mfctl_cmd("exec", "-i", inv, "all", "--", "hostname"), capture_output=True, text=True,
+                           env=cli_env, timeout=60)
+        lines = r.stdout.splitlines()
+        assert r.returncode == 4 and lines[0].startswith("---- gpu[01-02,04] (error: SSH to <address>:<port> failed: ")
+        assert lines[1:] == ["---- gpu03 (rc=0) ----", "gpu03"]
+        r = subprocess.run(mfctl_cmd("exec", "-i", inv, "--json", "gpu01", "--", "hostname"), capture_output=True,
+                           text=True, env=cli_env, timeout=60)
+        doc = json.loads(r.stdout)  # one host: its own address, in the message and as data
+        [res], [folded] = doc["results"], doc["folded"]
+        assert res["endpoint"].startswith("127.0.0.1:") and res["endpoint"] in res["error"] == folded["error"]
+        r = subprocess.run(mfctl_cmd("health", "-i", inv, "--json", "--no-ocs"), capture_output=True, text=True,
+                           env=cli_env, timeout=60)
+        down = [f for t in json.loads(r.stdout)["targets"] for f in t["findings"] if f["code"] == "ssh.unreachable"]
+        assert len(down) == 3 and len({f["message"] for f in down}) == 1 and all(f["value"].startswith("127.0.0.1:") for f in down)
     finally:
         mockctl.stop(tmp_path / "mock")

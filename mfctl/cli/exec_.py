@@ -73,15 +73,16 @@ def exec_cmd(ctx: typer.Context,
     with batch.pool if batch else SSHPool(targets, connect_timeout=connect_timeout, fanout=fanout) as pool:
         results = (batch or pool.start_many(names, close=True)).run(lambda h: command, timeout=timeout)
     worst = 4 if any(r.error for r in results) else (1 if any(r.rc != 0 for r in results) else 0)
-    groups = fold(results, lambda r: r.host, lambda r: (r.rc, r.stdout, r.stderr, r.error))
+    groups = fold(results, lambda r: r.host, lambda r: (r.rc, r.stdout, r.stderr, r.error_shared))
     if json_out:
         emit_json({"schema": "mfctl.exec/v1", "command": command, "exit_code": worst,
                    "results": [r.to_dict() for r in results],
-                   "folded": [{"hosts": hs, "rc": r.rc, "stdout": r.stdout, "stderr": r.stderr, "error": r.error}
-                              for hs, r in groups]})
+                   "folded": [{"hosts": hs, "rc": r.rc, "stdout": r.stdout, "stderr": r.stderr,
+                               "error": r.error if "," not in hs and "[" not in hs else r.error_shared} for hs, r in groups]})
     else:
         for hs, r in groups:  # the hosts' output as they wrote it (like ssh, pdsh, clush)
-            print_heading(f"---- {hs} ({f'error: {r.error}' if r.error else f'rc={r.rc}'}) ----")
+            err = r.error if "," not in hs and "[" not in hs else r.error_shared  # one host: its own address
+            print_heading(f"---- {hs} ({f'error: {err}' if r.error else f'rc={r.rc}'}) ----")
             if r.stdout:
                 sys.stdout.write(r.stdout if r.stdout.endswith("\n") else r.stdout + "\n")
             if r.stderr:

@@ -123,7 +123,8 @@ def check_host(inv_host, gpu_res, link_res, limits: dict[str, float] | None = No
         hh.findings.append(Finding(inv_host.name, sev, chk, msg, code, **kw))
 
     if gpu_res.error and link_res.error:
-        add("critical", "ssh", gpu_res.error, "ssh.unreachable")
+        # without the host's own address (value), so that hosts down the same way fold into one line
+        add("critical", "ssh", gpu_res.error_shared, "ssh.unreachable", value=gpu_res.endpoint or None)
         return hh
     # GPUs nvidia-smi cannot reach (fallen off the bus: exit 15) are findings; the others are still read
     unreachable = [] if gpu_res.error else nvidia_smi.unreachable_gpus(gpu_res.stdout + "\n" + gpu_res.stderr)

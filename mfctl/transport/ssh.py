@@ -164,14 +164,26 @@ class CommandResult:
     stderr: str = ""
     error: str | None = None  # unreachable / timeout / SSH failure, without the host name (it is .host)
     elapsed_s: float = 0.0
+    endpoint: str = ""  # the sshd it went to, address:port
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.rc == 0
 
+    @property
+    def error_shared(self) -> str | None:
+        """:attr:`error` without this host's own address and port (``<address>:<port>``), so that
+        hosts that failed the same way fold into one line (``gpu[001-120]: cannot connect to
+        <address>:<port>: Connection refused``); :attr:`endpoint` keeps the address."""
+        if not self.error or not self.endpoint:
+            return self.error
+        addr, _, port = self.endpoint.rpartition(":")
+        return self.error.replace(f"[{addr}]:{port}", "<address>:<port>").replace(self.endpoint, "<address>:<port>")
+
     def to_dict(self) -> dict:
         return {"host": self.host, "argv": self.argv, "rc": self.rc, "ok": self.ok, "stdout": self.stdout,
-                "stderr": self.stderr, "error": self.error, "elapsed_s": round(self.elapsed_s, 4)}
+                "stderr": self.stderr, "error": self.error, "elapsed_s": round(self.elapsed_s, 4),
+                "endpoint": self.endpoint or None}
 
 
 def quote_argv(argv: Sequence[str]) -> str:
@@ -218,7 +230,8 @@ class SSHPool:
         from mfctl.transport.libssh2 import CommandAborted, CommandTimeout
 
         t0 = time.monotonic()
-        res = CommandResult(host=host, argv=[str(a) for a in argv])
+        t = self.targets[host]
+        res = CommandResult(host=host, argv=[str(a) for a in argv], endpoint=f"{t.address}:{t.port}")
         timeout = timeout or self.command_timeout
         try:
             rc, out, err = self._exec_session(host).run(quote_argv(argv), timeout, stdin)
