@@ -285,7 +285,7 @@ def echo_server(tmp_path):
 
     def on_exec(cmd, chan):
         seen.append(cmd)
-        time.sleep(0.2)
+        time.sleep(float(cmd.split()[1]) if cmd.startswith("sleep ") else 0.2)
         return 0
 
     srv = MockSSHServer("h", hk, users={"ops"}, authorized_keys=[ck], on_exec=on_exec)
@@ -370,3 +370,43 @@ def test_hosts_down_the_same_way_fold_into_one_line(tmp_path, cli_env):
         assert len(down) == 3 and len({f["message"] for f in down}) == 1 and all(f["value"].startswith("127.0.0.1:") for f in down)
     finally:
         mockctl.stop(tmp_path / "mock")
+
+
+def test_ctrl_c_in_one_batch_leaves_another_on_the_same_pool_alone(echo_server):
+    import signal
+
+    targets, seen = echo_server
+    names = [t.name for t in targets]
+    other = {}
+    with SSHPool(targets, fanout=2) as pool:
+        t = threading.Thread(target=lambda: other.setdefault("res", pool.run_many(names[10:14], lambda h: ["true"])))
+        t.start()
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            pool.run_many(names[:10], lambda h: ["sleep", "5"])
+        t.join(10)
+        assert [r.ok for r in other["res"]] == [True] * 4  # (a health sampler beside a stopped exec, say)
+        assert pool.run("h19", ["true"]).ok  # and the pool still works
+
+
+def test_a_command_not_begun_when_the_abort_comes_is_not_started(echo_server):
+    targets, seen = echo_server
+    abort = threading.Event()
+    abort.set()
+    with SSHPool(targets) as pool:
+        r = pool.run("h00", ["echo", "x"], abort=abort)
+    assert r.error == "interrupted: the command was abandoned" and seen == []
+
+
+def test_closing_the_pool_under_a_running_command_is_prompt_and_safe(echo_server):
+    targets, seen = echo_server
+    pool = SSHPool(targets)
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("r", pool.run("h00", ["sleep", "5"])))
+    t.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    pool.close()  # waits ≤ 2 s for the command, then shuts the socket under it
+    t.join(5)
+    assert time.monotonic() - t0 < 3 and not t.is_alive()
+    assert box["r"].error and box["r"].error.startswith("SSH error")  # a result, not an exception in the thread

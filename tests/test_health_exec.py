@@ -61,11 +61,15 @@ def test_exec_folds_and_exit_codes(mock):
     assert r.returncode == 0 and json.loads(r.stdout)["results"][0]["stdout"] == "-n --json\n"
     # the command must stand after --: click would read its options (-i, --json, --timeout) as mfctl's
     r = run("gpu01", "echo", "-i", "/nonexistent")
-    assert r.returncode == 2 and "put the command after --" in r.stderr
+    assert r.returncode == 2 and "the command must follow --" in r.stderr
     r = run("gpu01", "echo", "a", "--", "b")
     assert r.returncode == 2 and "'echo a' stands before --" in r.stderr
     r = run("--", "gpu01", "hostname")
     assert r.returncode == 2 and "HOSTS goes before --" in r.stderr
+    r = run("gpu01", "ping", "--", "gpu01")  # the command may repeat HOSTS; only "ping" is out of place
+    assert r.returncode == 2 and "('ping' stands before --)" in r.stderr
+    r = run("gpu01", "--", "echo", "--", "gpu01")  # a -- inside the command is the command's
+    assert r.returncode == 0 and r.stdout.splitlines()[1] == "-- gpu01"
     # identical failures fold although each names its host; the exit code is the worst outcome
     r = run("--json", "--timeout", "0.5", "all", "--", "sleep", "300")
     out = json.loads(r.stdout)

@@ -231,7 +231,8 @@ def test_a_gpu_fallen_off_the_bus_is_lost_to_the_tools_and_judged_alone(mock):
         host.faults.xid(2, 79)
         host.faults.slowdown[5] = "sw_thermal_slowdown"
         lost = "Unable to determine the device handle for GPU 0000:47:00.0: GPU is lost.  Reboot the system to recover this GPU"
-        for argv in (["nvidia-smi"], ["nvidia-smi", "-L"], ["nvidia-smi", "-q"]):
+        for argv in (["nvidia-smi"], ["nvidia-smi", "-L"], ["nvidia-smi", "-q"], ["nvidia-smi", "topo", "-m"],
+                     ["nvidia-smi", "-pm", "1"]):
             r = pool.run("gpu03", argv)
             assert (r.rc, r.stdout) == (15, lost + "\n")
         r = pool.run("gpu03", nvidia_smi.query_argv())
@@ -244,6 +245,14 @@ def test_a_gpu_fallen_off_the_bus_is_lost_to_the_tools_and_judged_alone(mock):
                        ("gpu.xid", "critical", "0000:47:00", "a GPU: XID 79 (fallen off the bus) at PCI 0000:47:00"),
                        ("gpu.clocks_slowed", "warning", "gpu5", "GPU 5 clocks slowed by sw_thermal_slowdown (SM 705 of 1410 MHz)")}
         assert hh.gpus == 7  # no gpu.count finding: the lost one has its own
+        # the same line on both streams is one GPU; nothing but that line says nothing of the other seven
+        from mfctl.transport.ssh import CommandResult
+
+        link = pool.run("gpu03", ["ip", "-j", "link"])
+        only = CommandResult("gpu03", ["nvidia-smi"], rc=15, stdout=lost + "\n", stderr=lost + "\n")
+        hh = health.check_host(inv.host("gpu03"), only, link)
+        assert sorted(f.code for f in hh.findings if f.check == "gpu") == ["gpu.lost", "gpu.query_failed"]
+        assert "no data for the other 7 GPUs (exit 15)" in next(f.message for f in hh.findings if f.code == "gpu.query_failed")
     finally:
         host.faults = GPUFaults()
 

@@ -52,15 +52,16 @@ def exec_cmd(ctx: typer.Context,
         raise UsageError("no command given (mfctl exec -i INV HOSTS -- COMMAND ...)")
     words = ctx.meta.get(_ARGS)
     if words is not None and "--" not in words:
-        raise UsageError(f"put the command after --: mfctl exec [OPTIONS] {hosts} -- {' '.join(command)[:200]} "
-                         "(without it, the command's own options would be read as mfctl's)")
-    if words is not None and words[words.index("--") + 1:] != list(command):
-        before = words[:words.index("--")]
-        if hosts not in before:
+        raise UsageError("the command must follow --: mfctl exec [OPTIONS] HOSTS -- COMMAND (without it, the "
+                         "command's own options, such as -i, --json or --timeout, would be read as mfctl's)")
+    if words is not None:
+        tail = words[words.index("--") + 1:]
+        if hosts not in words[:words.index("--")]:
             raise UsageError("HOSTS goes before --: mfctl exec [OPTIONS] HOSTS -- COMMAND")
-        extra = [w for w in before if w in command]
-        raise UsageError(f"only HOSTS and mfctl's options go before --, the whole command after it "
-                         f"({' '.join(extra or command)[:200]!r} stands before --)")
+        if list(command) != tail:  # click took words before -- as the command's first ones
+            extra = list(command)[:len(command) - len(tail)]
+            raise UsageError(f"only HOSTS and mfctl's options go before --, the whole command after it "
+                             f"({' '.join(extra)[:200]!r} stands before --)")
     path = os.path.abspath(inventory)
     doc = load_inventory_data(path)  # hosts, regions, SSH endpoints: no pydantic models needed
     names = select_hosts(hosts, [h["name"] for h in doc["hosts"]], {r["name"]: r["hosts"] for r in doc["regions"]})

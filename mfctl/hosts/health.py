@@ -127,7 +127,8 @@ def check_host(inv_host, gpu_res, link_res, limits: dict[str, float] | None = No
         add("critical", "ssh", gpu_res.error_shared, "ssh.unreachable", value=gpu_res.endpoint or None)
         return hh
     # GPUs nvidia-smi cannot reach (fallen off the bus: exit 15) are findings; the others are still read
-    unreachable = [] if gpu_res.error else nvidia_smi.unreachable_gpus(gpu_res.stdout + "\n" + gpu_res.stderr)
+    unreachable = [] if gpu_res.error else list(dict.fromkeys(  # (the line may be on both streams: once)
+        nvidia_smi.unreachable_gpus(gpu_res.stdout + "\n" + gpu_res.stderr)))
     for bus, why in unreachable:
         dom, b, dev = bus.lower().split(":")
         pci = f"{dom[-4:]}:{b}:{dev.split('.')[0]}"  # as the kernel log's XID lines name it: 0000:4e:00
@@ -138,7 +139,11 @@ def check_host(inv_host, gpu_res, link_res, limits: dict[str, float] | None = No
     if not gpu_res.ok and not unreachable:
         add("critical", "gpu", gpu_res.error or f"nvidia-smi exited {gpu_res.rc}: {gpu_res.stderr.strip()[:200]}",
             "gpu.query_failed", value=gpu_res.rc)
-    elif not unreachable or any(ln.strip() and not nvidia_smi.unreachable_gpus(ln) for ln in gpu_res.stdout.splitlines()):
+    elif unreachable and not any(ln.strip() and not nvidia_smi.unreachable_gpus(ln) for ln in gpu_res.stdout.splitlines()):
+        if len(unreachable) < inv_host.gpus.count:  # nothing but the unreachable ones: the others are not known
+            add("critical", "gpu", f"nvidia-smi gave no data for the other {inv_host.gpus.count - len(unreachable)} GPUs "
+                                   f"(exit {gpu_res.rc})", "gpu.query_failed", value=gpu_res.rc)
+    else:
         try:
             rows = nvidia_smi.parse_query_csv(gpu_res.stdout)
             gpus = [nvidia_smi.GPUStatus.from_row(r) for r in rows]

@@ -420,11 +420,11 @@ def _table(h, ids: list[int]) -> str:
 def nvidia_smi(h, args: list[str], out, err, ids: list[int] | None = None) -> int | None:
     """No options (the table), ``-L``, ``-q [-x]``, ``topo -m``, ``nvlink -s``, on the GPUs ``ids``
     (default all: see :func:`select_ids`); None for arguments this module does not model. A lost GPU
-    (XID 79) among ``ids``: the table, ``-L`` and ``-q`` print :func:`lost_line` only and return
-    :data:`RC_GPU_LOST`."""
+    (XID 79) among ``ids``: anything but ``--query-gpu`` (which gives the other GPUs' rows) prints
+    :func:`lost_line` only and returns :data:`RC_GPU_LOST`."""
     ids = list(range(h.gpus)) if ids is None else ids
     lost = [i for i in ids if i in h.faults.lost]
-    if lost and (not args or args in (["-L"], ["--list-gpus"]) or args[:1] in (["-q"], ["--query"])):
+    if lost and not any(a.startswith("--query-gpu") for a in args):  # (the query CSV answers for the others)
         out("".join(lost_line(i) for i in lost))  # a lost GPU: the tool prints this and nothing else
         return RC_GPU_LOST
     if not args:

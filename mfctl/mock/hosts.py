@@ -178,6 +178,10 @@ class MockHost:
         if problem:
             channel.sendall(problem.encode())
             return 6 if problem.startswith("No devices") else 2  # nvidia-smi's "not found" / usage return codes
+        lost = [i for i in ids if i in self.faults.lost]
+        if lost and not any(a.startswith("--query-gpu") for a in args):  # settings, tables, topology: nothing
+            channel.sendall("".join(gputools.lost_line(i) for i in lost).encode())
+            return gputools.RC_GPU_LOST
         for flag, attr in (("-pm", "gpu_persistence"), ("-mig", "gpu_mig")):
             if flag in args and self.config is not None:
                 v = args[args.index(flag) + 1] if args.index(flag) + 1 < len(args) else ""

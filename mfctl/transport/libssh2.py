@@ -58,10 +58,11 @@ class CommandAborted(Exception):
 class ExecSession:
     """An authenticated libssh2 session to one host; commands run one at a time (a lock)."""
 
-    def __init__(self, target, connect_timeout: float, abort: threading.Event | None = None):
+    def __init__(self, target, connect_timeout: float):
         self.target = target
         self.lock = threading.Lock()
-        self._abort = abort  # set by the caller: a command under way ends (CommandAborted) within ~50 ms
+        self._abort: threading.Event | None = None  # run()'s: once set, its command ends (CommandAborted) in ~50 ms
+        self._close_after_run = False  # close() came while a command ran: run() closes when it is done
         t = target
         try:
             # the address as bytes: inventory addresses are ASCII (an IP or a host name, checked by the
@@ -169,11 +170,23 @@ class ExecSession:
                 return rc
             self._wait(deadline)
 
-    def run(self, command: str, timeout: float, stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
+    def run(self, command: str, timeout: float, stdin: bytes | None = None,
+            abort: threading.Event | None = None) -> tuple[int, bytes, bytes]:
         """Run ``command`` (already quoted for the remote shell); return ``(rc, stdout, stderr)``.
-        Raises CommandTimeout after ``timeout`` seconds, ssh2 exceptions on a broken session."""
+        Raises CommandTimeout after ``timeout`` seconds, CommandAborted (its channel closed) within
+        ~50 ms of ``abort`` being set, ssh2 exceptions on a broken session."""
+        try:
+            return self._run(command, timeout, stdin, abort)
+        finally:
+            if self._close_after_run:
+                self.close()
+
+    def _run(self, command: str, timeout: float, stdin: bytes | None, abort: threading.Event | None):
         deadline = time.monotonic() + timeout
         with self.lock:
+            self._abort = abort
+            if abort is not None and abort.is_set():
+                raise CommandAborted
             self._slice = 0.0005
             self.session.set_blocking(False)
             chan = self._call(self.session.open_session, deadline)
@@ -216,19 +229,27 @@ class ExecSession:
                     pass
                 raise
 
-    def close(self) -> None:
-        """Say goodbye and close the socket. The goodbye waits (≤ 2 s) for a command under way in
-        another thread to end: a libssh2 session must not be used by two threads at once; if it
-        does not end, only the socket is closed (that command then fails)."""
-        if self.lock.acquire(timeout=2.0):
+    def close(self, wait_s: float = 2.0) -> None:
+        """Say goodbye and close the socket. A libssh2 session must not be used by two threads at
+        once, so this waits (≤ ``wait_s``) for a command under way in another thread; if it does not
+        end, the socket is shut down (not closed: its descriptor stays ours) so that the command
+        fails at once, and that command's :meth:`run` closes the session when it returns."""
+        if not self.lock.acquire(timeout=max(0.0, wait_s)):
+            self._close_after_run = True
             try:
-                self.session.set_blocking(True)
-                self.session.set_timeout(1000)
-                self.session.disconnect()
-            except (E.SSH2Error, OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
                 pass
-            finally:
-                self.lock.release()
+            return
+        try:
+            self.session.set_blocking(True)
+            self.session.set_timeout(1000)
+            self.session.disconnect()
+        except (E.SSH2Error, OSError):
+            pass
+        finally:
+            self._close_after_run = False
+            self.lock.release()
         try:
             self.sock.close()
         except OSError:

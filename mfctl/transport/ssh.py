@@ -210,7 +210,6 @@ class SSHPool:
         self._locks: dict[str, threading.Lock] = {n: threading.Lock() for n in self.targets}
         self._exec_locks: dict[str, threading.Lock] = {n: threading.Lock() for n in self.targets}
         self._failed: dict[str, UnreachableError] = {}  # a connection that failed ahead (start_many)
-        self._abort = threading.Event()  # set while a Batch stops: commands under way end at once
 
     def client(self, host: str) -> paramiko.SSHClient:
         with self._locks[host]:
@@ -222,9 +221,10 @@ class SSHPool:
             return c
 
     def run(self, host: str, argv: Sequence[str], *, timeout: float | None = None,
-            stdin: bytes | None = None) -> CommandResult:
-        """Run argv on one host; ``stdin`` (bytes) is sent and then closed (EOF).
-        Never raises for remote failures: they are in the result."""
+            stdin: bytes | None = None, abort: threading.Event | None = None) -> CommandResult:
+        """Run argv on one host; ``stdin`` (bytes) is sent and then closed (EOF). Once ``abort`` is
+        set, the command is not started (if the connection was still being made) or is abandoned
+        (error ``interrupted``). Never raises for remote failures: they are in the result."""
         from ssh2.exceptions import SSH2Error
 
         from mfctl.transport.libssh2 import CommandAborted, CommandTimeout
@@ -234,7 +234,7 @@ class SSHPool:
         res = CommandResult(host=host, argv=[str(a) for a in argv], endpoint=f"{t.address}:{t.port}")
         timeout = timeout or self.command_timeout
         try:
-            rc, out, err = self._exec_session(host).run(quote_argv(argv), timeout, stdin)
+            rc, out, err = self._exec_session(host).run(quote_argv(argv), timeout, stdin, abort)
             res.rc, res.stdout, res.stderr = rc, out.decode(errors="replace"), err.decode(errors="replace")
         except UnreachableError as e:  # its message starts with the host, which the result carries already
             res.error = str(e).removeprefix(f"{host}: ")
@@ -288,7 +288,7 @@ class SSHPool:
                 raise failed
             s = self._exec.get(host)
             if s is None:
-                s = self._exec[host] = ExecSession(self.targets[host], self.connect_timeout, self._abort)
+                s = self._exec[host] = ExecSession(self.targets[host], self.connect_timeout)
             return s
 
     def _connect_ahead(self, host: str) -> None:
@@ -311,8 +311,14 @@ class SSHPool:
         self._drop_exec(host)
 
     def close(self) -> None:
+        deadline = time.monotonic() + 2.0  # for all the commands still under way together, not each
         for h in set(self._clients) | set(self._exec):
-            self.drop(h)
+            c = self._clients.pop(h, None)
+            if c is not None:
+                c.close()
+            s = self._exec.pop(h, None)
+            if s is not None:
+                s.close(wait_s=deadline - time.monotonic())
         self._failed.clear()
 
     def __enter__(self) -> "SSHPool":
@@ -347,6 +353,7 @@ class Batch:
         self._close = close
         self._wait_limit_s = wait_limit_s
         self._go = threading.Event()
+        self._abort = threading.Event()  # Ctrl-C: commands not begun are not started, those under way end
         self._lock = threading.Lock()
         self._next = 0  # index of the next host a worker takes
         self._cancelled = self._expired = self._stop = False
@@ -388,7 +395,7 @@ class Batch:
             self.pool._drop_exec(host)
             self.pool._failed.pop(host, None)
             return None
-        r = self.pool.run(host, self._argv_for(host), timeout=self._timeout)
+        r = self.pool.run(host, self._argv_for(host), timeout=self._timeout, abort=self._abort)
         if self._close:
             self.pool._drop_exec(host)
         if self._on_done:
@@ -409,11 +416,10 @@ class Batch:
                 t.join()
         except BaseException:  # Ctrl-C: no host that has not begun gets the command, and those under way end
             self._stop = True
-            self.pool._abort.set()
+            self._abort.set()  # this batch's only: other batches on the pool go on
             deadline = time.monotonic() + 1.0  # (a handshake under way is not waited for: daemon threads)
             for t in self._threads:
                 t.join(max(0.0, deadline - time.monotonic()))
-            self.pool._abort.clear()
             raise
         if self._errors:
             raise self._errors[0]
