@@ -168,10 +168,12 @@ def test_exec_through_the_console_script_path(mock_inv, cli_env):
 class _CountingServer:
     """A TCP server on 127.0.0.1 that counts connections and closes each at once (not SSH)."""
 
+    hold = False  # keep each connection open without a word (a hung sshd) instead of closing it
+
     def __init__(self):
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        self.accepted = 0
+        self.accepted, self.held = 0, []
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self):
@@ -181,7 +183,7 @@ class _CountingServer:
             except OSError:
                 return
             self.accepted += 1
-            c.close()
+            self.held.append(c) if self.hold else c.close()
 
 
 def test_a_connection_that_fails_ahead_is_reported_once_not_tried_again(tmp_path):
@@ -246,15 +248,7 @@ def test_inventory_data_is_the_validated_inventory_from_cache_or_file(tmp_path):
 class _SilentServer(_CountingServer):
     """Accepts TCP connections and never says a word (a hung sshd)."""
 
-    def _run(self):
-        self.held = []
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            self.held.append(c)
+    hold = True
 
 
 def test_cancel_does_not_wait_for_a_handshake_under_way(tmp_path):
