@@ -26,7 +26,7 @@ def default_state_dir() -> Path:
 
 def status(state_dir: Path | None = None) -> dict | None:
     """The running mock's status, or None. A stale status file (dead pid) is removed."""
-    sd = Path(state_dir or default_state_dir())
+    sd = Path(state_dir or settings.state_path() / "mock")  # (a question: nothing is created to answer it)
     p = sd / "status.json"
     if not p.exists():
         return None

@@ -44,9 +44,11 @@ SETTINGS: dict[str, Setting] = {
 
 
 def get(name: str) -> str:
-    """Return the setting ``name`` from its ``MFCTL_*`` variable, else its default."""
+    """Return the setting ``name`` from its ``MFCTL_*`` variable, else its default. A variable
+    set to the empty string counts as unset (``MFCTL_STATE_DIR= mfctl …`` is the default state
+    directory, not the working directory)."""
     s = SETTINGS[name]
-    return os.environ.get(s.env, s.default)
+    return os.environ.get(s.env) or s.default
 
 
 #: (lowest, highest) accepted for numeric settings; a timeout beyond a day is a typo, not a wish

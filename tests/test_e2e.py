@@ -1,6 +1,7 @@
 """End to end: the main job on the mock testbed, through the real CLI and the real wires."""
 
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -120,6 +121,30 @@ def test_worker_crash_stops_everything_and_exits_1(tmp_path):
         pass
     assert mockctl.status(Path(s["run_dir"]) / "mock") is None
     assert _no_runtime_left()
+
+
+def test_the_preflight_sweep_is_mfctl_healths(tmp_path):
+    """A fault only the operator's sweep sees (an XID in the kernel log, the GPU still answering)
+    stops the run before anything starts, as `mfctl health` would flag it."""
+    mock = mockctl.start(DATA.parent.parent / "inventory" / "mfabric-prototype.yaml", tmp_path / "mock", time_scale=50,
+                         inject=["gpu02:gpu4=xid48", "gpu04:gpu0=nvlink-down:3"])
+    try:
+        pb = load_playbook(_variant(tmp_path, mock={"enabled": False}))
+        s = Job(pb, inventory_override=mock["inventory"], runs_dir=str(tmp_path / "runs")).run()
+        assert s["exit_code"] == 1 and "gpu02: GPU 4: XID 48 (double-bit ECC error)" in s["error"] and s["iterations"] == 0
+        db = sqlite3.connect(Path(s["run_dir"]) / "metrics.db")
+        codes = {c for (f,) in db.execute("SELECT findings_json FROM health") for c in [x["code"] for x in json.loads(f)]}
+        assert {"gpu.xid", "gpu.nvlink_inactive"} <= codes
+        # the failed run, as people and Prometheus see it afterwards
+        env = {**os.environ, "MFCTL_RUNS_DIR": str(tmp_path / "runs")}
+        r = subprocess.run(mfctl_cmd("runs", "show", "latest"), capture_output=True, text=True, env=env)
+        assert r.returncode == 0 and s["run_id"] in r.stdout and "XID 48" in r.stdout
+        r = subprocess.run(mfctl_cmd("metrics", "export", "latest", "--format", "prometheus"), capture_output=True,
+                           text=True, env=env)
+        assert "mfctl_iterations_total 0.0" in r.stdout and "mfctl_iteration_seconds" not in r.stdout  # no last one
+        assert 'inventory="mfabric-prototype-mock"' in r.stdout
+    finally:
+        mockctl.stop(tmp_path / "mock")
 
 
 def test_lock_held_exits_5(tmp_path):

@@ -361,7 +361,14 @@ def test_hosts_down_the_same_way_fold_into_one_line(tmp_path, cli_env):
         r = subprocess.run(mfctl_cmd("health", "-i", inv, "--json", "--no-ocs"), capture_output=True, text=True,
                            env=cli_env, timeout=60)
         down = [f for t in json.loads(r.stdout)["targets"] for f in t["findings"] if f["code"] == "ssh.unreachable"]
-        assert len(down) == 3 and len({f["message"] for f in down}) == 1 and all(f["value"].startswith("127.0.0.1:") for f in down)
+        assert len(down) == 3 and all(f["value"] in f["message"] and f["value"].startswith("127.0.0.1:") for f in down)
+        r = subprocess.run(mfctl_cmd("health", "-i", inv, "--no-ocs"), capture_output=True, text=True, env=cli_env,
+                           timeout=60)  # the table folds them, without their addresses
+        row = next(ln for ln in r.stdout.splitlines() if "gpu[01-02,04]" in ln)
+        assert "SSH to <address>:<port> failed" in row and "127.0.0.1" not in r.stdout
+        r = subprocess.run(mfctl_cmd("health", "-i", inv, "--no-ocs", "--hosts", "gpu01"), capture_output=True,
+                           text=True, env=cli_env, timeout=60)  # one host: its own address
+        assert "SSH to 127.0.0.1:" in r.stdout
     finally:
         mockctl.stop(tmp_path / "mock")
 
@@ -404,3 +411,33 @@ def test_closing_the_pool_under_a_running_command_is_prompt_and_safe(echo_server
     t.join(5)
     assert time.monotonic() - t0 < 3 and not t.is_alive()
     assert box["r"].error and box["r"].error.startswith("SSH error")  # a result, not an exception in the thread
+
+
+@pytest.mark.parametrize("argv, started, out", [
+    (["mfctl", "exec", "-i", "x", "--json", "all", "--", "sleep", "9"], False, "json"),  # Ctrl-C while Typer loads
+    (["mfctl", "exec", "-i", "x", "all", "--", "echo", "--json"], False, ""),  # (the command's --json is not mfctl's)
+    (["mfctl", "run", "pb.yaml", "--json"], True, None),  # the command said it already (mfctl run: its summary)
+])
+def test_an_interrupt_before_any_command_ran_is_still_reported(argv, started, out, monkeypatch, capsys):
+    from mfctl.cli import app, plain
+    from mfctl.cli import main as cli_main
+
+    def typer_like():  # what Typer does with a KeyboardInterrupt while it parses: exit 130, silently
+        if started:
+            plain.COMMAND_STARTED = True
+        raise SystemExit(130)
+
+    monkeypatch.setattr(plain, "COMMAND_STARTED", False)
+    monkeypatch.setattr(plain, "INTERRUPT_REPORTED", False)
+    monkeypatch.setattr(app, "build", lambda only=None: typer_like)
+    monkeypatch.setattr(ahead, "start", lambda args: None)
+    monkeypatch.setattr("sys.argv", argv)
+    with pytest.raises(SystemExit) as e:
+        cli_main.main()
+    o, err = capsys.readouterr()
+    assert e.value.code == 130
+    if out is None:
+        assert (o, err) == ("", "")
+    else:
+        assert err.endswith("mfctl: interrupted\n")
+        assert (json.loads(o)["error"]["exit_code"] == 130) if out == "json" else o == ""

@@ -2,6 +2,7 @@
 
 import subprocess
 import textwrap
+from pathlib import Path
 
 import pytest
 from conftest import PROTOTYPE, mfctl_cmd
@@ -183,7 +184,7 @@ def test_a_broken_state_dir_or_log_file_is_one_line_not_a_traceback(tmp_path, cl
     (tmp_path / "afile").write_text("")
     env = {**cli_env, "MFCTL_STATE_DIR": str(tmp_path / "afile")}
     env.pop("MFCTL_LOG_FILE")
-    r = subprocess.run(mfctl_cmd("mock", "status"), capture_output=True, text=True, env=env)
+    r = subprocess.run(mfctl_cmd("mock", "up"), capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 3 and "Traceback" not in r.stderr
     assert "error: state directory " + str(tmp_path / "afile") + " (MFCTL_STATE_DIR) is not a directory" in r.stderr
     r = subprocess.run(mfctl_cmd("inventory", "validate", PROTOTYPE), capture_output=True, text=True, env=env)
@@ -192,6 +193,17 @@ def test_a_broken_state_dir_or_log_file_is_one_line_not_a_traceback(tmp_path, cl
     r = subprocess.run(mfctl_cmd("inventory", "validate", PROTOTYPE), capture_output=True, text=True,
                        env={**cli_env, "MFCTL_LOG_FILE": str(tmp_path / "logdir")})
     assert r.returncode == 0 and f"warning: no log file: {tmp_path / 'logdir'}: Is a directory" in r.stderr
+
+
+def test_an_empty_setting_is_unset_and_a_question_creates_nothing(tmp_path, cli_env, monkeypatch):
+    from mfctl import settings
+
+    monkeypatch.setenv("MFCTL_STATE_DIR", "")
+    monkeypatch.setenv("MFCTL_FANOUT", "")
+    assert settings.state_path() == Path("~/.local/state/mfctl").expanduser() and settings.get_int("fanout") == 32
+    env = {**cli_env, "MFCTL_STATE_DIR": str(tmp_path / "not-yet")}
+    r = subprocess.run(mfctl_cmd("mock", "status"), capture_output=True, text=True, env=env)
+    assert r.returncode == 1 and r.stdout == "not running\n" and not (tmp_path / "not-yet").exists()
 
 
 def test_cache_that_cannot_be_written_costs_only_time_and_keeps_a_bounded_number_of_entries(tmp_path, monkeypatch):

@@ -242,7 +242,7 @@ def test_a_gpu_fallen_off_the_bus_is_lost_to_the_tools_and_judged_alone(mock):
         [hh] = health.full_sweep(pool, inv, ["gpu03"])
         got = {(f.code, f.severity, f.component, f.message) for f in hh.findings if f.check == "gpu"}
         assert got == {("gpu.lost", "critical", "0000:47:00", "GPU at PCI 0000:47:00 is lost (fallen off the bus: unreachable until a reboot)"),
-                       ("gpu.xid", "critical", "0000:47:00", "a GPU: XID 79 (fallen off the bus) at PCI 0000:47:00"),
+                       ("gpu.xid", "critical", "0000:47:00", "GPU at PCI 0000:47:00: XID 79 (fallen off the bus)"),
                        ("gpu.clocks_slowed", "warning", "gpu5", "GPU 5 clocks slowed by sw_thermal_slowdown (SM 705 of 1410 MHz)")}
         assert hh.gpus == 7  # no gpu.count finding: the lost one has its own
         # the same line on both streams is one GPU; nothing but that line says nothing of the other seven

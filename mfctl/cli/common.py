@@ -45,8 +45,10 @@ def handle_errors(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from mfctl.cli import plain
         from mfctl.errors import ExitCode, MfctlError
 
+        plain.COMMAND_STARTED = True
         setup_logging()
         def fail(e: MfctlError):
             logging.getLogger("mfctl").error("%s", e)
@@ -64,15 +66,9 @@ def handle_errors(fn):
         except MfctlError as e:
             raise fail(e) from None
         except KeyboardInterrupt:
-            from mfctl.errors import Interrupted
+            from mfctl.cli.plain import report_interrupt
 
-            logging.getLogger("mfctl").warning("interrupted")
-            if kwargs.get("json_out"):  # CI reads one JSON object whatever happened
-                try:
-                    emit_json({"schema": "mfctl.error/v1", "error": Interrupted("interrupted (Ctrl-C)").to_dict()})
-                except OSError:
-                    pass
-            print_error("interrupted", "mfctl")
+            report_interrupt(bool(kwargs.get("json_out")))
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except BrokenPipeError:  # `mfctl ... | head`: the reader left, which is not a failure
             import os

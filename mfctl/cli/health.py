@@ -23,6 +23,7 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
     ethtool -m DOM) and the OCS; identical findings are folded. NIC error counters are judged by what they
     gained over the last hour of sweeps (readings kept in the state dir; nic_error_window_s), the first time as
     totals. Exit 0 healthy, 1 when anything is critical (an unreachable host is), 4 when no host could be reached."""
+    from rich.markup import escape
     from rich.table import Table
 
     from mfctl import settings
@@ -90,8 +91,9 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
         ok = [r.host for r in results if not r.findings]
         t = Table("targets", "severity", "check", "finding", title="health")
         colour = {"critical": "red", "warning": "yellow"}
-        for hs, f in fold(findings, lambda f: f.host, lambda f: (f.severity, f.check, f.message)):
-            t.add_row(hs, f"[{colour[f.severity]}]{f.severity}[/]", f.check, f.message)
+        for hs, f in fold(findings, lambda f: f.host, lambda f: (f.severity, f.check, f.shared_message)):
+            one = "," not in hs and "[" not in hs  # one host: its own message (an unreachable one's address in it)
+            t.add_row(hs, f"[{colour[f.severity]}]{f.severity}[/]", f.check, escape(f.message if one else f.shared_message))
         if ok:
             from mfctl.hosts.fold import hostset
             t.add_row(hostset(ok), "[green]ok[/]", "all", "no findings")

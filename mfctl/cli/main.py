@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -10,8 +11,6 @@ def main() -> None:
     that they overlap the import of the CLI itself; whatever they opened and no command took is
     closed on the way out, whatever happens."""
     if sys.stderr is None:  # started with `2>&-`: diagnostics go nowhere (the log file still has them)
-        import os
-
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
     if sys.stdout is None:  # started with `>&-`: results cannot be given (like coreutils' "write error")
         sys.stderr.write("mfctl: standard output is closed\n")
@@ -25,8 +24,13 @@ def main() -> None:
         from mfctl.cli.app import build
 
         build(sys.argv[1] if len(sys.argv) > 1 else None)()
-    except KeyboardInterrupt:  # before a command runs (while the CLI loads); commands handle their own
-        sys.stderr.write("mfctl: interrupted\n")
+    except (KeyboardInterrupt, SystemExit) as e:  # Ctrl-C before a command ran: Typer exits 130 saying nothing
+        from mfctl.cli import plain
+
+        if isinstance(e, SystemExit) and (e.code != 130 or plain.COMMAND_STARTED):
+            raise
+        words = sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
+        plain.report_interrupt("--json" in words or os.environ.get("MFCTL_JSON", "").lower() in ("1", "true", "yes", "on", "t", "y"))
         sys.exit(130)
     finally:
         if ahead is not None:

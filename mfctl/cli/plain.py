@@ -66,3 +66,26 @@ def setup_logging() -> None:
     h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(h)
     root.setLevel(logging.INFO)
+
+
+#: Set when a command starts (mfctl.cli.common.handle_errors): from then on the command reports its
+#: own interruption (``mfctl run`` with its summary), and mfctl.cli.main only one before it (loading).
+COMMAND_STARTED = False
+INTERRUPT_REPORTED = False
+
+
+def report_interrupt(json_out: bool) -> None:
+    """Say on stderr (and with ``json_out``, as one JSON error object on stdout) that the command
+    was interrupted; once per process."""
+    global INTERRUPT_REPORTED
+    if INTERRUPT_REPORTED:
+        return
+    INTERRUPT_REPORTED = True
+    logging.getLogger("mfctl").warning("interrupted")
+    if json_out:  # CI reads one JSON object whatever happened
+        try:
+            emit_json({"schema": "mfctl.error/v1",
+                       "error": {"type": "Interrupted", "message": "interrupted (Ctrl-C)", "exit_code": 130}})
+        except OSError:
+            pass
+    print_error("interrupted", "mfctl")

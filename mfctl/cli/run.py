@@ -72,6 +72,10 @@ def render_summary(s: dict) -> None:
     con.print(f"\n[bold]run {s['run_id']}[/] — {s['playbook']} on {s['inventory']}: {status}")
     t = Table(show_header=False, title="summary", title_justify="left")
     it = s.get("iteration_time_s") or {}
+    if s.get("error"):
+        from rich.markup import escape
+
+        t.add_row("error", f"[red]{escape(str(s['error']))}[/]")
     t.add_row("iterations", f"{s['iterations']} / {s['iterations_planned']}")
     if it:
         t.add_row("iteration time", f"mean {it['mean']:.3f} s, p50 {it['p50']:.3f} s, min {it['min']:.3f} s, max {it['max']:.3f} s")
@@ -238,13 +242,18 @@ def list_runs(ctx: typer.Context, runs_dir: Path = RUNS_DIR_OPT, json_out: bool 
 
 @runs_app.command("show")
 @handle_errors
-def show_run(run_id: str = typer.Argument(..., help="Run id (a directory under the runs dir)."),
+def show_run(run_id: str = typer.Argument(..., help="Run id (a directory under the runs dir), or latest."),
              runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
     """Show a run's summary."""
     from mfctl.errors import OperationFailed, UsageError
 
     if not run_id or "/" in run_id or run_id.startswith("."):
         raise UsageError(f"{run_id!r} is not a run id (see mfctl runs list)")
+    if run_id == "latest":  # as runs report and metrics export take it
+        done = sorted(q.parent.name for q in _runs_dir(runs_dir).glob("*/summary.json"))
+        if not done:
+            raise UsageError(f"no runs in {_runs_dir(runs_dir)}")
+        run_id = done[-1]
     p = _runs_dir(runs_dir) / run_id / "summary.json"
     if not p.exists():
         raise UsageError(f"no run {run_id!r} in {_runs_dir(runs_dir)} (see mfctl runs list)")

@@ -81,6 +81,15 @@ class Finding:
     def to_dict(self) -> dict:
         return self.__dict__.copy()
 
+    @property
+    def shared_message(self) -> str:
+        """The message as hosts that fail the same way share it, for folding them into one line:
+        an unreachable host's own ``address:port`` (its ``value``) reads ``<address>:<port>``."""
+        if self.code != "ssh.unreachable" or not isinstance(self.value, str) or not self.value:
+            return self.message
+        addr, _, port = self.value.rpartition(":")
+        return self.message.replace(f"[{addr}]:{port}", "<address>:<port>").replace(self.value, "<address>:<port>")
+
 
 @dataclass
 class HostHealth:
@@ -123,8 +132,7 @@ def check_host(inv_host, gpu_res, link_res, limits: dict[str, float] | None = No
         hh.findings.append(Finding(inv_host.name, sev, chk, msg, code, **kw))
 
     if gpu_res.error and link_res.error:
-        # without the host's own address (value), so that hosts down the same way fold into one line
-        add("critical", "ssh", gpu_res.error_shared, "ssh.unreachable", value=gpu_res.endpoint or None)
+        add("critical", "ssh", gpu_res.error, "ssh.unreachable", value=gpu_res.endpoint or None)  # (see shared_message)
         return hh
     # GPUs nvidia-smi cannot reach (fallen off the bus: exit 15) are findings; the others are still read
     unreachable = [] if gpu_res.error else list(dict.fromkeys(  # (the line may be on both streams: once)
@@ -456,9 +464,10 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                     x, pci = int(m.group(2)), m.group(1).lower()
                     parts = pci.split(":")
                     gi = hh.gpu_by_pci.get((parts[-2], parts[-1].split(".")[0])) if len(parts) >= 3 else None
-                    who = f"GPU {gi}" if gi is not None else "a GPU"
+                    who = f"GPU {gi}" if gi is not None else f"GPU at PCI {pci}"  # (a lost GPU has no row to name it)
                     add("critical" if x in XID_CRITICAL else "warning", "gpu",
-                        f"{who}: XID {x} ({XID_MEANING.get(x, 'see the NVIDIA Xid catalogue')}) at PCI {pci}", "gpu.xid",
+                        f"{who}: XID {x} ({XID_MEANING.get(x, 'see the NVIDIA Xid catalogue')})"
+                        + (f" at PCI {pci}" if gi is not None else ""), "gpu.xid",
                         component=f"gpu{gi}" if gi is not None else pci, value=x)
         nv = read(nvidia_smi.nvlink_argv(), nvidia_smi.parse_nvlink_status, "gpu")
         if nv is not None and not nv.unsupported:  # (no NVLink at all, or MIG: nothing to judge)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import sqlite3
 from pathlib import Path
 
@@ -38,9 +39,13 @@ def registry(run_dir: Path):
     reg = CollectorRegistry()
     (run_id, playbook, inventory, status, scale) = db.execute(
         "SELECT run_id, playbook, inventory, status, time_scale FROM run").fetchone()
+    try:  # the inventory's name (a mock's inventory file is always inventory.yaml): the run's summary has it
+        inv_name = json.loads((run_dir / "summary.json").read_text())["inventory"]
+    except (OSError, ValueError, KeyError, TypeError):
+        inv_name = None
     Info("mfctl_run", "the run", registry=reg).info({"run_id": run_id, "playbook": Path(playbook).name,
-                                                      "inventory": Path(inventory).name, "status": status or "",
-                                                      "time_scale": str(scale)})
+                                                      "inventory": str(inv_name or Path(inventory).name),
+                                                      "status": status or "", "time_scale": str(scale)})
     rows = db.execute("SELECT iteration, seconds, tokens, inter_bytes, ocs_bytes, a2a_s FROM iterations "
                       "WHERE host = (SELECT MIN(host) FROM iterations) ORDER BY iteration").fetchall()
     it = Counter("mfctl_iterations", "iterations completed", registry=reg)
@@ -48,8 +53,9 @@ def registry(run_dir: Path):
     inter = Counter("mfctl_ep_inter_server_bytes", "inter-server expert-parallel bytes", registry=reg)
     ocs = Counter("mfctl_ep_circuit_bytes", "inter-server expert-parallel bytes carried on OCS circuits", registry=reg)
     train = Counter("mfctl_train_seconds", "training time (testbed seconds)", registry=reg)
-    last = Gauge("mfctl_iteration_seconds", "the last iteration's time (testbed seconds)", registry=reg)
-    a2a = Gauge("mfctl_all_to_all_seconds", "the last iteration's all-to-all time (testbed seconds)", registry=reg)
+    if rows:  # (a run that trained nothing has no last iteration: no sample rather than a 0)
+        last = Gauge("mfctl_iteration_seconds", "the last iteration's time (testbed seconds)", registry=reg)
+        a2a = Gauge("mfctl_all_to_all_seconds", "the last iteration's all-to-all time (testbed seconds)", registry=reg)
     for _, secs, tokens, ib, ob, a in rows:
         it.inc()
         tok.inc(tokens or 0)

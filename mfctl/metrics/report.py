@@ -43,7 +43,7 @@ def build(run_dir: Path) -> str:
     recs = db.execute("SELECT epoch, iteration, t_switch_ms, t_linkup_ms, t_runtime_ms, circuits_json FROM reconfigurations "
                       "ORDER BY epoch").fetchall()
     preds = db.execute("SELECT iteration, predictor, rel_error FROM predictions ORDER BY iteration").fetchall()
-    health = db.execute("SELECT host, status, findings_json FROM health").fetchall()
+    health = db.execute("SELECT host, status, findings_json, wall_unix FROM health ORDER BY wall_unix").fetchall()
     plots: list[tuple[str, str, str]] = []  # (id, title, data uri)
 
     if rows:
@@ -81,19 +81,27 @@ def build(run_dir: Path) -> str:
         last_it = rows[-1][0] if rows else mats[-1][0]
         n = mats[0][1].shape[0]
         pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+        names = next(iter(((summary.get("initial_topology") or {}).get("hosts") or {}).values()), None)
+        names = names if names and len(names) == n else [f"s{i}" for i in range(n)]  # (runs before hosts were kept)
         for k, (i, j) in enumerate(pairs):
             xs = [m[0] for m in mats] + [last_it]
             ys = [m[1][i, j] for m in mats] + [mats[-1][1][i, j]]
-            ax.step(xs, np.array(ys) + 0.04 * (k - len(pairs) / 2), where="post", label=f"s{i}-s{j}")
+            ax.step(xs, np.array(ys) + 0.04 * (k - len(pairs) / 2), where="post", label=f"{names[i]}-{names[j]}")
+        top = int(max(m[1].max() for m in mats))
+        ax.set_yticks(range(top + 1))  # whole circuits; the lines are nudged apart only to be told apart
+        ax.set_ylim(-0.4, top + 0.4)
         ax.set_xlabel("iteration")
         ax.set_ylabel("circuits")
         ax.legend(fontsize=7, ncol=min(6, len(pairs)))
         fig.tight_layout()
         plots.append(("circuits", "Circuits per server pair after each reconfiguration", _png(fig)))
         fig, ax = plt.subplots(figsize=(4.5, 4))
-        im = ax.imshow(np.array(json.loads(recs[-1][5])), cmap="viridis")
-        ax.set_title("last plan: circuits (server x server)")
-        fig.colorbar(im, ax=ax)
+        last = np.array(json.loads(recs[-1][5]))
+        im = ax.imshow(last, cmap="viridis")
+        ax.set_xticks(range(n), names, rotation=45, ha="right", fontsize=8)
+        ax.set_yticks(range(n), names, fontsize=8)
+        ax.set_title("last plan: circuits between servers")
+        fig.colorbar(im, ax=ax, label="circuits", ticks=range(int(last.max()) + 1))
         fig.tight_layout()
         plots.append(("heatmap", "Circuit matrix of the last plan (heat map)", _png(fig)))
     if preds:
@@ -106,14 +114,24 @@ def build(run_dir: Path) -> str:
         ax.legend(fontsize=8)
         fig.tight_layout()
         plots.append(("prediction", "Traffic prediction: predicted vs. actual", _png(fig)))
-    if health:
-        fig, ax = plt.subplots(figsize=(9, 2.5))
-        hosts = [h[0] for h in health]
-        counts = [len(json.loads(h[2] or "[]")) for h in health]
-        ax.bar(hosts, counts, color=["#55a868" if h[1] == "ok" else "#c44e52" for h in health])
+    if health:  # the pre-flight sweep, then the samples taken during the run
+        fig, ax = plt.subplots(figsize=(9, 2.8))
+        t0 = min(h[3] for h in health)
+        top = 0
+        for k, host in enumerate(sorted({h[0] for h in health})):
+            pts = [(h[3] - t0, len(json.loads(h[2] or "[]")), h[1]) for h in health if h[0] == host]
+            top = max([top] + [c for _, c, _ in pts])
+            line, = ax.step([p[0] for p in pts], [p[1] + 0.04 * k for p in pts], where="post", label=host)
+            crit = [p for p in pts if p[2] == "critical"]
+            if crit:
+                ax.plot([p[0] for p in crit], [p[1] + 0.04 * k for p in crit], "x", color="#c44e52", ms=7)
+        ax.set_yticks(range(top + 1))
+        ax.set_ylim(-0.3, top + 0.6)
+        ax.set_xlabel("seconds since the pre-flight sweep (wall)")
         ax.set_ylabel("findings")
+        ax.legend(fontsize=7, ncol=min(8, len({h[0] for h in health})))
         fig.tight_layout()
-        plots.append(("health", "Health sweep: findings per host", _png(fig)))
+        plots.append(("health", "Health over the run: findings per host (x: critical)", _png(fig)))
 
     esc = html.escape
     it_t = summary.get("iteration_time_s") or {}

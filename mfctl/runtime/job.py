@@ -233,14 +233,19 @@ class Job:
     def _preflight(self) -> None:
         self.obs.phase("health", f"health sweep on {len(self.inv.hosts)} hosts")
         t = time.monotonic()
-        res = health.sweep(self.pool, self.inv)
+        before = health.load_baseline(self.inv)  # the NIC counters' history, as `mfctl health` keeps it
+        res = health.full_sweep(self.pool, self.inv, baseline=before)  # what `mfctl health` checks (the OCS apart)
+        try:
+            health.save_baseline(self.inv, res, before)
+        except OSError as e:
+            log.warning("NIC counters of the pre-flight sweep not kept: %s", e)
         self.health = [h.to_dict() for h in res]
         for h in res:
             self.store.health(h.host, h.worst, [f.to_dict() for f in h.findings])
         self.health_s = time.monotonic() - t
         unreachable = [h for h in res if not h.reachable]
         if unreachable:
-            raise UnreachableError("unreachable: " + "; ".join(f.message for h in unreachable for f in h.findings[:1]))
+            raise UnreachableError("unreachable: " + "; ".join(f"{h.host}: {f.message}" for h in unreachable for f in h.findings[:1]))
         crit = [f for h in res for f in h.findings if f.severity == "critical"]
         if crit and not self.skip_health:
             msg = "; ".join(f"{f.host}: {f.message}" for f in crit[:5])
@@ -677,6 +682,7 @@ class Job:
                        "ok": sum(h["status"] == "ok" for h in getattr(self, "health", [])),
                        "sweep_s": _r(getattr(self, "health_s", 0.0))},
             "initial_topology": {"mode": self.pb.topology.initial, "circuits": getattr(self, "initial_circuits", None),
+                                 "hosts": {r: list(st.hosts) for r, st in getattr(self, "regions", {}).items()},  # matrix order
                                  "apply": getattr(self, "initial_apply", None),
                                  "linkup_ms": _r(getattr(self, "initial_linkup_ms", 0.0))},
         }
