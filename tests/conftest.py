@@ -35,14 +35,20 @@ def cli_env(tmp_path):
 
 
 def live_processes(*needles: bytes) -> list[str]:
-    """Command lines of processes on this machine (= on any mock host) containing a needle."""
+    """Command lines of processes on this machine (= on any mock host) containing a needle, among
+    those of this test: processes whose environment has this test's MFCTL_STATE_DIR (the mock and
+    what it starts inherit it), so that another mfctl run on the machine is not counted."""
+    mine = f"MFCTL_STATE_DIR={os.environ.get('MFCTL_STATE_DIR', '')}".encode()
     out = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
                 cmd = (d / "cmdline").read_bytes()
+                if not any(n in cmd for n in needles if n):
+                    continue
+                env = (d / "environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if any(n in cmd for n in needles if n):
+            if mine in env:
                 out.append(cmd.replace(b"\0", b" ").decode(errors="replace"))
     return out
