@@ -143,6 +143,13 @@ def test_the_preflight_sweep_is_mfctl_healths(tmp_path):
                            text=True, env=env)
         assert "mfctl_iterations_total 0.0" in r.stdout and "mfctl_iteration_seconds" not in r.stdout  # no last one
         assert 'inventory="mfabric-prototype-mock"' in r.stdout
+        # "latest" is one run for every command, also beside a newer run that is still going (no summary yet)
+        newer = tmp_path / "runs" / "29991231-235959-000000"
+        newer.mkdir()
+        (newer / "metrics.db").write_bytes((Path(s["run_dir"]) / "metrics.db").read_bytes())
+        r = subprocess.run(mfctl_cmd("runs", "report", "latest"), capture_output=True, text=True, env=env)
+        assert r.returncode == 0 and s["run_id"] in r.stdout  # one sweep, no reconfiguration: still a report
+        assert 'id="health"' in Path(r.stdout.strip()).read_text()
     finally:
         mockctl.stop(tmp_path / "mock")
 

@@ -429,6 +429,7 @@ def test_an_interrupt_before_any_command_ran_is_still_reported(argv, started, ou
 
     monkeypatch.setattr(plain, "COMMAND_STARTED", False)
     monkeypatch.setattr(plain, "INTERRUPT_REPORTED", False)
+    monkeypatch.setattr(plain, "JSON_EMITTED", False)
     monkeypatch.setattr(app, "build", lambda only=None: typer_like)
     monkeypatch.setattr(ahead, "start", lambda args: None)
     monkeypatch.setattr("sys.argv", argv)

@@ -106,6 +106,9 @@ def test_bench_nccl_compares_with_the_topology(mock, tmp_path):
     assert subprocess.run(mfctl_cmd("ocs", "apply", topo, "-i", inv, "--yes"), env=env, capture_output=True).returncode == 0
     import time
     time.sleep(0.3)  # link-up at time scale 100
+    # lit optical lanes on a healthy mock: the modules' readings are within their own thresholds
+    r = subprocess.run(mfctl_cmd("health", "-i", inv, "--json", "--no-ocs"), capture_output=True, text=True, env=env, timeout=60)
+    assert [f for t in json.loads(r.stdout)["targets"] for f in t["findings"] if f["check"] == "optics"] == []
     r = subprocess.run(mfctl_cmd("bench", "nccl", "-i", inv, "--json"), capture_output=True, text=True, env=env, timeout=120)
     out = json.loads(r.stdout)
     assert r.returncode == 0 and out["circuits_on_host"] == 2

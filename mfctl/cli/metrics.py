@@ -12,16 +12,25 @@ app = typer.Typer(help="Export a run's metrics (Prometheus, CSV, JSON) or serve 
 RUNS_DIR_OPT = typer.Option(None, "--runs-dir", envvar="MFCTL_RUNS_DIR", help="Where run directories are (default: ./runs).")
 
 
+def latest_run(base: Path) -> Path:
+    """The newest run directory under ``base`` that has its summary (a run that ended, however it
+    ended): what ``latest`` means for ``runs show``, ``runs report``, ``metrics export|serve``.
+    Raises UsageError when there is none."""
+    from mfctl.errors import UsageError
+
+    dirs = sorted(p.parent for p in base.glob("*/summary.json"))  # run ids sort by their start time
+    if not dirs:
+        raise UsageError(f"no runs in {base}")
+    return dirs[-1]
+
+
 def _run_dir(run_id: str, runs_dir: Path | None) -> Path:
     from mfctl import settings
     from mfctl.errors import UsageError
 
     base = Path(runs_dir or settings.get("runs_dir"))
     if run_id == "latest":
-        dirs = sorted(p.parent for p in base.glob("*/metrics.db"))
-        if not dirs:
-            raise UsageError(f"no runs in {base}")
-        return dirs[-1]
+        return latest_run(base)
     if "/" in run_id or run_id.startswith(".") or not (base / run_id).is_dir():
         raise UsageError(f"no run {run_id!r} in {base} (see mfctl runs list)")
     return base / run_id

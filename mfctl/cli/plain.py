@@ -34,6 +34,8 @@ def print_heading(text: str) -> None:
 
 
 def emit_json(obj) -> None:
+    global JSON_EMITTED
+    JSON_EMITTED = True
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
     sys.stdout.flush()
 
@@ -72,6 +74,7 @@ def setup_logging() -> None:
 #: own interruption (``mfctl run`` with its summary), and mfctl.cli.main only one before it (loading).
 COMMAND_STARTED = False
 INTERRUPT_REPORTED = False
+JSON_EMITTED = False  # a command's JSON result is out: an interrupt after it adds no second object
 
 
 def report_interrupt(json_out: bool) -> None:
@@ -81,8 +84,9 @@ def report_interrupt(json_out: bool) -> None:
     if INTERRUPT_REPORTED:
         return
     INTERRUPT_REPORTED = True
-    logging.getLogger("mfctl").warning("interrupted")
-    if json_out:  # CI reads one JSON object whatever happened
+    if logging.getLogger("mfctl").handlers:  # (not yet set up while the CLI loads: no stray line on stderr)
+        logging.getLogger("mfctl").warning("interrupted")
+    if json_out and not JSON_EMITTED:  # CI reads one JSON object whatever happened (and never two)
         try:
             emit_json({"schema": "mfctl.error/v1",
                        "error": {"type": "Interrupted", "message": "interrupted (Ctrl-C)", "exit_code": 130}})

@@ -64,7 +64,7 @@ def _observer(json_out: bool, total: int, show_logs: bool = False):
     return RichObserver()
 
 
-def render_summary(s: dict) -> None:
+def render_summary(s: dict, show_error: bool = True) -> None:
     from rich.table import Table
 
     con = out_console()
@@ -72,7 +72,7 @@ def render_summary(s: dict) -> None:
     con.print(f"\n[bold]run {s['run_id']}[/] — {s['playbook']} on {s['inventory']}: {status}")
     t = Table(show_header=False, title="summary", title_justify="left")
     it = s.get("iteration_time_s") or {}
-    if s.get("error"):
+    if s.get("error") and show_error:  # (mfctl run says it on stderr instead, once)
         from rich.markup import escape
 
         t.add_row("error", f"[red]{escape(str(s['error']))}[/]")
@@ -168,7 +168,7 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
     if json_out:
         emit_json(summary)
     else:
-        render_summary(summary)
+        render_summary(summary, show_error=False)
     if summary.get("error"):
         print_error(summary["error"], "error" if summary["status"] == "failed" else summary["status"])
     raise typer.Exit(summary["exit_code"])
@@ -250,10 +250,9 @@ def show_run(run_id: str = typer.Argument(..., help="Run id (a directory under t
     if not run_id or "/" in run_id or run_id.startswith("."):
         raise UsageError(f"{run_id!r} is not a run id (see mfctl runs list)")
     if run_id == "latest":  # as runs report and metrics export take it
-        done = sorted(q.parent.name for q in _runs_dir(runs_dir).glob("*/summary.json"))
-        if not done:
-            raise UsageError(f"no runs in {_runs_dir(runs_dir)}")
-        run_id = done[-1]
+        from mfctl.cli.metrics import latest_run
+
+        run_id = latest_run(_runs_dir(runs_dir)).name
     p = _runs_dir(runs_dir) / run_id / "summary.json"
     if not p.exists():
         raise UsageError(f"no run {run_id!r} in {_runs_dir(runs_dir)} (see mfctl runs list)")

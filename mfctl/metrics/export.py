@@ -53,17 +53,21 @@ def registry(run_dir: Path):
     inter = Counter("mfctl_ep_inter_server_bytes", "inter-server expert-parallel bytes", registry=reg)
     ocs = Counter("mfctl_ep_circuit_bytes", "inter-server expert-parallel bytes carried on OCS circuits", registry=reg)
     train = Counter("mfctl_train_seconds", "training time (testbed seconds)", registry=reg)
-    if rows:  # (a run that trained nothing has no last iteration: no sample rather than a 0)
-        last = Gauge("mfctl_iteration_seconds", "the last iteration's time (testbed seconds)", registry=reg)
-        a2a = Gauge("mfctl_all_to_all_seconds", "the last iteration's all-to-all time (testbed seconds)", registry=reg)
+    # gauges of the last iteration only when there is one, and the all-to-all time only when it was
+    # measured (an imported training log has none): no sample rather than a made-up 0
+    last = Gauge("mfctl_iteration_seconds", "the last iteration's time (testbed seconds)", registry=reg) if rows else None
+    a2a = (Gauge("mfctl_all_to_all_seconds", "the last iteration's all-to-all time (testbed seconds)", registry=reg)
+           if rows and rows[-1][5] is not None else None)
     for _, secs, tokens, ib, ob, a in rows:
         it.inc()
         tok.inc(tokens or 0)
         inter.inc(ib or 0)
         ocs.inc(ob or 0)
         train.inc(secs or 0)
-        last.set(secs or 0)
-        a2a.set(a or 0)
+    if last is not None:
+        last.set(rows[-1][1] or 0)
+    if a2a is not None:
+        a2a.set(rows[-1][5])
     rc = Counter("mfctl_reconfigurations", "OCS reconfigurations", registry=reg)
     phase = Gauge("mfctl_reconfiguration_phase_seconds", "the last reconfiguration's phase times", ["phase"], registry=reg)
     for sw, lu, rt in db.execute("SELECT t_switch_ms, t_linkup_ms, t_runtime_ms FROM reconfigurations ORDER BY epoch"):

@@ -40,8 +40,8 @@ def build(run_dir: Path) -> str:
         raise UsageError(f"{run_dir / 'summary.json'}: not a readable run summary ({e})") from None
     rows = db.execute("SELECT iteration, seconds, tokens, epoch, paused FROM iterations WHERE host = "
                       "(SELECT MIN(host) FROM iterations) ORDER BY iteration").fetchall()
-    recs = db.execute("SELECT epoch, iteration, t_switch_ms, t_linkup_ms, t_runtime_ms, circuits_json FROM reconfigurations "
-                      "ORDER BY epoch").fetchall()
+    recs = db.execute("SELECT epoch, iteration, t_switch_ms, t_linkup_ms, t_runtime_ms, circuits_json, region "
+                      "FROM reconfigurations ORDER BY epoch").fetchall()
     preds = db.execute("SELECT iteration, predictor, rel_error FROM predictions ORDER BY iteration").fetchall()
     health = db.execute("SELECT host, status, findings_json, wall_unix FROM health ORDER BY wall_unix").fetchall()
     plots: list[tuple[str, str, str]] = []  # (id, title, data uri)
@@ -76,12 +76,15 @@ def build(run_dir: Path) -> str:
         fig.tight_layout()
         plots.append(("phases", "Reconfiguration phase times", _png(fig)))
         fig, ax = plt.subplots(figsize=(9, 3.5))
-        init = next(iter(((summary.get("initial_topology") or {}).get("circuits") or {}).values()), None)
-        mats = ([(0, np.array(init))] if init else []) + [(r[1], np.array(json.loads(r[5]))) for r in recs]
+        topo0 = summary.get("initial_topology") or {}
+        region = recs[0][6]  # one region's circuits (several regions: the first that was re-wired)
+        init = (topo0.get("circuits") or {}).get(region)
+        mine = [r for r in recs if r[6] == region]
+        mats = ([(0, np.array(init))] if init else []) + [(r[1], np.array(json.loads(r[5]))) for r in mine]
         last_it = rows[-1][0] if rows else mats[-1][0]
         n = mats[0][1].shape[0]
         pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
-        names = next(iter(((summary.get("initial_topology") or {}).get("hosts") or {}).values()), None)
+        names = (topo0.get("hosts") or {}).get(region)
         names = names if names and len(names) == n else [f"s{i}" for i in range(n)]  # (runs before hosts were kept)
         for k, (i, j) in enumerate(pairs):
             xs = [m[0] for m in mats] + [last_it]
@@ -94,16 +97,16 @@ def build(run_dir: Path) -> str:
         ax.set_ylabel("circuits")
         ax.legend(fontsize=7, ncol=min(6, len(pairs)))
         fig.tight_layout()
-        plots.append(("circuits", "Circuits per server pair after each reconfiguration", _png(fig)))
+        plots.append(("circuits", f"Circuits per server pair after each reconfiguration ({region})", _png(fig)))
         fig, ax = plt.subplots(figsize=(4.5, 4))
-        last = np.array(json.loads(recs[-1][5]))
+        last = np.array(json.loads(mine[-1][5]))
         im = ax.imshow(last, cmap="viridis")
         ax.set_xticks(range(n), names, rotation=45, ha="right", fontsize=8)
         ax.set_yticks(range(n), names, fontsize=8)
         ax.set_title("last plan: circuits between servers")
         fig.colorbar(im, ax=ax, label="circuits", ticks=range(int(last.max()) + 1))
         fig.tight_layout()
-        plots.append(("heatmap", "Circuit matrix of the last plan (heat map)", _png(fig)))
+        plots.append(("heatmap", f"Circuit matrix of the last plan (heat map, {region})", _png(fig)))
     if preds:
         fig, ax = plt.subplots(figsize=(9, 3))
         for name in sorted({p[1] for p in preds}):
@@ -118,15 +121,21 @@ def build(run_dir: Path) -> str:
         fig, ax = plt.subplots(figsize=(9, 2.8))
         t0 = min(h[3] for h in health)
         top = 0
-        for k, host in enumerate(sorted({h[0] for h in health})):
+        hosts_h = sorted({h[0] for h in health})
+        nudge = 0.3 / max(1, len(hosts_h))  # lines apart, all within a third of a finding
+        t_end = 0.0
+        for k, host in enumerate(hosts_h):
             pts = [(h[3] - t0, len(json.loads(h[2] or "[]")), h[1]) for h in health if h[0] == host]
             top = max([top] + [c for _, c, _ in pts])
-            line, = ax.step([p[0] for p in pts], [p[1] + 0.04 * k for p in pts], where="post", label=host)
-            crit = [p for p in pts if p[2] == "critical"]
+            t_end = max([t_end] + [p[0] for p in pts])
+            ys = [p[1] + nudge * k for p in pts]
+            ax.step([p[0] for p in pts], ys, where="post", marker="o", ms=3, label=host)  # (markers: one sweep shows)
+            crit = [(p[0], y) for p, y in zip(pts, ys) if p[2] == "critical"]
             if crit:
-                ax.plot([p[0] for p in crit], [p[1] + 0.04 * k for p in crit], "x", color="#c44e52", ms=7)
+                ax.plot([c[0] for c in crit], [c[1] for c in crit], "x", color="#c44e52", ms=7)
         ax.set_yticks(range(top + 1))
         ax.set_ylim(-0.3, top + 0.6)
+        ax.set_xlim(-0.05 * max(t_end, 1.0), max(t_end, 1.0) * 1.05)
         ax.set_xlabel("seconds since the pre-flight sweep (wall)")
         ax.set_ylabel("findings")
         ax.legend(fontsize=7, ncol=min(8, len({h[0] for h in health})))

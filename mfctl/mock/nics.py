@@ -184,8 +184,8 @@ class HostConfig:
         for c in range(1, MODULE_CHANNELS + 1):
             dbm = -40.0 if rx_total is None else rx_total - 10 * math.log10(MODULE_CHANNELS) + offs[c - 1]
             lines.append(f"Rcvr signal avg optical power(Channel {c})  : {_mw(dbm)}")
-        lines += ["Laser output power low warning threshold  : 0.3981 mW / -4.00 dBm",
-                  "Laser output power low alarm threshold    : 0.1585 mW / -8.00 dBm",
+        lines += ["Laser output power low warning threshold  : 0.1862 mW / -7.30 dBm",  # 100GBASE-SR4 lane: -8.4 dBm min
+                  "Laser output power low alarm threshold    : 0.0933 mW / -10.30 dBm",
                   "Laser rx power high alarm threshold       : 2.2387 mW / 3.50 dBm",
                   "Laser rx power low alarm threshold        : 0.0251 mW / -16.00 dBm",
                   "Laser rx power high warning threshold     : 1.7783 mW / 2.50 dBm",

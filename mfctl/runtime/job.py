@@ -233,7 +233,7 @@ class Job:
     def _preflight(self) -> None:
         self.obs.phase("health", f"health sweep on {len(self.inv.hosts)} hosts")
         t = time.monotonic()
-        before = health.load_baseline(self.inv)  # the NIC counters' history, as `mfctl health` keeps it
+        before = self._nic_history = health.load_baseline(self.inv)  # the NIC counters' history, as `mfctl health` keeps it
         res = health.full_sweep(self.pool, self.inv, baseline=before)  # what `mfctl health` checks (the OCS apart)
         try:
             health.save_baseline(self.inv, res, before)
@@ -416,7 +416,9 @@ class Job:
         def loop() -> None:
             while not self._health_stop.wait(interval):
                 try:
-                    for h in health.sweep(self.pool, self.inv):
+                    # the same checks as the pre-flight, so that the run's health history is one series
+                    # (NIC counters judged against the history as it was at the start; none saved)
+                    for h in health.full_sweep(self.pool, self.inv, baseline=getattr(self, "_nic_history", None)):
                         self.store.health(h.host, h.worst, [f.to_dict() for f in h.findings])
                 except Exception as e:  # sampling must never take the run down; the error is logged
                     log.warning("health sampling failed: %s", e)
