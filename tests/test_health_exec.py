@@ -125,6 +125,8 @@ def test_faults_injected_from_the_command_line_reach_the_health_sweep(tmp_path, 
     assert r.returncode == 3 and "no host 'gpu07'" in r.stderr
     r = up("--inject", "gpu02:gpu9=xid79")
     assert r.returncode == 3 and "gpuN (0..7)" in r.stderr
+    r = up("--inject", "gpu02:gpu1=xid48:10d")
+    assert r.returncode == 3 and "at most 9 d (the mock's uptime), e.g. xid48:3d" in r.stderr
     r = up("--inject", "gpu02:gpu3=xid79", "--inject", "gpu01:gpu1=remap-pending", "--inject", "gpu03:ssh=refuse",
            "--inject", "gpu04:nic1=crc:120", "--inject", "gpu01:gpu0=nvlink-down:3")
     assert r.returncode == 0, r.stderr

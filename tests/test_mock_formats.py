@@ -222,6 +222,30 @@ def test_injected_gpu_faults_reach_every_format_and_the_sweep(mock):
     assert not [f for f in hh.findings if f.check == "gpu"]
 
 
+def test_an_old_xid_is_history_not_a_present_fault(mock):
+    """The kernel log keeps XIDs until a reboot: one older than xid_window_s (after a GPU reset,
+    say) is a warning that says its age; a recent one, or any without a time stamp, stays critical."""
+    tb, inv, pool, env = mock
+    host = tb.hosts["gpu03"]
+    try:
+        host.faults.xid(1, 48, ago_s=3 * 86400)
+        host.faults.xid(6, 74, ago_s=120)
+        [hh] = health.full_sweep(pool, inv, ["gpu03"])
+        got = sorted((f.severity, f.message, f.limit) for f in hh.findings if f.code == "gpu.xid")
+        assert got == [("critical", "GPU 6: XID 74 (NVLink error) at PCI 0000:b7:00", None),
+                       ("warning", "GPU 1: XID 48 (double-bit ECC error) at PCI 0000:0f:00, 3 d ago (older than "
+                                   "xid_window_s, 1 d: history)", 86400.0)]
+        [hh] = health.full_sweep(pool, inv, ["gpu03"], {"xid_window_s": 7 * 86400})
+        assert all(f.severity == "critical" for f in hh.findings if f.code == "gpu.xid")
+        [hh] = health.full_sweep(pool, inv, ["gpu03"], {"xid_window_s": 60})
+        assert all(f.severity == "warning" for f in hh.findings if f.code == "gpu.xid")
+    finally:
+        host.faults = GPUFaults()
+    for bad in ({"xid_window_s": 0}, {"xid_window_s": 8 * 86400}):
+        with pytest.raises(ValueError, match="xid_window_s"):
+            health.thresholds(bad)
+
+
 def test_a_gpu_fallen_off_the_bus_is_lost_to_the_tools_and_judged_alone(mock):
     """XID 79: as on a real node, nvidia-smi cannot reach the GPU (exit 15, one line in its place);
     the sweep says it is lost and still judges the seven others."""

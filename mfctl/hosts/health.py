@@ -24,6 +24,7 @@ THRESHOLDS = {
     "nic_phy_errors_max": 0.0,  # physical-layer error frames (CRC, symbol, length) a NIC may gain between sweeps
     "nic_drops_max": 0.0,  # frames dropped for lack of buffers (discards, out of buffer) between sweeps
     "nic_error_window_s": 3600.0,  # NIC error counters: what they gained over (at least) this window, from earlier sweeps
+    "xid_window_s": 86400.0,  # a kernel-log XID older than this is history (a warning), not a present fault
     "roce_priority": 3.0,
     "sm_clock_min_share": 0.5,  # SM clock below this share of clocks.max.sm on a busy GPU, with no reason given
 }
@@ -47,8 +48,8 @@ def thresholds(overrides: dict[str, float] | None = None) -> dict[str, float]:
         if k.endswith("_max") and v < 0:
             raise ValueError(f"{k}={v:g}: expected a count of 0 or more")
         if k.endswith("_window_s") and not 0 < v <= KEEP_READINGS_S:
-            raise ValueError(f"{k}={v:g}: expected a duration above 0 s and at most {KEEP_READINGS_S:g} s (the readings "
-                             "are kept a week)")
+            raise ValueError(f"{k}={v:g}: expected a duration above 0 s and at most {KEEP_READINGS_S:g} s (a week"
+                             f"{': the readings are kept that long' if k.startswith('nic_') else ''})")
         if k == "roce_priority" and (v != int(v) or not 0 <= v <= 7):
             raise ValueError(f"{k}={v:g}: expected an 802.1p priority from 0 to 7")
         out[k] = v
@@ -113,6 +114,16 @@ class HostHealth:
         return {"host": self.host, "status": self.worst, "gpus": self.gpus, "links_up": self.links_up,
                 "links_down": self.links_down, "reachable": self.reachable, "findings": [f.to_dict() for f in self.findings],
                 "elapsed_s": round(self.elapsed_s, 4)}
+
+
+def _ago(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``5 h``, ``3 d`` (whole units, rounded down; a second short of a unit is
+    the unit: /proc/uptime has two decimals, dmesg six)."""
+    seconds += 1.0
+    for unit, n in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= n:
+            return f"{int(seconds // n)} {unit}"
+    return f"{int(seconds - 1.0)} s"
 
 
 def _indexes(ix: list[int]) -> str:
@@ -458,6 +469,11 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
 
         r = pool.run(name, ["dmesg", "--level=err,warn"])
         if r.ok:
+            up = pool.run(name, ["cat", "/proc/uptime"])  # dmesg stamps are seconds since boot: how old each is
+            try:
+                now_up = float(up.stdout.split()[0]) if up.ok else None
+            except (IndexError, ValueError):
+                now_up = None
             for ln in r.stdout.splitlines():
                 m = re.search(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)", ln)
                 if m:
@@ -465,10 +481,15 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                     parts = pci.split(":")
                     gi = hh.gpu_by_pci.get((parts[-2], parts[-1].split(".")[0])) if len(parts) >= 3 else None
                     who = f"GPU {gi}" if gi is not None else f"GPU at PCI {pci}"  # (a lost GPU has no row to name it)
-                    add("critical" if x in XID_CRITICAL else "warning", "gpu",
+                    stamp = re.match(r"\s*\[\s*(\d+(?:\.\d+)?)\]", ln)  # no stamp (printk.time=0): age unknown
+                    age = now_up - float(stamp[1]) if stamp and now_up is not None else None
+                    old = age is not None and age > lim["xid_window_s"]
+                    add("critical" if x in XID_CRITICAL and not old else "warning", "gpu",
                         f"{who}: XID {x} ({XID_MEANING.get(x, 'see the NVIDIA Xid catalogue')})"
-                        + (f" at PCI {pci}" if gi is not None else ""), "gpu.xid",
-                        component=f"gpu{gi}" if gi is not None else pci, value=x)
+                        + (f" at PCI {pci}" if gi is not None else "")
+                        + (f", {_ago(age)} ago (older than xid_window_s, {_ago(lim['xid_window_s'])}: history)" if old else ""),
+                        "gpu.xid", component=f"gpu{gi}" if gi is not None else pci, value=x,
+                        limit=lim["xid_window_s"] if old else None, unit="s" if old else None)
         nv = read(nvidia_smi.nvlink_argv(), nvidia_smi.parse_nvlink_status, "gpu")
         if nv is not None and not nv.unsupported:  # (no NVLink at all, or MIG: nothing to judge)
             down = {g: sorted(k for k, v in links.items() if v is None) for g, links in nv.gpus.items()}

@@ -26,7 +26,7 @@ MEM_TOTAL_MIB, MEM_RESERVED_MIB, MEM_USED_MIB = 81920, 869, 4
 POWER_LIMIT_W = 400.0
 NVLINKS, NVLINK_GBS = 12, 25
 _BUS = (0x07, 0x0F, 0x47, 0x4E, 0x87, 0x93, 0xB7, 0xBD)  # DGX-A100-like, clear of the NICs' buses
-_BOOT = time.monotonic() - 4242.0  # the mock's "uptime" origin (dmesg timestamps)
+_BOOT = time.monotonic() - 9 * 86400.0  # the mock's "uptime" origin (dmesg timestamps): up 9 days
 SLOWDOWNS = ("hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
 XID_TEXT = {13: "Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Out Of Range Address",
             31: "Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f4c_00000000.",
@@ -61,12 +61,14 @@ class GPUFaults:
     last_xid: dict[int, int] = field(default_factory=dict)
     lost: set[int] = field(default_factory=set)  # fallen off the bus (XID 79): NVML cannot reach them
 
-    def xid(self, gpu: int, code: int, text: str | None = None) -> str:
-        """Log an NVRM XID event for ``gpu`` (the driver's kmsg line, level err); returns the line.
-        XID 79 also makes the GPU lost, as on a real node: the tools cannot reach it until a reboot."""
+    def xid(self, gpu: int, code: int, text: str | None = None, ago_s: float = 0.0) -> str:
+        """Log an NVRM XID event for ``gpu`` (the driver's kmsg line, level err), ``ago_s`` seconds ago
+        (an old event still in the kernel log); returns the line. XID 79 also makes the GPU lost, as on
+        a real node: the tools cannot reach it until a reboot."""
         pci = bus_id(gpu)[4:-2].lower()  # 0000:07:00
         line = f"NVRM: Xid (PCI:{pci}): {code}, pid='<unknown>', name=<unknown>, {text or XID_TEXT.get(code, 'Unknown Error')}"
-        self.kmsg.append((uptime(), "err", line))
+        self.kmsg.append((max(0.0, uptime() - ago_s), "err", line))
+        self.kmsg.sort(key=lambda e: e[0])
         self.last_xid[gpu] = code
         if code == 79:
             self.lost.add(gpu)

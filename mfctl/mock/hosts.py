@@ -110,6 +110,9 @@ class MockHost:
             return 0
         if prog in ("true", "false"):
             return 0 if prog == "true" else 1
+        if argv == ["cat", "/proc/uptime"]:  # seconds since boot (and idle): the kernel log's clock
+            channel.sendall(f"{gputools.uptime():.2f} {gputools.uptime() * 7.5:.2f}\n".encode())
+            return 0
         if prog == "sleep":  # interruptible: a client that gives up closes the channel
             try:
                 end = time.monotonic() + float(argv[1]) / self.testbed.time_scale

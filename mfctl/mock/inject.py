@@ -4,7 +4,8 @@
 
 ==========================  ==============================================================
 ``gpu02:gpu3=xid79``         an NVRM XID event (any number) in gpu02's kernel log for GPU 3
-                             (79: the GPU is also lost — nvidia-smi cannot reach it, exit 15)
+                             (79: the GPU is also lost — nvidia-smi cannot reach it, exit 15);
+                             ``xid48:3d`` logged 3 days ago (``s``, ``min``, ``h``, ``d``; ≤ 9 d)
 ``gpu02:gpu1=remap-pending`` a row remap waiting for a GPU reset (query CSV, ``-q``, XML)
 ``gpu02:gpu5=remap-failure`` row remapping failed
 ``gpu01:gpu0=ecc:4``         4 volatile uncorrectable ECC errors
@@ -72,7 +73,14 @@ def apply(testbed, spec: str) -> str:
         raise ValueError(f"bad fault spec {spec!r}: expected gpuN (0..{host.gpus - 1}) or ssh=refuse on {target}")
     f = host.faults
     if m := re.fullmatch(r"xid(\d+)", fault):
-        return f"{target}: {f.xid(idx, number(m[1], 1, 999, 'the XID'))}"
+        ago = 0.0
+        if arg is not None:  # an old event, still in the kernel log
+            a = re.fullmatch(r"(\d+)(s|min|h|d)", arg)
+            ago = int(a[1]) * {"s": 1, "min": 60, "h": 3600, "d": 86400}[a[2]] if a else -1
+            if not 0 <= ago <= 9 * 86400:
+                raise ValueError(f"bad fault spec {spec!r}: an XID's age is a whole number of s, min, h or d, "
+                                 "at most 9 d (the mock's uptime), e.g. xid48:3d")
+        return f"{target}: {f.xid(idx, number(m[1], 1, 999, 'the XID'), ago_s=ago)}"
     if fault == "remap-pending":
         f.remap_pending.add(idx)
     elif fault == "remap-failure":
