@@ -154,6 +154,24 @@ def test_the_preflight_sweep_is_mfctl_healths(tmp_path):
         mockctl.stop(tmp_path / "mock")
 
 
+def test_a_run_takes_health_thresholds(tmp_path, cli_env):
+    """An XID from 23 h ago (a GPU reset since, say) stops the run under the default window of a day;
+    --threshold xid_window_s=3600 makes it history."""
+    mock = mockctl.start(DATA.parent.parent / "inventory" / "mfabric-prototype.yaml", tmp_path / "mock", time_scale=50,
+                         inject=["gpu03:gpu1=xid74:23h"])
+    try:
+        pb = load_playbook(SHORT)  # (its mock's time scale, 50: -i uses the running mock instead of starting one)
+        s = Job(pb, inventory_override=mock["inventory"], runs_dir=str(tmp_path / "runs")).run()
+        assert s["exit_code"] == 1 and "XID 74" in s["error"]
+        s = Job(pb, inventory_override=mock["inventory"], runs_dir=str(tmp_path / "runs"),
+                health_limits={"xid_window_s": 3600}).run()
+        assert s["exit_code"] == 0 and s["health"]["ok"] == 3
+    finally:
+        mockctl.stop(tmp_path / "mock")
+    r = subprocess.run(mfctl_cmd("run", SHORT, "--threshold", "xid_window_s=0"), capture_output=True, text=True, env=cli_env)
+    assert r.returncode == 2 and "xid_window_s=0: expected a duration above 0 s" in r.stderr
+
+
 def test_lock_held_exits_5(tmp_path):
     pb = load_playbook(SHORT)
     with HeldLock("mfabric-prototype-mock", "someone else"):

@@ -239,11 +239,26 @@ def test_an_old_xid_is_history_not_a_present_fault(mock):
         assert all(f.severity == "critical" for f in hh.findings if f.code == "gpu.xid")
         [hh] = health.full_sweep(pool, inv, ["gpu03"], {"xid_window_s": 60})
         assert all(f.severity == "warning" for f in hh.findings if f.code == "gpu.xid")
+        [hh] = health.full_sweep(pool, inv, ["gpu03"], {"xid_window_s": 5400})  # the window as it was given
+        assert any(f.message.endswith("(older than xid_window_s, 90 min: history)") for f in hh.findings)
+        # an uptime that is no time at all: the age is unknown, the XIDs are judged as new (no crash)
+        import math
+
+        from mfctl.mock import gputools
+
+        real = gputools.uptime
+        gputools.uptime = lambda: math.inf
+        try:
+            [hh] = health.full_sweep(pool, inv, ["gpu03"])
+        finally:
+            gputools.uptime = real
+        assert sorted(f.severity for f in hh.findings if f.code == "gpu.xid") == ["critical", "critical"]
     finally:
         host.faults = GPUFaults()
-    for bad in ({"xid_window_s": 0}, {"xid_window_s": 8 * 86400}):
+    for bad in ({"xid_window_s": 0}, {"xid_window_s": 11 * 365 * 86400}):
         with pytest.raises(ValueError, match="xid_window_s"):
             health.thresholds(bad)
+    assert health.thresholds({"xid_window_s": 3650 * 86400})["xid_window_s"] == 3650 * 86400  # "every XID since boot"
 
 
 def test_a_gpu_fallen_off_the_bus_is_lost_to_the_tools_and_judged_alone(mock):

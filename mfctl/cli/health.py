@@ -39,21 +39,7 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
     names = None
     if hosts is not None:
         names = select_hosts(hosts, [h.name for h in inv.hosts], {r.name: r.hosts for r in inv.regions})
-    overrides = {}
-    for t in threshold or []:
-        k, eq, v = t.partition("=")
-        if not eq or " " in v.strip():
-            raise UsageError(f"--threshold {t!r}: expected NAME=NUMBER, one per --threshold (repeat the option)")
-        if k not in H.THRESHOLDS:
-            raise UsageError(f"--threshold {t!r}: expected name=number with name one of {', '.join(H.THRESHOLDS)}")
-        try:
-            overrides[k] = float(v)
-        except ValueError:
-            raise UsageError(f"--threshold {t!r}: expected a number") from None
-    try:
-        H.thresholds(overrides)  # each value, and the pairs that must agree (warning below critical)
-    except ValueError as e:
-        raise UsageError(f"--threshold {e}") from None
+    overrides = H.parse_overrides(threshold)
     ocs_state = None
     if not no_ocs:
         from mfctl.ocs.driver import driver_from_inventory

@@ -131,6 +131,8 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
                                        help="Use this inventory (e.g. a running mock's) instead of the playbook's."),
         runs_dir: Path = RUNS_DIR_OPT,
         skip_health: bool = typer.Option(False, "--skip-health", envvar="MFCTL_SKIP_HEALTH", help="Run even if the health sweep finds critical problems."),
+        threshold: list[str] = typer.Option(None, "--threshold", help="A health threshold for the pre-flight sweep and "
+                                            "the samples, as for mfctl health: name=value (repeat)."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the exact launch (commands, environment "
                                                                "per host, or the sbatch script); start nothing."),
         logs: bool = typer.Option(False, "--logs", help="Stream every host's runtime output, prefixed with the host."),
@@ -142,6 +144,9 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
     from mfctl.runtime.job import Job
     from mfctl.runtime.playbook import load_playbook
 
+    from mfctl.hosts.health import parse_overrides
+
+    limits = parse_overrides(threshold)
     pb = load_playbook(playbook)
     for name, v in (("pipeline_degree", pipeline_degree), ("bp_pipeline_degree", bp_pipeline_degree)):
         if v is not None:
@@ -155,7 +160,7 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
             raise UsageError(f"--grad-partitions must be 1, 2, 4, 8 or 16, not {grad_partitions}")
         pb.training.grad_partitions = grad_partitions
     job = Job(pb, inventory_override=str(inventory) if inventory else None, runs_dir=str(runs_dir) if runs_dir else None,
-              skip_health=skip_health)
+              skip_health=skip_health, health_limits=limits)
     job.prepare()  # a bad inventory/playbook combination fails here, before anything starts (exit 3)
     if dry_run:
         _print_launch(pb, job, json_out)

@@ -9,12 +9,16 @@ maximum on a GPU that is not idle, is a warning. ``[N/A]`` readings are never ju
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mfctl.errors import ParseError
 from mfctl.hosts import iproute, nvidia_smi
+
+XID_WINDOW_MAX_S = 10 * 365 * 86400.0  # xid_window_s: "any XID since boot" is a window longer than any uptime
 
 #: Every threshold of the health sweep, in one table (override with ``mfctl health --threshold name=value``).
 THRESHOLDS = {
@@ -28,6 +32,29 @@ THRESHOLDS = {
     "roce_priority": 3.0,
     "sm_clock_min_share": 0.5,  # SM clock below this share of clocks.max.sm on a busy GPU, with no reason given
 }
+
+
+def parse_overrides(specs: list[str] | None) -> dict[str, float]:
+    """``--threshold NAME=VALUE`` options (``mfctl health``, ``mfctl run``) as overrides, checked
+    alone and together (:func:`thresholds`). Raises UsageError (exit 2) naming the option."""
+    from mfctl.errors import UsageError
+
+    overrides = {}
+    for t in specs or []:
+        k, eq, v = t.partition("=")
+        if not eq or " " in v.strip():
+            raise UsageError(f"--threshold {t!r}: expected NAME=NUMBER, one per --threshold (repeat the option)")
+        if k not in THRESHOLDS:
+            raise UsageError(f"--threshold {t!r}: expected name=number with name one of {', '.join(THRESHOLDS)}")
+        try:
+            overrides[k] = float(v)
+        except ValueError:
+            raise UsageError(f"--threshold {t!r}: expected a number") from None
+    try:
+        thresholds(overrides)  # each value, and the pairs that must agree (warning below critical)
+    except ValueError as e:
+        raise UsageError(f"--threshold {e}") from None
+    return overrides
 
 
 def thresholds(overrides: dict[str, float] | None = None) -> dict[str, float]:
@@ -47,7 +74,10 @@ def thresholds(overrides: dict[str, float] | None = None) -> dict[str, float]:
             raise ValueError(f"{k}={v:g}: expected a share from 0 to 1")
         if k.endswith("_max") and v < 0:
             raise ValueError(f"{k}={v:g}: expected a count of 0 or more")
-        if k.endswith("_window_s") and not 0 < v <= KEEP_READINGS_S:
+        if k == "xid_window_s" and not 0 < v <= XID_WINDOW_MAX_S:
+            raise ValueError(f"{k}={v:g}: expected a duration above 0 s and at most {XID_WINDOW_MAX_S:g} s (10 years: "
+                             "every XID since boot is then a present fault)")
+        if k.endswith("_window_s") and k != "xid_window_s" and not 0 < v <= KEEP_READINGS_S:
             raise ValueError(f"{k}={v:g}: expected a duration above 0 s and at most {KEEP_READINGS_S:g} s (a week"
                              f"{': the readings are kept that long' if k.startswith('nic_') else ''})")
         if k == "roce_priority" and (v != int(v) or not 0 <= v <= 7):
@@ -124,6 +154,14 @@ def _ago(seconds: float) -> str:
         if seconds >= n:
             return f"{int(seconds // n)} {unit}"
     return f"{int(seconds - 1.0)} s"
+
+
+def _span(seconds: float) -> str:
+    """A configured duration as given: ``1 d``, ``90 min``, ``5400.5 s`` (the largest unit that divides it)."""
+    for unit, n in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= n and seconds % n == 0:
+            return f"{int(seconds // n)} {unit}"
+    return f"{seconds:g} s"
 
 
 def _indexes(ix: list[int]) -> str:
@@ -474,6 +512,8 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                 now_up = float(up.stdout.split()[0]) if up.ok else None
             except (IndexError, ValueError):
                 now_up = None
+            if now_up is not None and not (math.isfinite(now_up) and now_up >= 0):
+                now_up = None  # (inf, nan, negative: no age, so judged as new)
             for ln in r.stdout.splitlines():
                 m = re.search(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)", ln)
                 if m:
@@ -487,7 +527,7 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                     add("critical" if x in XID_CRITICAL and not old else "warning", "gpu",
                         f"{who}: XID {x} ({XID_MEANING.get(x, 'see the NVIDIA Xid catalogue')})"
                         + (f" at PCI {pci}" if gi is not None else "")
-                        + (f", {_ago(age)} ago (older than xid_window_s, {_ago(lim['xid_window_s'])}: history)" if old else ""),
+                        + (f", {_ago(age)} ago (older than xid_window_s, {_span(lim['xid_window_s'])}: history)" if old else ""),
                         "gpu.xid", component=f"gpu{gi}" if gi is not None else pci, value=x,
                         limit=lim["xid_window_s"] if old else None, unit="s" if old else None)
         nv = read(nvidia_smi.nvlink_argv(), nvidia_smi.parse_nvlink_status, "gpu")

@@ -80,8 +80,10 @@ def _sigterm_as_interrupt(signum, frame):
 
 class Job:
     def __init__(self, pb: Playbook, *, inventory_override: str | None = None, runs_dir: str | None = None,
-                 observer: Observer | None = None, skip_health: bool = False):
+                 observer: Observer | None = None, skip_health: bool = False,
+                 health_limits: dict[str, float] | None = None):
         self.pb = pb
+        self.health_limits = health_limits or {}  # threshold overrides (mfctl run --threshold)
         self.obs = observer or Observer()
         self.inventory_override = inventory_override
         self.runs_dir = Path(runs_dir or settings.get("runs_dir")).expanduser().resolve()
@@ -234,7 +236,8 @@ class Job:
         self.obs.phase("health", f"health sweep on {len(self.inv.hosts)} hosts")
         t = time.monotonic()
         before = self._nic_history = health.load_baseline(self.inv)  # the NIC counters' history, as `mfctl health` keeps it
-        res = health.full_sweep(self.pool, self.inv, baseline=before)  # what `mfctl health` checks (the OCS apart)
+        res = health.full_sweep(self.pool, self.inv, limits=self.health_limits,  # `mfctl health`'s checks (the OCS apart)
+                                baseline=before)
         try:
             health.save_baseline(self.inv, res, before)
         except OSError as e:
@@ -418,7 +421,8 @@ class Job:
                 try:
                     # the same checks as the pre-flight, so that the run's health history is one series
                     # (NIC counters judged against the history as it was at the start; none saved)
-                    for h in health.full_sweep(self.pool, self.inv, baseline=getattr(self, "_nic_history", None)):
+                    for h in health.full_sweep(self.pool, self.inv, limits=self.health_limits,
+                                               baseline=getattr(self, "_nic_history", None)):
                         self.store.health(h.host, h.worst, [f.to_dict() for f in h.findings])
                 except Exception as e:  # sampling must never take the run down; the error is logged
                     log.warning("health sampling failed: %s", e)
