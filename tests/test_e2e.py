@@ -189,6 +189,7 @@ def test_ctrl_c_exits_130_and_cleans_up(tmp_path, cli_env):
         if logs and logs[0].read_text().count("iteration ") >= 3:
             break
         time.sleep(0.1)
+    assert len(live_processes(b"mfctl.mock.simruntime")) == 4  # the leftover scan sees this run's runtimes...
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, err[-2000:]

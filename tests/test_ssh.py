@@ -193,3 +193,13 @@ def test_one_shot_run_many_closes_each_session_when_done_and_host_names_resolve(
         assert [r.stdout for r in kept] == ["h1\n", "h2\n"] and set(pool._exec) == {"h1", "h2"}
         once = pool.run_many(["h1", "h2"], lambda h: ["echo", h], close=True)
         assert [r.stdout for r in once] == ["h1\n", "h2\n"] and not pool._exec
+
+
+def test_errors_lose_their_own_endpoint_to_fold():
+    from mfctl.transport.ssh import CommandResult, without_endpoint
+
+    ep = "10.0.0.7:2222"
+    assert without_endpoint("host key of [10.0.0.7]:2222 is not in /k", ep) == "host key of <address>:<port> is not in /k"
+    assert without_endpoint("cannot connect to 10.0.0.7:2222: refused", ep) == "cannot connect to <address>:<port>: refused"
+    assert without_endpoint("cannot connect to 10.0.0.77:22: refused", ep) == "cannot connect to 10.0.0.77:22: refused"
+    assert CommandResult("h", ["x"], error=None, endpoint=ep).error_shared is None

@@ -31,7 +31,6 @@ _FLAGS = {"--json"}
 _ENV = {"inventory": "MFCTL_INVENTORY", "fanout": "MFCTL_FANOUT", "connect_timeout": "MFCTL_CONNECT_TIMEOUT",
         "timeout": "MFCTL_COMMAND_TIMEOUT"}
 _FLAG_ENV = {"--json": "MFCTL_JSON"}  # a flag's variable: any value but these is refused by the parser
-_BOOL_WORDS = {"", "0", "1", "true", "false", "yes", "no", "on", "off", "t", "f", "y", "n"}
 _INT = re.compile(r"[0-9]{1,9}")  # ASCII only: int() would also take other scripts' digits, the parser does not
 _FLOAT = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?")
 
@@ -89,7 +88,9 @@ def read_argv(args: list[str]) -> dict | None:
     for name, env in _ENV.items():
         if name not in opts and os.environ.get(env):
             opts[name] = os.environ[env]
-    if any(os.environ.get(env, "").strip().lower() not in _BOOL_WORDS for env in _FLAG_ENV.values()):
+    from mfctl.cli.plain import FALSE_WORDS, TRUE_WORDS
+
+    if any(os.environ.get(env, "").strip().lower() not in TRUE_WORDS | FALSE_WORDS for env in _FLAG_ENV.values()):
         return None
     if "fanout" in opts and not _INT.fullmatch(opts["fanout"]):
         return None

@@ -44,7 +44,7 @@ def exec_cmd(ctx: typer.Context,
     from mfctl import settings
     from mfctl.cli import ahead
     from mfctl.errors import UsageError
-    from mfctl.hosts.fold import fold, select_hosts
+    from mfctl.hosts.fold import fold, one_host, select_hosts
     from mfctl.inventory.data import load_inventory_data
     from mfctl.transport.ssh import SSHPool
 
@@ -79,10 +79,10 @@ def exec_cmd(ctx: typer.Context,
         emit_json({"schema": "mfctl.exec/v1", "command": command, "exit_code": worst,
                    "results": [r.to_dict() for r in results],
                    "folded": [{"hosts": hs, "rc": r.rc, "stdout": r.stdout, "stderr": r.stderr,
-                               "error": r.error if "," not in hs and "[" not in hs else r.error_shared} for hs, r in groups]})
+                               "error": r.error if one_host(hs) else r.error_shared} for hs, r in groups]})
     else:
         for hs, r in groups:  # the hosts' output as they wrote it (like ssh, pdsh, clush)
-            err = r.error if "," not in hs and "[" not in hs else r.error_shared  # one host: its own address
+            err = r.error if one_host(hs) else r.error_shared  # one host: its own address
             print_heading(f"---- {hs} ({f'error: {err}' if r.error else f'rc={r.rc}'}) ----")
             if r.stdout:
                 sys.stdout.write(r.stdout if r.stdout.endswith("\n") else r.stdout + "\n")

@@ -29,7 +29,7 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
     from mfctl import settings
     from mfctl.errors import MfctlError, UsageError
     from mfctl.hosts import health as H
-    from mfctl.hosts.fold import fold, select_hosts
+    from mfctl.hosts.fold import fold, one_host, select_hosts
     from mfctl.inventory import load_inventory
     from mfctl.transport.ssh import SSHPool, targets_from_inventory
 
@@ -78,8 +78,8 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
         t = Table("targets", "severity", "check", "finding", title="health")
         colour = {"critical": "red", "warning": "yellow"}
         for hs, f in fold(findings, lambda f: f.host, lambda f: (f.severity, f.check, f.shared_message)):
-            one = "," not in hs and "[" not in hs  # one host: its own message (an unreachable one's address in it)
-            t.add_row(hs, f"[{colour[f.severity]}]{f.severity}[/]", f.check, escape(f.message if one else f.shared_message))
+            # one host: its own message (an unreachable one's address in it)
+            t.add_row(hs, f"[{colour[f.severity]}]{f.severity}[/]", f.check, escape(f.message if one_host(hs) else f.shared_message))
         if ok:
             from mfctl.hosts.fold import hostset
             t.add_row(hostset(ok), "[green]ok[/]", "all", "no findings")

@@ -30,7 +30,7 @@ def main() -> None:
         if isinstance(e, SystemExit) and (e.code != 130 or plain.COMMAND_STARTED):
             raise
         words = sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
-        plain.report_interrupt("--json" in words or os.environ.get("MFCTL_JSON", "").lower() in ("1", "true", "yes", "on", "t", "y"))
+        plain.report_interrupt("--json" in words or os.environ.get("MFCTL_JSON", "").strip().lower() in plain.TRUE_WORDS)
         sys.exit(130)
     finally:
         if ahead is not None:

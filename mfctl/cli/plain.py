@@ -72,6 +72,9 @@ def setup_logging() -> None:
 
 #: Set when a command starts (mfctl.cli.common.handle_errors): from then on the command reports its
 #: own interruption (``mfctl run`` with its summary), and mfctl.cli.main only one before it (loading).
+#: What Typer (pydantic) reads as true / false in a flag's environment variable (MFCTL_JSON=…).
+TRUE_WORDS = frozenset({"1", "true", "yes", "on", "t", "y"})
+FALSE_WORDS = frozenset({"", "0", "false", "no", "off", "f", "n"})
 COMMAND_STARTED = False
 INTERRUPT_REPORTED = False
 JSON_EMITTED = False  # a command's JSON result is out: an interrupt after it adds no second object
@@ -88,8 +91,9 @@ def report_interrupt(json_out: bool) -> None:
         logging.getLogger("mfctl").warning("interrupted")
     if json_out and not JSON_EMITTED:  # CI reads one JSON object whatever happened (and never two)
         try:
-            emit_json({"schema": "mfctl.error/v1",
-                       "error": {"type": "Interrupted", "message": "interrupted (Ctrl-C)", "exit_code": 130}})
+            from mfctl.errors import Interrupted
+
+            emit_json({"schema": "mfctl.error/v1", "error": Interrupted("interrupted (Ctrl-C)").to_dict()})
         except OSError:
             pass
     print_error("interrupted", "mfctl")

@@ -16,6 +16,11 @@ def hostset(hosts: Iterable[str]) -> str:
     return str(NodeSet.fromlist(list(hosts), resolver=RESOLVER_NOGROUP))
 
 
+def one_host(hostset_text: str) -> bool:
+    """Whether a folded host set (:func:`hostset`) names a single host (``gpu03``, not ``gpu[01-02]``)."""
+    return "," not in hostset_text and "[" not in hostset_text
+
+
 def fold(items: Iterable[T], host: Callable[[T], str], key: Callable[[T], object]) -> list[tuple[str, T]]:
     """Group ``items`` by ``key``; return ``(folded host set, first item)`` in first-seen order."""
     groups: "OrderedDict[object, list[T]]" = OrderedDict()

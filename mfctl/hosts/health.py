@@ -116,10 +116,11 @@ class Finding:
     def shared_message(self) -> str:
         """The message as hosts that fail the same way share it, for folding them into one line:
         an unreachable host's own ``address:port`` (its ``value``) reads ``<address>:<port>``."""
-        if self.code != "ssh.unreachable" or not isinstance(self.value, str) or not self.value:
+        from mfctl.transport.ssh import without_endpoint
+
+        if self.code != "ssh.unreachable" or not isinstance(self.value, str):
             return self.message
-        addr, _, port = self.value.rpartition(":")
-        return self.message.replace(f"[{addr}]:{port}", "<address>:<port>").replace(self.value, "<address>:<port>")
+        return without_endpoint(self.message, self.value)
 
 
 @dataclass
@@ -506,7 +507,7 @@ def full_sweep(pool, inv, hosts: list[str] | None = None, limits: dict[str, floa
                 return None
 
         r = pool.run(name, ["dmesg", "--level=err,warn"])
-        if r.ok:
+        if r.ok and "NVRM: Xid" in r.stdout:
             up = pool.run(name, ["cat", "/proc/uptime"])  # dmesg stamps are seconds since boot: how old each is
             try:
                 now_up = float(up.stdout.split()[0]) if up.ok else None

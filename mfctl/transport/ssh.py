@@ -172,18 +172,24 @@ class CommandResult:
 
     @property
     def error_shared(self) -> str | None:
-        """:attr:`error` without this host's own address and port (``<address>:<port>``), so that
-        hosts that failed the same way fold into one line (``gpu[001-120]: cannot connect to
-        <address>:<port>: Connection refused``); :attr:`endpoint` keeps the address."""
-        if not self.error or not self.endpoint:
-            return self.error
-        addr, _, port = self.endpoint.rpartition(":")
-        return self.error.replace(f"[{addr}]:{port}", "<address>:<port>").replace(self.endpoint, "<address>:<port>")
+        """:attr:`error` as hosts that failed the same way share it (:func:`without_endpoint`);
+        :attr:`endpoint` keeps the address."""
+        return without_endpoint(self.error, self.endpoint) if self.error else self.error
 
     def to_dict(self) -> dict:
         return {"host": self.host, "argv": self.argv, "rc": self.rc, "ok": self.ok, "stdout": self.stdout,
                 "stderr": self.stderr, "error": self.error, "elapsed_s": round(self.elapsed_s, 4),
                 "endpoint": self.endpoint or None}
+
+
+def without_endpoint(text: str, endpoint: str | None) -> str:
+    """``text`` with a host's own ``address:port`` (also ``[address]:port``, as known_hosts writes
+    it) read as ``<address>:<port>``, so that hosts that failed the same way fold into one line
+    (``gpu[001-120]: cannot connect to <address>:<port>: Connection refused``)."""
+    if not endpoint:
+        return text
+    addr, _, port = endpoint.rpartition(":")
+    return text.replace(f"[{addr}]:{port}", "<address>:<port>").replace(endpoint, "<address>:<port>")
 
 
 def quote_argv(argv: Sequence[str]) -> str:
@@ -299,6 +305,11 @@ class SSHPool:
             with self._exec_locks[host]:
                 self._failed[host] = e
 
+    def _forget(self, host: str) -> None:
+        """Close ``host``'s command session and drop a connection failure kept for it."""
+        self._drop_exec(host)
+        self._failed.pop(host, None)
+
     def _drop_exec(self, host: str) -> None:
         s = self._exec.pop(host, None)
         if s is not None:
@@ -388,12 +399,10 @@ class Batch:
             self.pool._connect_ahead(host)
             if not self._go.wait(self._wait_limit_s):
                 self._expired = True
-                self.pool._drop_exec(host)
-                self.pool._failed.pop(host, None)
+                self.pool._forget(host)
                 return _LATE
         if self._cancelled or self._stop:
-            self.pool._drop_exec(host)
-            self.pool._failed.pop(host, None)
+            self.pool._forget(host)
             return None
         r = self.pool.run(host, self._argv_for(host), timeout=self._timeout, abort=self._abort)
         if self._close:
