@@ -1,10 +1,20 @@
-"""The testbed lock: one run (or OCS change) at a time per testbed (filelock)."""
+"""Locks (filelock): one run (or change) at a time per testbed, and per device.
+
+- :class:`TestbedLock` — keyed by the inventory's name, in ``<state_dir>/locks/``: one run or
+  provisioning of a testbed's hosts at a time.
+- :class:`DeviceLock` — keyed by a device's identity (what the device says of itself, and the
+  endpoint it is reached at), in :func:`lock_dir`, which every state directory and user of the
+  machine share: a renamed copy of the inventory, another ``MFCTL_STATE_DIR`` or a second
+  transport to the same OCS is excluded too.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,14 +30,42 @@ def lock_path(testbed: str) -> Path:
     return d / f"{testbed}.lock"
 
 
-class TestbedLock:
-    """``with TestbedLock(name, purpose):`` — raises LockError (exit 5) if held elsewhere."""
+def lock_dir() -> Path:
+    """``MFCTL_LOCK_DIR``, else ``/run/lock/mfctl`` where it can be made (Debian's ``/run/lock`` is
+    world-writable and sticky), else ``<tmp>/mfctl-locks``; created mode 1777 so that every user's
+    mfctl sees the same locks."""
+    explicit = settings.get("lock_dir")
+    candidates = [Path(explicit).expanduser()] if explicit else [Path("/run/lock/mfctl"),
+                                                                  Path(tempfile.gettempdir()) / "mfctl-locks"]
+    for d in candidates:
+        try:
+            if not d.is_dir():
+                d.mkdir(parents=True, exist_ok=True)
+                os.chmod(d, 0o1777)
+            if os.access(d, os.W_OK | os.X_OK):
+                return d
+        except OSError:
+            continue
+    from mfctl.errors import ConfigError
 
-    def __init__(self, testbed: str, purpose: str, timeout: float = 0.0):
-        self.testbed, self.purpose, self.timeout = testbed, purpose, timeout
-        self.path = lock_path(testbed)
-        self.info = self.path.with_suffix(".holder.json")
-        self._lock = FileLock(str(self.path))
+    raise ConfigError(f"no usable lock directory ({', '.join(map(str, candidates))}); set MFCTL_LOCK_DIR")
+
+
+def safe_key(text: str) -> str:
+    """``text`` as a file name: letters, digits, ``. _ -``; anything else becomes ``_``."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:120] or "_"
+
+
+class _Lock:
+    """Shared body: acquire with a timeout, write who holds it, raise LockError naming them."""
+
+    what = "lock"
+
+    def __init__(self, path: Path, name: str, purpose: str, timeout: float = 0.0):
+        self.name, self.purpose, self.timeout = name, purpose, timeout
+        self.path = path
+        self.info = path.with_suffix(".holder.json")
+        self._lock = FileLock(str(path), mode=0o666)
 
     def holder(self) -> dict | None:
         try:
@@ -35,17 +73,43 @@ class TestbedLock:
         except (OSError, json.JSONDecodeError):
             return None
 
-    def __enter__(self) -> "TestbedLock":
+    def __enter__(self):
         try:
             self._lock.acquire(timeout=self.timeout)
         except Timeout:
             h = self.holder() or {}
-            raise LockError(f"testbed {self.testbed!r} is locked by pid {h.get('pid', '?')} on {h.get('host', '?')} "
+            raise LockError(f"{self.what} {self.name!r} is locked by pid {h.get('pid', '?')} on {h.get('host', '?')} "
                             f"for {h.get('purpose', '?')!r} since {h.get('since', '?')}") from None
-        self.info.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "purpose": self.purpose,
-                                         "since": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+        try:
+            self.info.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "purpose": self.purpose,
+                                             "since": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+        except OSError:
+            pass  # another user's stale holder file: the lock itself is what excludes
         return self
 
     def __exit__(self, *exc) -> None:
-        self.info.unlink(missing_ok=True)
+        try:
+            self.info.unlink(missing_ok=True)
+        except OSError:
+            pass
         self._lock.release()
+
+
+class TestbedLock(_Lock):
+    """``with TestbedLock(name, purpose):`` — raises LockError (exit 5) if held elsewhere."""
+
+    what = "testbed"
+
+    def __init__(self, testbed: str, purpose: str, timeout: float = 0.0):
+        super().__init__(lock_path(testbed), testbed, purpose, timeout)
+        self.testbed = testbed
+
+
+class DeviceLock(_Lock):
+    """``with DeviceLock(key, purpose):`` — one writer per device on this machine, whatever the
+    inventory or state directory. ``key`` names the device (see :mod:`mfctl.ocs.identity`)."""
+
+    what = "device"
+
+    def __init__(self, key: str, purpose: str, timeout: float = 0.0):
+        super().__init__(lock_dir() / f"{safe_key(key)}.lock", key, purpose, timeout)

@@ -8,7 +8,8 @@ import pytest
 from conftest import PROTOTYPE, mfctl_cmd
 from mfctl import mockctl
 from mfctl.inventory import load_inventory
-from mfctl.ocs.journal import Journal, ocs_journal_path
+from mfctl.ocs.identity import journal_path, known_identity
+from mfctl.ocs.journal import Journal
 
 
 @pytest.fixture
@@ -99,7 +100,7 @@ def test_operator_session(mock, tmp_path):
 def test_recover_an_interrupted_change(mock):
     inv, env = mock
     # an apply that was killed after its intent: nothing reached the device
-    jpath = ocs_journal_path(load_inventory(inv))
+    jpath = journal_path(known_identity(load_inventory(inv)))
     Journal(jpath).append("ocs.intent", apply_id="deadbeef0001", ocs="ocs1", reason="killed", before=[],
                           desired=[[1, 388], [4, 385]], diff={})
     r = ocs(env, inv, "journal", check=0)

@@ -242,14 +242,15 @@ def test_logged_out_session_logs_in_again(ocs_model):
         d.keepalive()
 
 
-def test_delete_all_uses_dlt_patch_all(ocs_model, tmp_path):
+def test_delete_all_deletes_only_what_a_confirmed_read_showed(ocs_model, tmp_path):
+    """Never DLT-PATCH::ALL: on a shared switch that would cut a circuit made after our read."""
     ocs, emu = ocs_model
     j = Journal(tmp_path / "j.jsonl")
     with OCSDriver(ocs, command_timeout=5, journal=j) as d:
         d.apply({1: 50, 2: 51})
         r = d.disconnect_all(confirm=True)
-        assert r.commands == ["DLT-PATCH::ALL"] and emu.patches == {}
-    assert [x["aid"] for x in j.records() if x["op"] == "ocs.command"][-1] == "ALL"
+        assert r.commands == ["DLT-PATCH::1&2"] and emu.patches == {}
+    assert "ALL" not in [x["aid"] for x in j.records() if x["op"] == "ocs.command"]
 
 
 def test_serial_line_is_exclusive_and_the_next_transport_is_used(emu, monkeypatch):
@@ -265,7 +266,7 @@ def test_serial_line_is_exclusive_and_the_next_transport_is_used(emu, monkeypatc
 
 def test_password_never_appears_in_errors(emu, monkeypatch):
     srv = TCPServer(emu)
-    emu.faults.timeout_next = True  # ACT-USER gets no reply
+    emu.faults.timeout_verb = "ACT-USER"  # ACT-USER gets no reply
     ocs = OCS(name="o", size={"inputs": 48, "outputs": 48}, password_env="OCS_PW",
               transports=[{"kind": "tcp", "address": "127.0.0.1", "port": srv.port}])
     with pytest.raises(UnreachableError) as e:

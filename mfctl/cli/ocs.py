@@ -21,23 +21,18 @@ YES_OPT = typer.Option(False, "--yes", "-y", envvar="MFCTL_YES", help="Do not as
 
 @contextmanager
 def _driver(inventory: Path, *, mutating: bool, purpose: str = "ocs"):
+    """Connected driver, port map and the device's journal; ``mutating`` holds the device lock
+    (keyed by what the device says it is, not by the inventory) until the block ends."""
     from mfctl import settings
     from mfctl.inventory import load_inventory
-    from mfctl.lock import TestbedLock
-    from mfctl.ocs.driver import driver_from_inventory
-    from mfctl.ocs.journal import Journal, ocs_journal_path
+    from mfctl.ocs.driver import open_ocs
     from mfctl.ocs.service import PortMap
 
     inv = load_inventory(inventory)
-    journal = Journal(ocs_journal_path(inv))
-    drv = driver_from_inventory(inv, journal=journal, connect_timeout=settings.get_float("connect_timeout"),
-                                command_timeout=settings.get_float("command_timeout"))
-    if mutating:
-        with TestbedLock(inv.name, purpose), drv.connect():
-            yield inv, drv, PortMap.from_inventory(inv), journal
-    else:
-        with drv.connect():
-            yield inv, drv, PortMap.from_inventory(inv), journal
+    drv = open_ocs(inv, purpose=purpose if mutating else None, connect_timeout=settings.get_float("connect_timeout"),
+                   command_timeout=settings.get_float("command_timeout"))
+    with drv:
+        yield inv, drv, PortMap.from_inventory(inv), drv.device_journal
 
 
 def _confirm(question: str, yes: bool) -> None:
@@ -224,21 +219,28 @@ def alarms(inventory: Path = INV_OPT, wait: float = typer.Option(0.0, min=0.0, m
 @handle_errors
 def journal(inventory: Path = INV_OPT, last: int = typer.Option(30, min=1, help="Show the last N records."), json_out: bool = JSON_OPT):
     """The OCS's change journal (intent, commands, read-back, outcome, recoveries)."""
+    from rich.markup import escape
     from rich.table import Table
 
     from mfctl.inventory import load_inventory
     from mfctl.ocs.driver import pending_apply
-    from mfctl.ocs.journal import Journal, ocs_journal_path
+    from mfctl.ocs.identity import journal_path, known_identity
+    from mfctl.ocs.journal import Journal
     from mfctl.ocs.service import journal_rows
 
     inv = load_inventory(inventory)
-    j = Journal(ocs_journal_path(inv))
+    ident = known_identity(inv)
+    if ident is None:  # the journal is keyed by what the device says it is: ask it (read-only)
+        with _driver(inventory, mutating=False) as (_, drv, _, _):
+            ident = drv.identity
+    j = Journal(journal_path(ident))
     recs = j.records()
     rows = journal_rows(recs, last)
     pend = pending_apply(recs)
     if json_out:
-        emit_json({"schema": "mfctl.ocs.journal/v1", "path": str(j.path), "records": rows,
-                   "pending": pend and pend.get("apply_id")})
+        emit_json({"schema": "mfctl.ocs.journal/v1", "path": str(j.path), "device": ident.key, "records": rows,
+                   "pending": pend and pend.get("apply_id"),
+                   "damaged": [r["record"] for r in rows if r["op"] in ("corrupt", "torn")]})
         return
     con = out_console()
     if not rows:
@@ -246,11 +248,13 @@ def journal(inventory: Path = INV_OPT, last: int = typer.Option(30, min=1, help=
         return
     t = Table("seq", "time", "apply", "op", "what", caption=str(j.path))
     for r in rows:
-        t.add_row(str(r["seq"]), time.strftime("%m-%d %H:%M:%S", time.localtime(r["ts"])) if r["ts"] else "",
-                  (r["apply_id"] or "")[:8], r["op"].removeprefix("ocs."), r["summary"])
+        t.add_row(str(r["seq"] or ""), time.strftime("%m-%d %H:%M:%S", time.localtime(r["ts"])) if r["ts"] else "",
+                  escape((r["apply_id"] or "")[:8]), escape(r["op"].removeprefix("ocs.")), escape(r["summary"]))
     con.print(t)
     if pend:
-        con.print(f"[yellow]apply {pend['apply_id']} ({pend.get('reason')}) did not finish: run mfctl ocs recover[/]", highlight=False)
+        more = f", {pend['recoveries']} recovery attempt(s) interrupted" if pend["recoveries"] else ""
+        con.print(f"[yellow]apply {pend['apply_id']} ({escape(str(pend.get('reason')))}) did not finish{more}: "
+                  f"run mfctl ocs recover[/]", highlight=False)
 
 
 @app.command()
@@ -260,15 +264,11 @@ def recover(inventory: Path = INV_OPT,
             dry_run: bool = DRY_OPT, yes: bool = YES_OPT, json_out: bool = JSON_OPT):
     """Finish (default) or roll back the last interrupted OCS change found in the journal."""
     from mfctl.ocs.driver import pending_apply, recover as do_recover
+    from mfctl.ocs.service import one_way
 
     mode = "rollback" if rollback else "complete"
-    if dry_run:  # a change in progress holds the lock: it is not "unfinished", it is running
-        from mfctl.inventory import load_inventory
-        from mfctl.lock import TestbedLock
-
-        with TestbedLock(load_inventory(inventory).name, "ocs recover --dry-run"):
-            pass
-    with _driver(inventory, mutating=not dry_run, purpose="ocs recover") as (inv, drv, pm, j):
+    # the device lock even for --dry-run: a change in progress is not "unfinished", it is running
+    with _driver(inventory, mutating=True, purpose=f"ocs recover{' --dry-run' if dry_run else ''}") as (inv, drv, pm, j):
         recs = j.records()
         p = pending_apply(recs)
         if p is None:
@@ -279,8 +279,11 @@ def recover(inventory: Path = INV_OPT,
             return
         plan = do_recover(drv, recs, mode=mode, dry_run=True)
         if not json_out:
-            out_console().print(f"apply {p['apply_id']} ({p.get('reason')}) did not finish; {mode} it:", highlight=False)
-        _, d = drv.plan({i: o for i, o in (p["desired"] if mode == "complete" else p["before"])})
+            more = f", {p['recoveries']} recovery attempt(s) of it interrupted" if p["recoveries"] else ""
+            out_console().print(f"apply {p['apply_id']} ({p.get('reason')}) did not finish{more}; {mode} it "
+                                f"(to its {'desired state' if mode == 'complete' else 'state before'}):",
+                                highlight=False, markup=False)
+        _, d = drv.plan({i: o for i, o in plan["target"]})
         _render_diff(pm, d, json_out)
         if dry_run:
             if json_out:
@@ -289,7 +292,14 @@ def recover(inventory: Path = INV_OPT,
         if not d.empty:
             _confirm(f"{mode} apply {p['apply_id']}?", yes)
         out = do_recover(drv, recs, mode=mode)
+    rb = {i: o for i, o in out["readback"]}
+    out["one_way"] = [{"in": i, "out": o, "from": pm.name(i), "to": pm.name(o)} for i, o in sorted(one_way(pm, rb).items())]
     if json_out:
         emit_json({"schema": "mfctl.ocs.recover/v1", **out})
     else:
-        out_console().print(f"recovered ({mode}); the OCS now matches the journal", highlight=False)
+        con = out_console()
+        con.print(f"recovered ({mode}): the OCS holds the {'desired state' if mode == 'complete' else 'state before'} "
+                  f"of apply {p['apply_id']} (confirmed read-back, {len(rb)} cross-connects)", highlight=False)
+    for x in out["one_way"]:
+        print_error(f"one-way cross-connect {x['in']} -> {x['out']} ({x['from']} -> {x['to']}): its reverse is not "
+                    f"connected", "warning")

@@ -153,7 +153,9 @@ class OCS(_Strict):
     model: str = "Polatis Series 7000"
     size: OCSSize
     transports: list[Transport] = Field(min_length=1, description="Tried in order")
-    user: str = "admin"
+    user: str = Field("admin", description="TL1 user id (ACT-USER); a TL1 identifier")
+    sid: str | None = Field(None, description="The switch's SID (TL1 response header): checked before login")
+    serial: str | None = Field(None, description="The switch's serial number (RTRV-INV SN=): checked after login")
     password_env: str | None = Field("MFCTL_OCS_PASSWORD", pattern=r"^[A-Z_][A-Z0-9_]*$")
     password_file: str | None = None
     known_hosts: str | None = Field(None, description="known_hosts for the SSH transport")
@@ -161,6 +163,19 @@ class OCS(_Strict):
     switching_time_ms: float = Field(25.0, gt=0, description="Mirror/beam settle time (DESIGN §2)")
     power_margin_db: float = Field(3.0, ge=0, description="Margin above the optics' sensitivity before a port is flagged")
     max_pairs_per_command: int = Field(64, ge=1, description="Cross-connects per ENT/DLT-PATCH the device accepts")
+
+    @field_validator("user", "sid", "serial")
+    @classmethod
+    def _tl1_identifier(cls, v, info):
+        """Anything sent to the OCS obeys TL1's grammar: no ``; : , " &``, no control characters."""
+        from mfctl.ocs.tl1 import TL1FieldError, check_ident
+
+        if v is None:
+            return v
+        try:
+            return check_ident(f"ocs.{info.field_name}", v)
+        except TL1FieldError as e:
+            raise ValueError(e.problem) from None
 
     def password(self, base: Path | None = None) -> str:
         """The TL1 password from ``password_file`` or ``password_env`` (never the inventory)."""

@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 import tty
+import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -35,6 +36,7 @@ class Faults:
 
     deny_ports: set[int] = field(default_factory=set)  # ENT-PATCH touching these → DENY SROF
     timeout_next: bool = False  # swallow the next command: never reply (once)
+    timeout_verb: str | None = None  # swallow the next command with this verb (once)
     drop_after_command: bool = False  # close the link instead of executing the next command (once)
     die_mid_reply: bool = False  # execute the next command, send half its reply, close (once)
     drop_bytes: int = 0  # drop this many bytes from the middle of the next reply (once)
@@ -62,9 +64,12 @@ class OCSEmulator:
     def __init__(self, inputs: int, outputs: int, *, sid: str = "MOCK-OCS", user: str = "admin",
                  password: str = "", base_ms: float = 41.1, per_xc_ms: float = 0.18, delete_ms: float = 5.0,
                  insertion_loss_db: float = 1.0, tx_power_dbm: dict[int, float] | None = None,
-                 ack_after_s: float = 2.0):
+                 ack_after_s: float = 2.0, serial: str | None = None, echo: bool = False):
         self.inputs, self.outputs = inputs, outputs
         self.sid, self.user, self.password = sid, user, password
+        # unique per instance, as every real switch's serial number is (RTRV-INV::OCS → SN=)
+        self.serial = serial or "MOCK" + uuid.uuid4().hex[:10].upper()
+        self.echo = echo  # a console that echoes what it receives (some serial consoles do)
         self.base_ms, self.per_xc_ms, self.delete_ms = base_ms, per_xc_ms, delete_ms
         self.ack_after_s = ack_after_s
         self.il = insertion_loss_db
@@ -197,6 +202,9 @@ class OCSEmulator:
 
     def _cmd_RTRV_NETYPE(self, ctag, aid, params, session):
         return self.reply(ctag, lines=["POLATIS,MOCK-7000,OCS,mfctl-mock-1.0"])
+
+    def _cmd_RTRV_INV(self, ctag, aid, params, session):
+        return self.reply(ctag, lines=[f"OCS:PN=MOCK-7000-{self.inputs}x{self.outputs},SN={self.serial},HWREV=1"])
 
     def _cmd_RTRV_EQPT(self, ctag, aid, params, session):
         if aid.upper() == "SYSTEM" and "SIZE" in params.upper():
@@ -340,7 +348,10 @@ class OCSEmulator:
             data = read()
             if not data:
                 return
-            buf += data.decode("ascii", errors="replace")
+            text = data.decode("ascii", errors="replace")
+            if self.echo:
+                sess.write(text.replace(";", ";\r\n"))
+            buf += text
             while ";" in buf:
                 cmd, buf = buf.split(";", 1)
                 cmd = cmd.strip("\r\n\x00 \t")
@@ -352,6 +363,9 @@ class OCSEmulator:
                     return
                 if f.timeout_next:
                     f.timeout_next = False
+                    continue
+                if f.timeout_verb and cmd.split(":", 1)[0].strip().upper() == f.timeout_verb:
+                    f.timeout_verb = None
                     continue
                 chunks = self.execute(cmd, sess)
                 if f.die_mid_reply:

@@ -57,6 +57,7 @@ class MockTestbed:
         key_path = self.state / "client_key"
         client_key.write_private_key_file(str(key_path))
         os.chmod(key_path, 0o600)
+        self.instance = secrets.token_hex(3)
         password = secrets.token_urlsafe(18)
         pw_path = self.state / "ocs_password"
         pw_path.write_text(password + "\n")
@@ -67,6 +68,7 @@ class MockTestbed:
             for nic, lane in h.ocs_lanes():
                 tx_power[lane.ocs_tx] = LANE_TX_DBM
         self.ocs = OCSEmulator(inv.ocs.size.inputs, inv.ocs.size.outputs, sid=inv.ocs.name.upper(), user=inv.ocs.user,
+                               serial=f"MOCK{self.instance.upper()}{secrets.token_hex(3).upper()}",
                                password=password, insertion_loss_db=inv.ocs.insertion_loss_db,
                                base_ms=inv.ocs.switching_time_ms + 16.1, tx_power_dbm=tx_power)
         self.slurm = MockSlurm({h.name: h.gpus.count for h in inv.hosts}, self.state, self.time_scale)
@@ -114,7 +116,9 @@ class MockTestbed:
         (self.state / "known_hosts").write_text("\n".join(known_hosts) + "\n")
 
         doc = inv.model_dump(mode="json", exclude={"source"})
-        doc["name"] = f"{inv.name}-mock"
+        # every mock instance is a testbed of its own: its name (the testbed lock, NIC counter history)
+        # and its OCS's serial (the device lock and journal) are never another mock's
+        doc["name"] = f"{inv.name}-mock-{self.instance}"
         doc["description"] = f"mock of {inv.name} on 127.0.0.1 (written by mfctl mock up; do not edit)"
         doc["ssh"] = {"known_hosts": str(self.state / "known_hosts"), "host_key_policy": "strict"}
         for h in doc["hosts"]:
@@ -124,6 +128,8 @@ class MockTestbed:
             {"kind": "ssh", "address": "127.0.0.1", "port": self.ocs_ssh.port},
             {"kind": "tcp", "address": "127.0.0.1", "port": self.tcp.port},
         ]
+        doc["ocs"]["sid"] = self.ocs.sid
+        doc["ocs"]["serial"] = self.ocs.serial
         doc["ocs"]["password_env"] = None
         doc["ocs"]["password_file"] = str(pw_path)
         doc["ocs"]["known_hosts"] = str(self.state / "known_hosts")

@@ -63,6 +63,11 @@ class TL1Client:
         self._items: collections.deque = collections.deque()  # decoded, not yet consumed
         self.last_atag: int | None = None
         self.atag_gaps: list[tuple[int, int]] = []  # (expected, got): autonomous messages lost
+        self._secrets: set[str] = set()  # values sent with secret=True: redacted from every log and error
+
+    def redact(self, text: str) -> str:
+        """``text`` without any password this client has sent (nor any echoed ACT-USER payload)."""
+        return tl1.redact(text, self._secrets)
 
     def next_ctag(self) -> str:
         return str(next(self._ctags) % 999999 or 1)
@@ -74,8 +79,10 @@ class TL1Client:
         timeout = self.command_timeout if timeout is None else timeout
         with self._lock:
             ctag = self.next_ctag()
-            msg = tl1.encode(verb, ctag, tid=tid, aid=aid, params=params)
-            text = msg.decode() if not secret else tl1.encode(verb, ctag, tid=tid, aid=aid, params="******").decode()
+            msg = tl1.encode(verb, ctag, tid=tid, aid=aid, params=params, secret=secret)
+            if secret and params:
+                self._secrets.add(params)
+            text = self.redact(msg.decode())
             log.debug("tl1 > %s", text)
             try:
                 self.stream.write(msg)
@@ -92,8 +99,9 @@ class TL1Client:
                     elif isinstance(item, tl1.Ack):
                         deadline = max(deadline, time.monotonic() + timeout)  # in progress: extend
                     elif isinstance(item, tl1.Garbage):
-                        self.garbage.append(item.raw)
-                        log.warning("tl1: ignoring unrecognised text %r", item.raw[:80])
+                        raw = self.redact(item.raw)
+                        self.garbage.append(raw)
+                        log.warning("tl1: ignoring unrecognised text %r", raw[:80])
                     elif item.ctag != ctag:
                         log.warning("tl1: reply for CTAG %s while waiting for %s (stale), ignored", item.ctag, ctag)
                     else:
@@ -107,6 +115,10 @@ class TL1Client:
                         if item.more:
                             continue
                         log.debug("tl1 < %s %s (%d lines)", ctag, merged.code, len(merged.lines))
+                        if self._secrets:  # a device may quote what it was sent
+                            merged.raw = self.redact(merged.raw)
+                            merged.lines = [self.redact(x) for x in merged.lines]
+                            merged.comments = [self.redact(x) for x in merged.comments]
                         if merged.code == "PRTL":
                             raise TL1Partial(text, merged)
                         if merged.code != "COMPLD":
@@ -115,7 +127,7 @@ class TL1Client:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TL1Timeout(f"{self.stream.name}: no reply to {text!r} within {timeout:g} s "
-                                     f"(command timeout); last read: {self._last_read[-120:]!r}")
+                                     f"(command timeout); last read: {self.redact(self._last_read)[-120:]!r}")
                 self._pull(min(remaining, 0.5), f"link lost waiting for {text!r}")
 
     def _pull(self, timeout: float, context: str) -> None:
@@ -126,7 +138,7 @@ class TL1Client:
             raise TL1ConnectionError(f"{self.stream.name}: {context}: {e}") from e
         if data:
             chunk = data.decode("ascii", errors="replace")
-            self._last_read = (self._last_read + chunk)[-400:]
+            self._last_read = self.redact(self._last_read + chunk)[-400:]
             self._items.extend(self.decoder.feed(chunk))
 
     def _autonomous(self, item: tl1.Autonomous) -> None:

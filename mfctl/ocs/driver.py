@@ -17,6 +17,7 @@ from pathlib import Path
 from mfctl.errors import ConfigError, OperationFailed, UnreachableError
 from mfctl.ocs import tl1
 from mfctl.ocs.client import TL1Client, TL1ConnectionError, TL1Deny, TL1Partial, TL1Timeout
+from mfctl.ocs.identity import DeviceIdentity, WrongDevice, check_expected, parse_netype, parse_serial
 from mfctl.ocs.journal import Journal
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,11 @@ _PATCH_RE = re.compile(r"^\s*(\d+)\s*,\s*(\d+)\s*$")
 _PORT_VALUE_RE = re.compile(r"^\s*(\d+)\s*:\s*(\S+)\s*$")
 DARK_FLOOR_DBM = -50.0  # readings at or below this are "no light" (OPM floor class)
 _SIZE_RE = re.compile(r"SIZE=(\d+)x(\d+)", re.I)
+
+
+class UnconfirmedRead(OperationFailed):
+    """The OCS's state could not be confirmed (inconsistent replies, or reads that disagree):
+    nothing is decided on it."""
 
 
 @dataclass
@@ -81,7 +87,7 @@ class OCSDriver:
     def __init__(self, ocs, *, base_dir: Path | None = None, known_hosts: str | None = None,
                  host_key_policy: str = "strict", connect_timeout: float = 10.0,
                  command_timeout: float = 10.0, journal: Journal | list[Journal] | None = None,
-                 max_pairs_per_command: int = 64, retries: int = 2):
+                 max_pairs_per_command: int = 64, retries: int = 2, read_attempts: int = 5):
         self.ocs = ocs
         self.base_dir = base_dir
         self.known_hosts = known_hosts or ocs.known_hosts or "~/.ssh/known_hosts"
@@ -95,7 +101,12 @@ class OCSDriver:
         self.retries = retries
         self.client: TL1Client | None = None
         self.endpoint: str | None = None
+        self.identity: DeviceIdentity | None = None
+        self.device_lock = None  # mfctl.lock.DeviceLock while held (open_ocs)
+        self.device_journal: Journal | None = None
         self.size: tuple[int, int] | None = None
+        self.read_attempts = read_attempts
+        self.reads = 0  # RTRV-PATCH commands sent (confirmation costs included), for benchmarks
 
     # --- connection -------------------------------------------------------------------
     def _open(self, t):
@@ -116,7 +127,8 @@ class OCSDriver:
         return streams.SSHStream(target, connect_timeout=self.connect_timeout)
 
     def connect(self) -> "OCSDriver":
-        """Open the first reachable transport, log in, read the switch size. Raises UnreachableError."""
+        """Open the first reachable transport, check the device's SID (before the password is
+        sent), log in, read identity and switch size. Raises UnreachableError, WrongDevice."""
         errors = []
         for t in self.ocs.transports:
             try:
@@ -127,23 +139,63 @@ class OCSDriver:
             self.client = TL1Client(stream, command_timeout=self.command_timeout)
             self.endpoint = stream.name
             try:
+                sid = self._probe_sid()
                 self._login()
+                self.identity = self._identify(sid)
                 # read directly, not through _read(): its reconnect would call connect() again, without end
                 self.size = self._size(self.client.command("RTRV-EQPT", aid="SYSTEM", params="PARAMETER=SIZE"))
             except (TL1ConnectionError, TL1Timeout) as e:
                 errors.append(str(e))
                 self.client.close()
                 continue
+            except BaseException:
+                self.client.close()
+                self.client = None
+                raise
             if self.size != (self.ocs.size.inputs, self.ocs.size.outputs):
                 raise OperationFailed(f"OCS {self.ocs.name} reports size {self.size[0]}x{self.size[1]}, "
                                       f"inventory says {self.ocs.size.inputs}x{self.ocs.size.outputs}")
-            log.info("OCS %s connected via %s", self.ocs.name, self.endpoint)
+            log.info("OCS %s connected via %s (device %s)", self.ocs.name, self.endpoint, self.identity.key)
             return self
         raise UnreachableError(f"OCS {self.ocs.name}: no transport reachable: " + " | ".join(errors))
 
+    def _probe_sid(self) -> str:
+        """The SID of the response header of ``RTRV-HDR`` (answered, if only with ``PLNA``, before
+        login). Checked against the inventory's ``ocs.sid`` before any password is sent."""
+        try:
+            sid = self.client.command("RTRV-HDR", timeout=self.connect_timeout).sid
+        except TL1Deny as e:
+            sid = e.reply.sid
+        check_expected(self.ocs, sid=sid, endpoint=self.endpoint)
+        return sid
+
+    def _identify(self, sid: str) -> DeviceIdentity:
+        """Vendor/model (``RTRV-NETYPE``) and serial (``RTRV-INV::OCS``); a device that refuses
+        either is identified by SID and endpoint. Raises WrongDevice on a serial mismatch."""
+        vendor = model = serial = None
+        try:
+            vendor, model = parse_netype(self.client.command("RTRV-NETYPE").lines)
+        except TL1Deny:
+            pass
+        try:
+            serial = parse_serial(self.client.command("RTRV-INV", aid="OCS").lines)
+        except TL1Deny:
+            pass
+        check_expected(self.ocs, serial=serial, endpoint=self.endpoint)
+        if self.identity is not None and self.identity.serial and self.identity.serial != serial:
+            raise WrongDevice(f"OCS {self.ocs.name}: reconnected via {self.endpoint} to serial {serial!r}, "
+                              f"not {self.identity.serial!r} as before: refusing to continue on another switch")
+        return DeviceIdentity(sid=sid, endpoint=self.endpoint, serial=serial, vendor=vendor, model=model)
+
     def _login(self) -> None:
-        """ACT-USER within the connect timeout; the password never reaches a log or error."""
+        """ACT-USER within the connect timeout; user and password are checked against TL1's
+        grammar first (a reserved character is a ConfigError, never sent) and the password never
+        reaches a log or error."""
         pw = self.ocs.password(self.base_dir)
+        tl1.check_ident("ocs.user", self.ocs.user)
+        src = f"${self.ocs.password_env}" if not self.ocs.password_file and self.ocs.password_env else "ocs.password_file"
+        if pw:
+            tl1.check_text(f"OCS password (from {src})", pw, secret=True)
         self.client.command("ACT-USER", aid=self.ocs.user, params=pw, secret=True, timeout=self.connect_timeout)
 
     def reconnect(self) -> None:
@@ -152,13 +204,21 @@ class OCSDriver:
         self.connect()
 
     def close(self) -> None:
-        if self.client is not None:
-            try:
-                self.client.command("CANC-USER", aid=self.ocs.user, timeout=2.0)
-            except (TL1Deny, TL1ConnectionError, UnreachableError):
-                pass
-            self.client.close()
-            self.client = None
+        """Log out, close the link, release the device lock (if :func:`open_ocs` took one)."""
+        try:
+            if self.client is not None:
+                try:
+                    self.client.command("CANC-USER", aid=self.ocs.user, timeout=2.0)
+                except (TL1Deny, TL1ConnectionError, UnreachableError):
+                    pass
+                self.client.close()
+                self.client = None
+        finally:
+            lock, self.device_lock = self.device_lock, None
+            if lock is not None:
+                lock.__exit__(None, None, None)
+            for j in self.journals:
+                j.close()
 
     def __enter__(self) -> "OCSDriver":
         return self.connect() if self.client is None else self
@@ -200,16 +260,52 @@ class OCSDriver:
                 return int(m.group(1)), int(m.group(2))
         raise OperationFailed(f"OCS {self.ocs.name}: RTRV-EQPT SIZE reply has no SIZE=NxM: {r.lines}")
 
-    def cross_connects(self) -> dict[int, int]:
-        """Read every cross-connect (RTRV-PATCH) as ``{input: output}``."""
+    def read_cross_connects_once(self) -> dict[int, int]:
+        """One ``RTRV-PATCH`` as ``{input: output}``, checked for consistency: every line
+        ``in,out``, inputs within 1..N and outputs within N+1..N+M of this switch, no port twice.
+        Raises :class:`UnconfirmedRead` on a reply that breaks any of these (a garbled wire)."""
+        self.reads += 1
         r = self._read("RTRV-PATCH")
+        n, m = self.size or (self.ocs.size.inputs, self.ocs.size.outputs)
         out: dict[int, int] = {}
+        seen_out: set[int] = set()
         for ln in r.lines:
-            m = _PATCH_RE.match(ln)
-            if not m:
-                raise OperationFailed(f"OCS {self.ocs.name}: RTRV-PATCH line {ln!r} is not 'in,out'")
-            out[int(m.group(1))] = int(m.group(2))
+            mt = _PATCH_RE.match(ln)
+            if not mt:
+                raise UnconfirmedRead(f"OCS {self.ocs.name}: RTRV-PATCH line {ln[:60]!r} is not 'in,out'")
+            i, o = int(mt.group(1)), int(mt.group(2))
+            if not (1 <= i <= n and n < o <= n + m):
+                raise UnconfirmedRead(f"OCS {self.ocs.name}: RTRV-PATCH line {ln[:60]!r}: not input (1..{n}) -> "
+                                      f"output ({n + 1}..{n + m})")
+            if i in out or o in seen_out:
+                raise UnconfirmedRead(f"OCS {self.ocs.name}: RTRV-PATCH lists port {i if i in out else o} twice")
+            out[i] = o
+            seen_out.add(o)
         return out
+
+    def cross_connects(self) -> dict[int, int]:
+        """Every cross-connect as ``{input: output}``, *confirmed*: read until two consecutive
+        consistent reads agree (at most ``read_attempts`` reads; 2 on a clean wire). A read that
+        decides anything — a change's ``before``, its read-back, a retry's target — comes from
+        here, so a corrupted but well-formed reply is never acted on. Raises
+        :class:`UnconfirmedRead` when no two reads agree."""
+        prev: dict[int, int] | None = None
+        problems: list[str] = []
+        for _ in range(max(2, self.read_attempts)):
+            try:
+                cur = self.read_cross_connects_once()
+            except UnconfirmedRead as e:
+                problems.append(str(e))
+                prev = None
+                continue
+            if prev is not None and cur == prev:
+                return cur
+            if prev is not None:
+                problems.append(f"two reads disagree ({len(prev)} vs {len(cur)} cross-connects)")
+                log.warning("OCS %s: two RTRV-PATCH reads disagree; reading again", self.ocs.name)
+            prev = cur
+        raise UnconfirmedRead(f"OCS {self.ocs.name}: no two of {max(2, self.read_attempts)} RTRV-PATCH reads agreed: "
+                              + "; ".join(problems[-3:]))
 
     def _port_values(self, verb: str, ports: list[int] | None) -> dict[int, str]:
         aid = tl1.format_aid(sorted(ports)) if ports else f"1&&{self.ocs.size.total}"
@@ -269,25 +365,34 @@ class OCSDriver:
             if not (1 <= i <= n and n < o <= n + m):
                 raise ConfigError(f"cross-connect {i}->{o} is not input (1..{n}) -> output ({n + 1}..{n + m})")
 
-    def apply(self, desired: dict[int, int], *, reason: str = "") -> ApplyResult:
-        """Make the OCS hold exactly ``desired``: change only what differs, batched into as
-        few commands as the device accepts (``max_pairs_per_command``), read back, and retry
-        only what did not take (``retries`` times).
+    def apply(self, desired: dict[int, int], *, reason: str = "", chain: dict | None = None) -> ApplyResult:
+        """Make the OCS hold exactly ``desired``: change only what differs from a confirmed read,
+        batched into as few commands as the device accepts (``max_pairs_per_command``), read back
+        (confirmed), and retry only what did not take (``retries`` times).
 
         Journal (every record fsync'd, all with the same ``apply_id``): ``ocs.intent``
-        (before/desired/diff), ``ocs.command`` (sent, then COMPLD/denied/link-lost/timeout),
-        ``ocs.retry``, ``ocs.verify``, ``ocs.outcome``. Raises :class:`TL1Deny` when the
-        device refuses, :class:`OperationFailed` when the read-back still differs.
-        """
+        (before/desired/diff; with ``chain`` — the pending change a recovery continues, as
+        :func:`pending_apply` returns it — also ``chain``, ``chain_before``, ``chain_desired``),
+        ``ocs.command`` (sent, then COMPLD/denied/link-lost/timeout), ``ocs.retry``,
+        ``ocs.verify``, ``ocs.outcome``.
+
+        A ``DENY`` of a change that is not itself a recovery rolls back to ``before`` at once (a
+        recovery in the same chain, journalled ``ocs.recovered``), then raises :class:`TL1Deny`
+        saying so; if that fails too, the change stays pending for ``mfctl ocs recover``. Raises
+        :class:`OperationFailed` when the read-back still differs after the retries."""
         current, d = self.plan(desired)
         apply_id = uuid.uuid4().hex[:12]
-        self._journal("ocs.intent", apply_id=apply_id, ocs=self.ocs.name, reason=reason, before=_pairs(current),
-                      desired=_pairs(desired), diff=d.to_dict())
+        intent = {"apply_id": apply_id, "ocs": self.ocs.name, "reason": reason, "before": _pairs(current),
+                  "desired": _pairs(desired), "diff": d.to_dict(),
+                  "device": self.identity.key if self.identity else None}
+        if chain:
+            intent |= {"chain": chain["apply_id"], "chain_before": chain["before"], "chain_desired": chain["desired"]}
+        self._journal("ocs.intent", **intent)
         commands: list[str] = []
         t0 = time.monotonic()
         readback = current
         try:
-            self._execute(apply_id, d, commands)
+            self._execute(apply_id, d, commands, confirmed=current)
             t_switch = (time.monotonic() - t0) * 1000
             t1 = time.monotonic()
             readback = self.cross_connects()
@@ -297,19 +402,13 @@ class OCSDriver:
                 d2 = diff(readback, desired)
                 self._journal("ocs.retry", apply_id=apply_id, attempt=attempt, diff=d2.to_dict())
                 log.warning("OCS %s: read-back differs, retrying %d change(s)", self.ocs.name, len(d2.add) + len(d2.delete))
-                self._execute(apply_id, d2, commands)
+                self._execute(apply_id, d2, commands, confirmed=readback)
                 readback = self.cross_connects()
             t_verify = (time.monotonic() - t1) * 1000
         except TL1Deny as e:
-            # the switch refused: if it still holds what it held before, the change is over (nothing to recover)
-            unchanged = None
-            try:
-                unchanged = self.cross_connects() == current
-            except (TL1Deny, TL1ConnectionError, TL1Timeout, UnreachableError):
-                pass
-            self._journal("ocs.outcome", apply_id=apply_id, ocs=self.ocs.name, ok=False, error=str(e), unchanged=unchanged)
+            self._after_deny(e, apply_id, current, desired, rollback=chain is None)
             raise
-        except (TL1ConnectionError, TL1Timeout) as e:
+        except (TL1ConnectionError, TL1Timeout, UnreachableError, UnconfirmedRead) as e:
             self._journal("ocs.outcome", apply_id=apply_id, ocs=self.ocs.name, ok=False, error=str(e))
             raise
         ok = readback == desired
@@ -321,13 +420,44 @@ class OCSDriver:
             missing = {i: o for i, o in desired.items() if readback.get(i) != o}
             extra = {i: o for i, o in readback.items() if desired.get(i) != o}
             raise OperationFailed(f"OCS {self.ocs.name}: read-back differs from plan after {self.retries} retries: "
-                                  f"missing {_pairs(missing)}, unexpected {_pairs(extra)}")
+                                  f"missing {_pairs(missing)}, unexpected {_pairs(extra)}; "
+                                  f"run mfctl ocs recover to finish or roll back")
         return res
 
-    def _execute(self, apply_id: str, d: CrossConnectDiff, commands: list[str]) -> None:
+    def _after_deny(self, e: TL1Deny, apply_id: str, before: dict[int, int], desired: dict[int, int], *,
+                    rollback: bool) -> None:
+        """Journal a refused change's outcome; roll back to ``before`` when the switch no longer
+        holds it. Amends ``e``'s message with where the OCS was left."""
+        try:
+            now = self.cross_connects()
+        except (TL1Deny, TL1ConnectionError, TL1Timeout, UnreachableError, UnconfirmedRead):
+            now = None
+        unchanged = now == before if now is not None else None
+        self._journal("ocs.outcome", apply_id=apply_id, ocs=self.ocs.name, ok=False, error=str(e), unchanged=unchanged)
+        e.left = "unchanged" if unchanged else "unknown"
+        if unchanged or now is None or not rollback:
+            if not unchanged:
+                e.args = (f"{e.args[0]}; the OCS may be half-changed: run mfctl ocs recover",)
+            return
+        log.warning("OCS %s: %s refused mid-change; rolling back to the state before", self.ocs.name, e.code)
+        chain = {"apply_id": apply_id, "before": _pairs(before), "desired": _pairs(desired)}
+        try:
+            self.apply(before, reason=f"rollback of {apply_id} after {e.code}", chain=chain)
+        except (TL1Deny, TL1ConnectionError, TL1Timeout, UnreachableError, OperationFailed) as e2:
+            e.args = (f"{e.args[0]}; the rollback failed too ({e2}): run mfctl ocs recover",)
+            return
+        self._journal("ocs.recovered", apply_id=apply_id, mode="rollback", changed=True, auto=True)
+        e.left = "rolled-back"
+        e.args = (f"{e.args[0]}; rolled back: the OCS holds what it held before (confirmed read)",)
+
+    def _execute(self, apply_id: str, d: CrossConnectDiff, commands: list[str], *, confirmed: dict[int, int]) -> None:
         """Send the diff: deletions first (they free ports), then additions, in batches.
+        Only cross-connects that the confirmed read ``confirmed`` shows are ever deleted.
         A lost link or a timeout mid-command is survived: reconnect, and let the read-back
         decide what took."""
+        stray = {i: o for i, o in d.delete.items() if confirmed.get(i) != o}
+        if stray:
+            raise OperationFailed(f"OCS {self.ocs.name}: refusing to delete {_pairs(stray)}: no confirmed read showed them")
         n = max(1, self.max_pairs_per_command)
         dels = sorted(d.delete)
         adds = sorted(d.add)
@@ -357,53 +487,58 @@ class OCSDriver:
                           ms=round((time.monotonic() - t) * 1000, 3), sync=False)
 
     def disconnect_all(self, *, confirm: bool = False, reason: str = "") -> ApplyResult:
-        """Remove every cross-connect with ``DLT-PATCH::ALL``, journalled and read back.
-        Refuses unless ``confirm`` (it darkens every circuit on the switch)."""
+        """Remove every cross-connect that a confirmed read shows (``DLT-PATCH`` of exactly those
+        ports, never ``ALL``: a cross-connect made meanwhile by someone else is not ours to cut),
+        journalled and read back. Refuses unless ``confirm`` (it darkens every circuit)."""
         if not confirm:
             raise OperationFailed("refusing to delete ALL cross-connects without explicit confirmation")
-        current, d = self.plan({})
-        apply_id = uuid.uuid4().hex[:12]
-        self._journal("ocs.intent", apply_id=apply_id, ocs=self.ocs.name, reason=reason or "disconnect all",
-                      before=_pairs(current), desired=[], diff=d.to_dict())
-        t0 = time.monotonic()
-        self._journal("ocs.command", apply_id=apply_id, ocs=self.ocs.name, verb="DLT-PATCH", aid="ALL", state="sent")
-        try:
-            self.client.command("DLT-PATCH", aid="ALL")
-        except (TL1Deny, TL1ConnectionError, TL1Timeout) as e:
-            self._journal("ocs.outcome", apply_id=apply_id, ocs=self.ocs.name, ok=False, error=str(e))
-            raise
-        t_switch = (time.monotonic() - t0) * 1000
-        readback = self.cross_connects()
-        ok = readback == {}
-        self._journal("ocs.verify", apply_id=apply_id, ocs=self.ocs.name, readback=_pairs(readback), matches=ok, sync=False)
-        self._journal("ocs.outcome", apply_id=apply_id, ocs=self.ocs.name, ok=ok, t_switch_ms=round(t_switch, 3))
-        if not ok:
-            raise OperationFailed(f"OCS {self.ocs.name}: cross-connects remain after DLT-PATCH::ALL: {_pairs(readback)}")
-        return ApplyResult(diff=d, readback=readback, verified=True, t_switch_ms=t_switch, t_verify_ms=0.0,
-                           commands=["DLT-PATCH::ALL"], apply_id=apply_id)
+        return self.apply({}, reason=reason or "disconnect all")
+
+
+def _chains(records: list[dict]) -> tuple[dict | None, str | None]:
+    """The last intent and the id of the change it belongs to (its own, or the one it recovers)."""
+    last = next((r for r in reversed(records) if r.get("op") == "ocs.intent"), None)
+    if last is None:
+        return None, None
+    return last, last.get("chain") or last.get("apply_id")
 
 
 def pending_apply(records: list[dict]) -> dict | None:
-    """The last journalled change, if it never reached a good outcome and was not recovered
-    (a change the switch refused and that left it as it was is over, not pending).
+    """The last journalled change, if it never reached a good outcome and was not recovered.
 
-    Only the last intent can be pending: a later change read the device's real state as
+    A change and the recoveries of it form one chain (a recovery's intent names the change in
+    ``chain`` and carries its ``before``/``desired``): the chain is pending until the change's own
+    outcome is good (or it was refused and the switch read back unchanged) or an
+    ``ocs.recovered`` record closes it. What is returned is always the *original* change: its
+    ``apply_id``, ``reason``, ``before`` and ``desired``, with ``last_apply_id`` (the chain's last
+    intent) and ``recoveries`` (how many recovery attempts began).
+
+    Only the last chain can be pending: a later change read the device's confirmed state as
     its ``before``, so an older unfinished change is superseded, never resurrected."""
-    last = next((r for r in reversed(records) if r.get("op") == "ocs.intent"), None)
+    last, root_id = _chains(records)
     if last is None:
         return None
-    aid = last.get("apply_id")
-    done = any(r.get("apply_id") == aid and ((r.get("op") == "ocs.outcome" and (r.get("ok") or r.get("unchanged")))
-                                             or r.get("op") == "ocs.recovered")
-               for r in records)  # refused with the switch read back unchanged: over, nothing to finish
-    if done:
-        return None
-    return last
+    for r in records:
+        if r.get("apply_id") != root_id:
+            continue
+        if r.get("op") == "ocs.recovered" or (r.get("op") == "ocs.outcome" and (r.get("ok") or r.get("unchanged"))):
+            return None
+    root = next((r for r in records if r.get("op") == "ocs.intent" and r.get("apply_id") == root_id), None)
+    if last.get("chain"):
+        before, desired = last.get("chain_before"), last.get("chain_desired")
+    else:
+        before, desired = last.get("before"), last.get("desired")
+    recs = sum(1 for r in records if r.get("op") == "ocs.intent" and r.get("chain") == root_id)
+    return {"apply_id": root_id, "reason": (root or last).get("reason"), "ts": (root or last).get("ts"),
+            "before": before, "desired": desired, "last_apply_id": last.get("apply_id"), "recoveries": recs,
+            "op": "ocs.intent"}
 
 
 def recover(driver: "OCSDriver", records: list[dict], *, mode: str = "complete", dry_run: bool = False) -> dict:
-    """Finish (``complete``) or undo (``rollback``) the last interrupted apply found in
-    ``records``. Returns what was found and done; journals ``ocs.recovered``."""
+    """Finish (``complete``: the original change's ``desired``) or undo (``rollback``: its
+    ``before``) the last interrupted change found in ``records``, however many recoveries of it
+    were themselves interrupted. Returns what was found and done, with the confirmed read-back;
+    journals ``ocs.recovered`` only once the switch holds the target."""
     if mode not in ("complete", "rollback"):
         raise ValueError(f"mode must be complete or rollback, not {mode!r}")
     p = pending_apply(records)
@@ -411,14 +546,20 @@ def recover(driver: "OCSDriver", records: list[dict], *, mode: str = "complete",
         return {"pending": None, "action": "none"}
     target = {i: o for i, o in (p["desired"] if mode == "complete" else p["before"])}
     current, d = driver.plan(target)
-    out = {"pending": {"apply_id": p["apply_id"], "reason": p.get("reason"), "ts": p.get("ts")}, "mode": mode,
+    out = {"pending": {"apply_id": p["apply_id"], "reason": p.get("reason"), "ts": p.get("ts"),
+                       "recoveries": p["recoveries"], "last_apply_id": p["last_apply_id"]},
+           "mode": mode, "target": _pairs(target), "current": _pairs(current),
            "diff": d.to_dict(), "action": "dry-run" if dry_run else ("none" if d.empty else "apply")}
     if dry_run:
         return out
+    readback = current
     if not d.empty:
-        res = driver.apply(target, reason=f"recover ({mode}) of {p['apply_id']}")
+        res = driver.apply(target, reason=f"recover ({mode}) of {p['apply_id']}", chain=p)
         out["result"] = res.to_dict()
-    driver._journal("ocs.recovered", apply_id=p["apply_id"], mode=mode, changed=not d.empty)
+        readback = res.readback
+    driver._journal("ocs.recovered", apply_id=p["apply_id"], mode=mode, changed=not d.empty, readback=_pairs(readback))
+    out["readback"] = _pairs(readback)
+    out["matches"] = readback == target
     return out
 
 
@@ -429,3 +570,25 @@ def driver_from_inventory(inv, *, journal: Journal | None = None, connect_timeou
                      host_key_policy=inv.ssh.host_key_policy, connect_timeout=connect_timeout,
                      command_timeout=command_timeout, journal=journal,
                      max_pairs_per_command=inv.ocs.max_pairs_per_command)
+
+
+def open_ocs(inv, *, purpose: str | None = None, journals: list[Journal] | tuple = (),
+             connect_timeout: float = 10.0, command_timeout: float = 10.0) -> OCSDriver:
+    """A connected driver for the inventory's OCS with the device's own journal attached
+    (``driver.device_journal``, keyed by its identity: :func:`mfctl.ocs.identity.journal_path`)
+    after ``journals``; with ``purpose`` (a change is coming) also the device lock, held until
+    :meth:`OCSDriver.close`. Raises LockError (exit 5) when another mfctl holds the device,
+    whatever inventory, state directory or transport it came through."""
+    from mfctl.lock import DeviceLock
+    from mfctl.ocs.identity import journal_path
+
+    drv = driver_from_inventory(inv, connect_timeout=connect_timeout, command_timeout=command_timeout).connect()
+    try:
+        if purpose is not None:
+            drv.device_lock = DeviceLock(drv.identity.key, purpose).__enter__()
+        drv.device_journal = Journal(journal_path(drv.identity))
+        drv.journals = [*journals, drv.device_journal]
+    except BaseException:
+        drv.close()
+        raise
+    return drv

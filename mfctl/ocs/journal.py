@@ -1,17 +1,63 @@
 """Append-only, fsync'd JSON-lines journal of changes to hardware state.
 
-Each record: ``{"ts": unix seconds, "seq": n, "op": ..., ...}``. A record is on disk
-(flushed and fsync'd) before :meth:`Journal.append` returns, so an interrupted change can
-be recovered from the journal.
+Each record is one line: ``{"ts": unix seconds, "seq": n, "op": ..., ..., "crc": c}`` where
+``crc`` is the CRC-32 (zlib) of the line's JSON text without its ``crc`` field, so a damaged
+record is told apart from a good one. A record is on disk (written in full and fdatasync'd)
+before :meth:`Journal.append` returns, so an interrupted change can be recovered.
+
+Damage is expected, never glued: a crash or a full disk can leave a *torn* last line (no
+newline). The next writer seals it first — a newline ends the fragment so it stays a record
+of its own, reported as ``{"op": "torn", ...}`` by :meth:`Journal.records`, and a
+``journal.sealed`` record says where — and only then appends. A short write is completed or
+raises :class:`JournalError`; nothing that needs a record (an intent, a command about to be
+sent) proceeds without it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
+import zlib
 from pathlib import Path
+
+from mfctl.errors import OperationFailed
+
+
+class JournalError(OperationFailed):
+    """A record could not be written in full (disk full, I/O error): the change stops here."""
+
+
+def _crc(text: str) -> int:
+    return zlib.crc32(text.encode()) & 0xFFFFFFFF
+
+
+def encode_record(rec: dict) -> str:
+    """One journal line (with its newline): the record's JSON with ``crc`` appended."""
+    body = json.dumps(rec, separators=(",", ":"), default=str)
+    return body[:-1] + f',"crc":{_crc(body)}}}\n'
+
+
+_CRC_TAIL = re.compile(r',"crc":(\d+)}$')
+
+
+def decode_line(line: str) -> dict:
+    """A record from one line: the record, or ``{"op": "corrupt", "raw", "why"}`` when it is not
+    JSON or its ``crc`` does not match (records written before checksums have none: trusted)."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as e:
+        return {"op": "corrupt", "raw": line[:2000], "why": f"not JSON ({e.msg} at column {e.colno})"}
+    if not isinstance(rec, dict):
+        return {"op": "corrupt", "raw": line[:2000], "why": "not a JSON object"}
+    m = _CRC_TAIL.search(line)
+    if "crc" in rec:
+        if not m or _crc(line[: m.start()] + "}") != rec["crc"]:
+            return {"op": "corrupt", "raw": line[:2000], "why": "checksum mismatch", "seq": rec.get("seq")}
+        del rec["crc"]
+    return rec
 
 
 class Journal:
@@ -19,30 +65,76 @@ class Journal:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._seq = sum(1 for _ in open(self.path)) if self.path.exists() else 0
+        self._seq = self._last_seq()
         self._fd: int | None = None
+
+    def _last_seq(self) -> int:
+        recs = self.records()
+        return max([r["seq"] for r in recs if isinstance(r.get("seq"), int)] + [len(recs)])
+
+    def _open(self) -> int:
+        new = not self.path.exists()
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        if new:  # make the new directory entry durable too
+            dfd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+            return fd
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":  # a torn last line: seal it, never glue onto it
+            start = self._line_start(fd, size)
+            self._write_all(fd, b"\n")
+            self._seq += 1
+            rec = {"ts": round(time.time(), 6), "seq": self._seq, "op": "journal.sealed", "offset": start,
+                   "bytes": size - start, "why": "the last record was torn (no newline): kept as its own line"}
+            self._write_all(fd, encode_record(rec).encode())
+            os.fdatasync(fd)
+        return fd
+
+    @staticmethod
+    def _line_start(fd: int, size: int) -> int:
+        pos = size
+        while pos > 0:
+            k = max(0, pos - 65536)
+            chunk = os.pread(fd, pos - k, k)
+            i = chunk.rfind(b"\n")
+            if i >= 0:
+                return k + i + 1
+            pos = k
+        return 0
+
+    @staticmethod
+    def _write_all(fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(fd, view)
+            except OSError as e:
+                raise JournalError(f"journal write failed after {len(data) - len(view)} of {len(data)} bytes: "
+                                   f"{e.strerror or e}") from e
+            if n <= 0:
+                raise JournalError(f"journal write made no progress ({len(view)} bytes left)")
+            view = view[n:]
 
     def append(self, op: str, *, sync: bool = True, **fields) -> dict:
         """Append one record. With ``sync`` (the default) it is on disk (fdatasync) when this
         returns; with ``sync=False`` it is written (it survives the process being killed) and
         made durable by the next synced append — for records that recovery does not need
-        (a command's completion, the read-back), never for intents or commands about to be sent."""
+        (a command's completion, the read-back), never for intents or commands about to be sent.
+        Raises :class:`JournalError` when the record cannot be written in full."""
         with self._lock:
+            if self._fd is None:
+                self._fd = self._open()
             self._seq += 1
             rec = {"ts": round(time.time(), 6), "seq": self._seq, "op": op, **fields}
-            line = json.dumps(rec, separators=(",", ":"), default=str) + "\n"
-            if self._fd is None:
-                new = not self.path.exists()
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                if new:  # make the new directory entry durable too
-                    dfd = os.open(self.path.parent, os.O_RDONLY)
-                    try:
-                        os.fsync(dfd)
-                    finally:
-                        os.close(dfd)
-            os.write(self._fd, line.encode())
+            self._write_all(self._fd, encode_record(rec).encode())
             if sync:
-                os.fdatasync(self._fd)
+                try:
+                    os.fdatasync(self._fd)
+                except OSError as e:
+                    raise JournalError(f"journal fdatasync failed: {e.strerror or e}") from e
             return rec
 
     def close(self) -> None:
@@ -60,19 +152,18 @@ class Journal:
                 pass
 
     def records(self) -> list[dict]:
+        """Every record in order. A damaged line is ``{"op": "corrupt", ...}``; a last line
+        without its newline (torn, not yet sealed) is ``{"op": "torn", "raw": ...}``."""
         if not self.path.exists():
             return []
+        data = self.path.read_bytes()
         out = []
-        for ln in self.path.read_text().splitlines():
-            try:
-                out.append(json.loads(ln))
-            except json.JSONDecodeError:
-                out.append({"op": "corrupt", "raw": ln})
+        lines = data.split(b"\n")
+        tail = lines.pop()  # b"" when the file ends with a newline
+        for ln in lines:
+            if ln.strip():
+                out.append(decode_line(ln.decode("utf-8", errors="replace")))
+        if tail.strip():
+            out.append({"op": "torn", "raw": tail.decode("utf-8", errors="replace")[:2000],
+                        "why": "last record has no newline (a write was cut short)"})
         return out
-
-
-def ocs_journal_path(inv) -> Path:
-    """The OCS's own journal, kept across runs: ``<state_dir>/ocs/<inventory>-<ocs>.journal.jsonl``."""
-    from mfctl import settings
-
-    return settings.state_dir() / "ocs" / f"{inv.name}-{inv.ocs.name}.journal.jsonl"

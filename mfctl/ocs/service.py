@@ -217,8 +217,23 @@ def journal_summary(r: dict) -> str:
         d = r.get("diff") or {}
         return f"retry {r.get('attempt')}: -{len(d.get('delete', []))} +{len(d.get('add', []))}"
     if op == "ocs.recovered":
-        return f"recovered ({r.get('mode')})"
+        return f"recovered ({r.get('mode')}{', automatic' if r.get('auto') else ''})"
+    if op in ("corrupt", "torn"):
+        return f"DAMAGED record ({r.get('why', op)}): {str(r.get('raw', ''))[:40]!r}"
+    if op == "journal.sealed":
+        return f"sealed a torn record of {r.get('bytes')} byte(s) at offset {r.get('offset')}"
     return ""
+
+
+def one_way(pm: PortMap, xc: dict[int, int]) -> dict[int, int]:
+    """The cross-connects of ``xc`` that are not half of a duplex circuit: lane A's TX → lane B's
+    RX without B's TX → A's RX (or on ports that belong to no lane)."""
+    out = {}
+    for i, o in xc.items():
+        a, b = pm.by_tx.get(i), pm.by_rx.get(o)
+        if a is None or b is None or xc.get(b.ocs_tx) != a.ocs_rx:
+            out[i] = o
+    return out
 
 
 def journal_rows(records: list[dict], last: int) -> list[dict]:

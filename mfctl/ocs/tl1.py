@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from mfctl.errors import ConfigError
+
 CTAG_RE = re.compile(r"^[A-Za-z0-9]{1,6}$")
 
 #: GR-833 / vendor error codes. Which code a real Polatis sends for some cases is not
@@ -83,14 +85,129 @@ def parse_aid(text: str) -> list[int]:
     return out
 
 
-def encode(verb: str, ctag: str, *, tid: str = "", aid: str = "", params: str | None = None, gb: str = "") -> bytes:
-    """Encode one TL1 input message. ``params`` is the keyword/payload block (``K=V,...``)."""
+class TL1FieldError(ConfigError, ValueError):
+    """A value that would reach the OCS breaks TL1's grammar. Names the field and the
+    offending character (never the value of a secret); nothing was sent."""
+
+    def __init__(self, field: str, problem: str):
+        self.field, self.problem = field, problem
+        super().__init__(f"{field}: {problem} (TL1 reserves ; : , \" & and control characters; nothing was sent)")
+
+
+#: Characters TL1 gives a meaning to (GR-831 §3: block, parameter and list separators,
+#: quoted-string delimiter, grouping) — never allowed inside a value we send.
+RESERVED = frozenset(';:,"&')
+_IDENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+_VERB_RE = re.compile(r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+){0,2}$")
+_AID_ITEM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+_KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,31}$")
+
+
+def _describe_char(c: str) -> str:
+    if c in RESERVED:
+        return f"the reserved character {c!r}"
+    if ord(c) < 32 or ord(c) == 127:
+        return f"a control character (0x{ord(c):02x})"
+    if c.isspace():
+        return "whitespace"
+    return f"a non-ASCII character (U+{ord(c):04X})"
+
+
+def check_text(field: str, value: str, *, secret: bool = False, max_len: int = 64) -> str:
+    """A positional TL1 value (a password, a parameter value): 1..``max_len`` printable ASCII
+    characters, none of :data:`RESERVED`, no whitespace. With ``secret`` the error gives the
+    position, never the value. Returns ``value``; raises :class:`TL1FieldError`."""
+    if not isinstance(value, str) or not value:
+        raise TL1FieldError(field, "is empty")
+    if len(value) > max_len:
+        raise TL1FieldError(field, f"is {len(value)} characters long, at most {max_len}")
+    for k, c in enumerate(value):
+        if c in RESERVED or not ("!" <= c <= "~"):
+            where = f"character {k + 1}" if secret else f"{value[:40]!r} at character {k + 1}"
+            raise TL1FieldError(field, f"{where} is {_describe_char(c)}")
+    return value
+
+
+def check_ident(field: str, value: str) -> str:
+    """A TL1 identifier (user id, TID, single AID): a letter or digit, then letters, digits,
+    ``_ . -`` (at most 64). Returns ``value``; raises :class:`TL1FieldError`."""
+    if not isinstance(value, str) or not _IDENT_RE.match(value):
+        bad = next((c for c in str(value) if c in RESERVED or not ("!" <= c <= "~")), None)
+        why = f"contains {_describe_char(bad)}" if bad else "is not 1-64 letters, digits, '_', '.', '-' (starting with a letter or digit)"
+        raise TL1FieldError(field, f"{str(value)[:40]!r} {why}")
+    return value
+
+
+def check_aid(value: str, field: str = "AID") -> str:
+    """The AID block: ``ALL``, or item lists joined by ``&`` / ``&&`` (ranges), optionally two
+    such lists separated by one ``,`` (ENT-PATCH ``inputs,outputs``). Items are identifiers."""
+    if value == "":
+        return value
+    lists = value.split(",")
+    if len(lists) > 2:
+        raise TL1FieldError(field, f"{value[:40]!r} has more than one ','")
+    for lst in lists:
+        for item in re.split(r"&&?", lst):
+            if not _AID_ITEM_RE.match(item):
+                bad = next((c for c in item if c in RESERVED or not ("!" <= c <= "~")), None)
+                why = f"contains {_describe_char(bad)}" if bad else "has an empty or malformed item"
+                raise TL1FieldError(field, f"{value[:40]!r} {why}")
+    return value
+
+
+def check_params(value: str, field: str = "parameters") -> str:
+    """A keyword block ``KEY=VALUE[,KEY=VALUE...]`` (or one positional value): keys are names,
+    values :func:`check_text` values."""
+    for part in value.split(","):
+        key, eq, val = part.partition("=")
+        if eq:
+            if not _KEY_RE.match(key):
+                raise TL1FieldError(field, f"keyword {key[:20]!r} is not a name")
+            check_text(f"{field} {key}", val)
+        else:
+            check_text(field, part)
+    return value
+
+
+def encode(verb: str, ctag: str, *, tid: str = "", aid: str = "", params: str | None = None, gb: str = "",
+           secret: bool = False) -> bytes:
+    """Encode one TL1 input message. ``params`` is the keyword/payload block (``K=V,...``);
+    with ``secret`` it is one positional value (the ACT-USER password) checked without being
+    quoted in errors. Every field goes through the grammar above: a reserved character is a
+    :class:`TL1FieldError`, never sent."""
     if not CTAG_RE.match(ctag):
-        raise ValueError(f"CTAG must be 1-6 alphanumerics, got {ctag!r}")
+        raise TL1FieldError("CTAG", f"must be 1-6 alphanumerics, got {ctag[:10]!r}")
+    if not _VERB_RE.match(verb.upper()):
+        raise TL1FieldError("verb", f"{verb[:20]!r} is not VERB[-MOD1[-MOD2]]")
+    if tid:
+        check_ident("TID", tid)
+    check_aid(aid)
+    if gb:
+        check_ident("general block", gb)
     msg = f"{verb.upper()}:{tid}:{aid}:{ctag}"
     if params is not None:
+        if secret:
+            if params:
+                check_text("password", params, secret=True)
+        elif params:
+            check_params(params)
         msg += f":{gb}:{params}"
     return (msg + ";").encode("ascii")
+
+
+#: An echoed input message (a console that echoes what it is sent): ``VERB:...;`` on a line.
+ECHO_RE = re.compile(r"^\s*[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+){0,2}:[^\r\n]*;\s*$")
+_ACT_USER_RE = re.compile(r"(ACT-USER:[^:;\r\n]*:[^:;\r\n]*:[^:;\r\n]*:[^:;\r\n]*:)[^;\r\n]*", re.I)
+
+
+def redact(text: str, secrets: tuple[str, ...] | list[str] | set[str] = ()) -> str:
+    """``text`` with the payload of any ``ACT-USER`` (the password) and every string in
+    ``secrets`` replaced by ``******`` — for logs, errors and garbage kept for diagnosis."""
+    text = _ACT_USER_RE.sub(r"\1******", text)
+    for s in secrets:
+        if s:
+            text = text.replace(s, "******")
+    return text
 
 
 @dataclass
@@ -184,7 +301,8 @@ def parse_block(block: str, terminator: str = ";") -> Item:
     """Classify and parse one terminated block (without its terminator line)."""
     raw = block
     lines = [ln.rstrip("\r") for ln in block.replace("\r\n", "\n").split("\n")]
-    lines = [ln for ln in lines if ln.strip() and ln.strip() != "<"]
+    # our own command echoed by the console (some serial consoles echo input) is not part of the reply
+    lines = [ln for ln in lines if ln.strip() and ln.strip() != "<" and not ECHO_RE.match(ln)]
     if len(lines) < 2:
         return Garbage(raw)
     sid = ""

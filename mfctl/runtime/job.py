@@ -36,8 +36,8 @@ from mfctl.hosts import health, iproute
 from mfctl.inventory import load_inventory
 from mfctl.lock import TestbedLock
 from mfctl.metrics.store import MetricsStore, index_run
-from mfctl.ocs.driver import driver_from_inventory
-from mfctl.ocs.journal import Journal, ocs_journal_path
+from mfctl.ocs.driver import open_ocs
+from mfctl.ocs.journal import Journal
 from mfctl.runtime.controller import Controller
 from mfctl.runtime.launcher import Launcher
 from mfctl.runtime.playbook import Playbook, load_playbook
@@ -257,9 +257,10 @@ class Job:
 
     def _initial_topology(self) -> None:
         self.obs.phase("ocs", "connecting to the OCS")
-        self.driver = driver_from_inventory(self.inv, journal=[self.journal, Journal(ocs_journal_path(self.inv))],
-                                            connect_timeout=settings.get_float("connect_timeout"),
-                                            command_timeout=settings.get_float("command_timeout")).connect()
+        # the device lock (keyed by what the OCS says it is) is held until teardown closes the driver
+        self.driver = open_ocs(self.inv, purpose=f"mfctl run {self.pb.name} ({self.run_id})", journals=[self.journal],
+                               connect_timeout=settings.get_float("connect_timeout"),
+                               command_timeout=settings.get_float("command_timeout"))
         current = self.driver.cross_connects()
         self.journal.append("ocs.state", endpoint=self.driver.endpoint, cross_connects=sorted(current.items()))
         desired: dict[int, int] = {}
@@ -364,9 +365,9 @@ class Job:
     def _launch(self) -> None:
         hosts = [h.name for h in self.inv.hosts]
         self.token = secrets.token_hex(16)
-        self.ctrl = Controller(token=self.token, welcome=self._welcome, expected_hosts=set(hosts),
-                               listen=("127.0.0.1" if self.pb.mock.enabled else "0.0.0.0", 0))
-        addr = self.ctrl.address_str if self.pb.mock.enabled else f"{_advertised_ip()}:{self.ctrl.address[1]}"
+        bind = "127.0.0.1" if self.pb.mock.enabled else _advertised_ip(self.inv.hosts[0].ssh.address)
+        self.ctrl = Controller(token=self.token, welcome=self._welcome, expected_hosts=set(hosts), listen=(bind, 0))
+        addr = self.ctrl.address_str  # bound on the address the hosts reach, not every interface
         self.obs.phase("launch", f"launching the runtime ({self.pb.runtime.launcher}) on {len(hosts)} hosts; controller on {addr}")
         if self.pb.runtime.launcher == "slurm":
             self._submit_slurm(hosts, addr)
@@ -724,10 +725,19 @@ def _random_regular(ports: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return C
 
 
-def _advertised_ip() -> str:
+def _advertised_ip(peer: str) -> str:
+    """This machine's address towards ``peer`` (a host's SSH address): the source address the
+    kernel picks for it (a UDP connect sends nothing), which the controller binds and the
+    hosts are given. Raises UnreachableError when there is no route to ``peer``."""
     import socket
 
-    return socket.gethostbyname(socket.gethostname())
+    try:
+        family, _, _, _, sockaddr = socket.getaddrinfo(peer, 9, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect(sockaddr)
+            return s.getsockname()[0]
+    except OSError as e:
+        raise UnreachableError(f"no route from this machine to {peer} for the runtime controller: {e}") from None
 
 
 def run_playbook(path: str, **kw) -> dict:
