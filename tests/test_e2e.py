@@ -117,7 +117,8 @@ def test_worker_crash_stops_everything_and_exits_1(tmp_path):
     assert final and final[-1]["matches_plan"] is True  # the OCS is consistent with the journal
     stopped = [r for r in recs if r["op"] == "runtime.stopped"][0]["workers"]
     assert all(w["rc"] is not None or w["error"] for w in stopped.values())
-    with HeldLock("mfabric-prototype-mock", "test"):  # released
+    assert s["inventory"].startswith("mfabric-prototype-mock-")  # a mock instance of its own
+    with HeldLock(s["inventory"], "test"):  # released
         pass
     assert mockctl.status(Path(s["run_dir"]) / "mock") is None
     assert _no_runtime_left()
@@ -142,7 +143,7 @@ def test_the_preflight_sweep_is_mfctl_healths(tmp_path):
         r = subprocess.run(mfctl_cmd("metrics", "export", "latest", "--format", "prometheus"), capture_output=True,
                            text=True, env=env)
         assert "mfctl_iterations_total 0.0" in r.stdout and "mfctl_iteration_seconds" not in r.stdout  # no last one
-        assert 'inventory="mfabric-prototype-mock"' in r.stdout
+        assert f'inventory="{s["inventory"]}"' in r.stdout and s["inventory"].startswith("mfabric-prototype-mock-")
         # "latest" is one run for every command, also beside a newer run that is still going (no summary yet)
         newer = tmp_path / "runs" / "29991231-235959-000000"
         newer.mkdir()
@@ -173,10 +174,24 @@ def test_a_run_takes_health_thresholds(tmp_path, cli_env):
 
 
 def test_lock_held_exits_5(tmp_path):
-    pb = load_playbook(SHORT)
-    with HeldLock("mfabric-prototype-mock", "someone else"):
-        s = Job(pb, runs_dir=str(tmp_path / "runs")).run()
-    assert s["exit_code"] == 5 and "locked" in s["error"]
+    """A testbed (here a hand-started mock) that another run holds is refused; so is its OCS, held
+    under the device's identity whatever inventory reaches it."""
+    from mfctl.inventory import load_inventory
+    from mfctl.lock import DeviceLock
+    from mfctl.ocs.identity import known_identity
+
+    mock = mockctl.start(DATA.parent.parent / "inventory" / "mfabric-prototype.yaml", tmp_path / "mock", time_scale=50)
+    try:
+        pb = load_playbook(SHORT)
+        inv = load_inventory(mock["inventory"])
+        with HeldLock(inv.name, "someone else"):
+            s = Job(pb, inventory_override=mock["inventory"], runs_dir=str(tmp_path / "runs")).run()
+        assert s["exit_code"] == 5 and "locked" in s["error"]
+        with DeviceLock(known_identity(inv).key, "someone else's ocs apply"):
+            s = Job(pb, inventory_override=mock["inventory"], runs_dir=str(tmp_path / "runs")).run()
+        assert s["exit_code"] == 5 and "someone else's ocs apply" in s["error"] and s["iterations"] == 0
+    finally:
+        mockctl.stop(tmp_path / "mock")
 
 
 def test_ctrl_c_exits_130_and_cleans_up(tmp_path, cli_env):
