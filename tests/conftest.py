@@ -18,6 +18,7 @@ def _isolated_state(tmp_path, monkeypatch):
     monkeypatch.setenv("MFCTL_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("MFCTL_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setenv("MFCTL_LOG_FILE", str(tmp_path / "mfctl.log"))
+    monkeypatch.setenv("MFCTL_LOCK_DIR", str(tmp_path / "locks"))  # device locks: shared by state dirs, not by tests
     yield
 
 
@@ -31,6 +32,7 @@ def cli_env(tmp_path):
     env["MFCTL_STATE_DIR"] = str(tmp_path / "state")
     env["MFCTL_RUNS_DIR"] = str(tmp_path / "runs")
     env["MFCTL_LOG_FILE"] = str(tmp_path / "mfctl.log")
+    env["MFCTL_LOCK_DIR"] = str(tmp_path / "locks")
     return env
 
 

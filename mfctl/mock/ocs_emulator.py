@@ -43,6 +43,8 @@ class Faults:
     alarm_before_reply: bool = False  # send a REPT ALM before the next reply (once)
     garble_before_reply: bool = False  # send junk bytes before the next reply (once)
     partial_apply: int | None = None  # next ENT-PATCH makes only the first k cross-connects, says COMPLD (once)
+    reply_lost: bool = False  # execute the next command but send no reply (once): a timeout after the change
+    on_verb: str | None = None  # the one-shot knobs above fire only on a command with this verb (kept until cleared)
 
 
 class _Session:
@@ -143,8 +145,9 @@ class OCSEmulator:
                         pass
 
     # --- engine -------------------------------------------------------------------------
-    def execute(self, text: str, session: _Session) -> list[str]:
-        """Run one command (without the trailing ';'); return output chunks to send."""
+    def execute(self, text: str, session: _Session, armed: bool = True) -> list[str]:
+        """Run one command (without the trailing ';'); return output chunks to send. One-shot
+        faults fire only when ``armed`` (see :attr:`Faults.on_verb`)."""
         self.stats["commands"] += 1
         fields = text.strip().split(":")
         verb = fields[0].strip().upper()
@@ -157,7 +160,7 @@ class OCSEmulator:
         if tid and tid != self.sid:
             return [self.deny(ctag, "IITA", f"TID {tid} is not {self.sid}")]
         out: list[str] = []
-        f = self.faults
+        f = self.faults if armed else Faults()
         if f.alarm_before_reply:
             f.alarm_before_reply = False
             out.append(self.alarm("**", "REPT ALM OCS", ['1:MJ,LOS,SA,,,NEND,RCV:\\"Loss of light\\"']))
@@ -358,6 +361,8 @@ class OCSEmulator:
                 if not cmd:
                     continue
                 f = self.faults
+                if f.on_verb and cmd.split(":", 1)[0].strip().upper() != f.on_verb.upper():
+                    f = Faults()  # not the command the faults wait for: a clean exchange
                 if f.drop_after_command:
                     f.drop_after_command = False
                     return
@@ -367,7 +372,10 @@ class OCSEmulator:
                 if f.timeout_verb and cmd.split(":", 1)[0].strip().upper() == f.timeout_verb:
                     f.timeout_verb = None
                     continue
-                chunks = self.execute(cmd, sess)
+                chunks = self.execute(cmd, sess, armed=f is self.faults)
+                if f.reply_lost:
+                    f.reply_lost = False
+                    continue
                 if f.die_mid_reply:
                     f.die_mid_reply = False
                     text = "".join(chunks)

@@ -156,16 +156,19 @@ def check_aid(value: str, field: str = "AID") -> str:
 
 
 def check_params(value: str, field: str = "parameters") -> str:
-    """A keyword block ``KEY=VALUE[,KEY=VALUE...]`` (or one positional value): keys are names,
-    values :func:`check_text` values."""
-    for part in value.split(","):
+    """A name-defined block ``KEY=VALUE[,KEY=VALUE...]`` or one position-defined value (GR-831
+    does not mix the two in a block): keys are names, values :func:`check_text` values."""
+    parts = value.split(",")
+    if len(parts) == 1 and "=" not in value:
+        check_text(field, value)
+        return value
+    for part in parts:
         key, eq, val = part.partition("=")
-        if eq:
-            if not _KEY_RE.match(key):
-                raise TL1FieldError(field, f"keyword {key[:20]!r} is not a name")
-            check_text(f"{field} {key}", val)
-        else:
-            check_text(field, part)
+        if not eq:
+            raise TL1FieldError(field, f"{part[:20]!r} is not KEY=VALUE (a keyword block has only KEY=VALUE items)")
+        if not _KEY_RE.match(key):
+            raise TL1FieldError(field, f"keyword {key[:20]!r} is not a name")
+        check_text(f"{field} {key}", val)
     return value
 
 

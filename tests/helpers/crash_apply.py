@@ -1,7 +1,8 @@
-"""Apply a topology and die (os._exit) right after the N-th journal record is on disk.
+"""Apply a topology (or recover the journal's pending change) and die (os._exit) right after
+the N-th journal record is on disk.
 
-Used by tests/test_ocs_recover.py to kill an apply at every step.
-usage: crash_apply.py PORT JOURNAL CRASH_AFTER DESIRED_JSON
+Used by tests/test_ocs_recover.py and tests/test_ocs_integrity.py to kill -9 at every step.
+usage: crash_apply.py PORT JOURNAL CRASH_AFTER DESIRED_JSON|recover:complete|recover:rollback
 """
 
 import json
@@ -9,7 +10,7 @@ import os
 import sys
 
 from mfctl.inventory.models import OCS
-from mfctl.ocs.driver import OCSDriver
+from mfctl.ocs.driver import OCSDriver, recover
 from mfctl.ocs.journal import Journal
 
 
@@ -28,11 +29,14 @@ class CrashingJournal(Journal):
 
 
 def main():
-    port, path, crash_after, desired = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
+    port, path, crash_after, what = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
     ocs = OCS(name="ocs1", size={"inputs": 48, "outputs": 48},
               transports=[{"kind": "tcp", "address": "127.0.0.1", "port": port}], password_env="OCS_PW")
     d = OCSDriver(ocs, journal=CrashingJournal(path, crash_after), command_timeout=5).connect()
-    d.apply({int(i): int(o) for i, o in desired.items()}, reason="crash test")
+    if what.startswith("recover:"):
+        recover(d, Journal(path).records(), mode=what.split(":", 1)[1])
+    else:
+        d.apply({int(i): int(o) for i, o in json.loads(what).items()}, reason="crash test")
     print("completed")
 
 
