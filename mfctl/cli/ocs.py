@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console, print_error
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, markup, out_console, print_error
 
 app = typer.Typer(help="Drive the optical circuit switch (TL1): inspect, change with a dry-run diff, journal, recover.",
                   no_args_is_help=True)
@@ -32,7 +32,21 @@ def _driver(inventory: Path, *, mutating: bool, purpose: str = "ocs"):
     drv = open_ocs(inv, purpose=purpose if mutating else None, connect_timeout=settings.get_float("connect_timeout"),
                    command_timeout=settings.get_float("command_timeout"))
     with drv:
+        _warn_legacy_journal(inv)
         yield inv, drv, PortMap.from_inventory(inv), drv.device_journal
+
+
+def _warn_legacy_journal(inv) -> None:
+    """mfctl before device identities kept the journal by inventory name: say if one is left
+    with a change that did not finish (it is not read any more)."""
+    from mfctl import settings
+    from mfctl.ocs.driver import pending_apply
+    from mfctl.ocs.journal import Journal
+
+    old = settings.state_path() / "ocs" / f"{inv.name}-{inv.ocs.name}.journal.jsonl"
+    if old.is_file() and pending_apply(Journal(old).records()):
+        print_error(f"{old} (a journal of an older mfctl, kept by inventory name) holds a change that did not finish; "
+                    f"journals are now kept per device: check the switch with mfctl ocs show", "warning")
 
 
 def _confirm(question: str, yes: bool) -> None:
@@ -55,9 +69,9 @@ def _render_diff(pm, d, json_out: bool, extra: dict | None = None) -> None:
         con.print("no change: the OCS already holds this state")
         return
     for i, o in sorted(d.delete.items()):
-        con.print(f"[red]- {i:>4} → {o:<4}[/]  {pm.name(i)} → {pm.name(o)}", highlight=False)
+        con.print(markup("[red]- {:>4} → {:<4}[/]  {} → {}", i, o, pm.name(i), pm.name(o)), highlight=False)
     for i, o in sorted(d.add.items()):
-        con.print(f"[green]+ {i:>4} → {o:<4}[/]  {pm.name(i)} → {pm.name(o)}", highlight=False)
+        con.print(markup("[green]+ {:>4} → {:<4}[/]  {} → {}", i, o, pm.name(i), pm.name(o)), highlight=False)
     con.print(f"{len(d.delete)} to delete, {len(d.add)} to add, {len(d.keep)} unchanged")
 
 
@@ -179,10 +193,12 @@ def power(inventory: Path = INV_OPT, json_out: bool = JSON_OPT):
                    "ports": rows, "flagged": len(bad)})
     else:
         t = Table("port", "lane", "dBm", "status", title=f"{inv.ocs.name} optical power (margin {inv.ocs.power_margin_db:g} dB)")
+        from rich.text import Text
+
         colour = {"ok": "green", "low": "yellow", "dark": "red", "idle": "dim"}
         for r in rows:
             t.add_row(str(r["port"]), r["lane"], "—" if r["dbm"] is None else f"{r['dbm']:.2f}",
-                      f"[{colour[r['status']]}]{r['status']}[/]")
+                      Text(r["status"], style=colour[r["status"]]))
         out_console().print(t)
     if bad:
         raise typer.Exit(1)
@@ -219,7 +235,6 @@ def alarms(inventory: Path = INV_OPT, wait: float = typer.Option(0.0, min=0.0, m
 @handle_errors
 def journal(inventory: Path = INV_OPT, last: int = typer.Option(30, min=1, help="Show the last N records."), json_out: bool = JSON_OPT):
     """The OCS's change journal (intent, commands, read-back, outcome, recoveries)."""
-    from rich.markup import escape
     from rich.table import Table
 
     from mfctl.inventory import load_inventory
@@ -249,12 +264,12 @@ def journal(inventory: Path = INV_OPT, last: int = typer.Option(30, min=1, help=
     t = Table("seq", "time", "apply", "op", "what", caption=str(j.path))
     for r in rows:
         t.add_row(str(r["seq"] or ""), time.strftime("%m-%d %H:%M:%S", time.localtime(r["ts"])) if r["ts"] else "",
-                  escape((r["apply_id"] or "")[:8]), escape(r["op"].removeprefix("ocs.")), escape(r["summary"]))
+                  (r["apply_id"] or "")[:8], r["op"].removeprefix("ocs."), r["summary"])
     con.print(t)
     if pend:
         more = f", {pend['recoveries']} recovery attempt(s) interrupted" if pend["recoveries"] else ""
-        con.print(f"[yellow]apply {pend['apply_id']} ({escape(str(pend.get('reason')))}) did not finish{more}: "
-                  f"run mfctl ocs recover[/]", highlight=False)
+        con.print(markup("[yellow]apply {} ({}) did not finish{}: run mfctl ocs recover[/]", pend["apply_id"],
+                         pend.get("reason"), more), highlight=False)
 
 
 @app.command()
