@@ -115,7 +115,7 @@ class TL1Client:
                         if item.more:
                             continue
                         log.debug("tl1 < %s %s (%d lines)", ctag, merged.code, len(merged.lines))
-                        if self._secrets:  # a device may quote what it was sent
+                        if self._secrets and self.redact(merged.raw) != merged.raw:  # a device may quote what it was sent
                             merged.raw = self.redact(merged.raw)
                             merged.lines = [self.redact(x) for x in merged.lines]
                             merged.comments = [self.redact(x) for x in merged.comments]
@@ -138,7 +138,9 @@ class TL1Client:
             raise TL1ConnectionError(f"{self.stream.name}: {context}: {e}") from e
         if data:
             chunk = data.decode("ascii", errors="replace")
-            self._last_read = self.redact(self._last_read + chunk)[-400:]
+            self._last_read = (self._last_read + chunk)[-400:]
+            if self._secrets or "ACT-USER" in self._last_read.upper():
+                self._last_read = self.redact(self._last_read)
             self._items.extend(self.decoder.feed(chunk))
 
     def _autonomous(self, item: tl1.Autonomous) -> None:
