@@ -133,16 +133,9 @@ def test_link_dies_mid_reply_after_the_change_took(ocs_model, tmp_path):
         emu.faults.die_mid_reply = True  # hits RTRV-PATCH (the read before the change): reconnect and retry
         assert d.apply({1: 50}).verified
         # now kill the link in the middle of the ENT-PATCH reply: the change took, the reply is lost
-        orig = emu.execute
-
-        def die_on_ent(text, sess):
-            if text.upper().startswith("ENT-PATCH"):
-                emu.faults.die_mid_reply = True
-            return orig(text, sess)
-
-        emu.execute = die_on_ent
+        emu.faults.on_verb, emu.faults.die_mid_reply = "ENT-PATCH", True
         r = d.apply({1: 50, 2: 51})
-        emu.execute = orig
+        emu.faults.on_verb = None
         assert r.verified and emu.patches == {1: 50, 2: 51}
     states = [s for op, s in _journal_ops(j) if op == "ocs.command"]
     assert "link-lost" in states or "timeout" in states  # a serial line cannot tell a dead peer from silence
