@@ -9,7 +9,7 @@ the new route table → ``resume``. If the controller goes away, training contin
 last routes (the electrical switch carries whatever has no circuit).
 
 Usage inside a Megatron training script (``mfctl run`` sets MFCTL_CONTROLLER,
-MFCTL_RUN_TOKEN and MFCTL_HOST)::
+MFCTL_RUN_TOKEN_FILE — a 0600 file holding the run token — and MFCTL_HOST)::
 
     from examples.megatron_hook import MFabricHook
     hook = MFabricHook.from_env(hidden=args.hidden_size, bytes_per_element=2, leader=rank == 0)

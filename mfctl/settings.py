@@ -10,15 +10,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+#: words of a setting's name that make it a secret (``ocs_password``, ``*_token``, ``api_key``)
+SECRET_WORDS = {"password", "passwd", "token", "secret"}
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
     default: str
     help: str
+    secret: bool = False  #: never shown (``mfctl version --settings`` says only whether it is set)
 
     @property
     def env(self) -> str:
         return "MFCTL_" + self.name.upper()
+
+    @property
+    def is_secret(self) -> bool:
+        """Declared secret, or named like one: a word of :data:`SECRET_WORDS`, or ending in
+        ``_key`` (``host_key_policy`` and ``key_file`` are not: a policy, a path)."""
+        words = self.name.lower().split("_")
+        return self.secret or bool(SECRET_WORDS & set(words)) or words[-1] == "key"
 
 
 SETTINGS: dict[str, Setting] = {
@@ -31,7 +43,7 @@ SETTINGS: dict[str, Setting] = {
         Setting("fanout", "32", "Maximum number of hosts contacted at once."),
         Setting("host_key_policy", "strict", "SSH host keys: 'strict' (known_hosts only) or 'accept-new'."),
         Setting("log_file", "", "Log file (default: <state_dir>/mfctl.log)."),
-        Setting("ocs_password", "", "OCS TL1 password (never stored in inventories)."),
+        Setting("ocs_password", "", "OCS TL1 password (never stored in inventories).", secret=True),
         # environment twins of command-line options (read by the CLI, listed here for reference)
         Setting("inventory", "", "--inventory/-i of every command that takes one."),
         Setting("json", "", "--json: one JSON object on stdout."),

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from mfctl import __version__
 from mfctl.cli.common import JSON_OPT, emit_json
+
+SECRET_SHOWN = "********"  # a secret setting's value in `mfctl version --settings` (and --json)
 
 # every top-level command: name → (module, attribute, a group of subcommands?), in the order of `mfctl --help`
 COMMANDS: dict[str, tuple[str, str, bool]] = {
@@ -61,21 +65,30 @@ def _one_command() -> None:
 
 
 def version(json_out: bool = JSON_OPT, settings_table: bool = typer.Option(False, "--settings", help="List settings and their MFCTL_* variables.")):
-    """Print the version (and, with --settings, every setting with its environment variable)."""
+    """Print the version (and, with --settings, every setting with its environment variable;
+    a secret's value is never shown, only whether it is set)."""
     from mfctl import settings
 
     data = {"schema": "mfctl.version/v1", "version": __version__}
     if settings_table:
-        data["settings"] = [{"name": s.name, "env": s.env, "default": s.default, "value": settings.get(s.name), "help": s.help}
-                            for s in settings.SETTINGS.values()]
+        data["settings"] = []
+        for s in settings.SETTINGS.values():
+            value = settings.get(s.name)
+            row = {"name": s.name, "env": s.env, "default": s.default, "value": value, "help": s.help,
+                   "secret": s.is_secret, "set": bool(os.environ.get(s.env))}
+            if s.is_secret:  # the default too: a secret with a default is still a secret
+                row["value"] = SECRET_SHOWN if value else ""
+                row["default"] = SECRET_SHOWN if s.default else ""
+            data["settings"].append(row)
     if json_out:
         emit_json(data)
         return
     typer.echo(f"mfctl {__version__}")
     rows = data.get("settings", [])
-    w = max([24] + [len(str(s["value"])) + 1 for s in rows])
-    for s in rows:
-        typer.echo(f"  {s['env']:<26} {s['value']!s:<{w}} {s['help']}")
+    shown = [(f"{s['value']} (set)" if s["value"] else "(not set)") if s["secret"] else str(s["value"]) for s in rows]
+    w = max([24] + [len(v) + 1 for v in shown])
+    for s, v in zip(rows, shown):
+        typer.echo(f"  {s['env']:<26} {v:<{w}} {s['help']}")
 
 
 def main() -> None:

@@ -10,8 +10,13 @@ Commands (argv after ``shlex.split``):
   streams its output; closing the channel (SIGHUP on a real pty) stops it;
 - ``torchrun ...`` — the mock torchrun (:mod:`mfctl.mock.slurmshim`), likewise;
 - ``sbatch``, ``squeue``, ``sacct``, ``scancel``, ``scontrol``, ``tail`` — the mock Slurm
-  cluster (:mod:`mfctl.mock.slurm`) whose nodes are the mock hosts.
+  cluster (:mod:`mfctl.mock.slurm`) whose nodes are the mock hosts;
+- ``sh -c SCRIPT`` for a few shell built-ins and redirections (:meth:`MockHost._sh`), ``rm -f
+  FILE...``; the login directory is the mock's home (``<state>/home``, shared by every host).
 Anything else: ``bash: X: command not found``, exit 127.
+
+Every command line a host receives is appended to ``<state>/exec.log`` (host, command): what a
+real host's process table (``bash -c COMMAND``) and auditd would show, for tests to inspect.
 
 Optical lanes are UP only when both halves of their duplex circuit are patched on the
 OCS emulator and the modelled link-up time (5.67 s mean, 6.33 s p99 — paper App. C,
@@ -32,11 +37,28 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from mfctl.mock import gputools
 from mfctl.mock.gputools import GPUFaults
 
 log = logging.getLogger(__name__)
+
+_exec_lock = threading.Lock()
+EXEC_LOG_MAX = 16 << 20  # bytes of exec.log before it is rotated to exec.log.1
+
+
+def _record_exec(host, command: str) -> None:
+    """Append ``command`` (what ``bash -c`` would get on a real host) to ``<state>/exec.log``."""
+    state = getattr(host.testbed, "state", None)
+    if state is None:
+        return
+    with _exec_lock, open(state / "exec.log", "a", encoding="utf-8", errors="replace") as f:
+        f.write(json.dumps({"t": round(time.time(), 3), "host": host.name, "argv": ["bash", "-c", command]}) + "\n")
+        if f.tell() > EXEC_LOG_MAX:
+            f.close()
+            os.replace(state / "exec.log", state / "exec.log.1")
+
 
 LINKUP_MEAN_S = 5.67
 LINKUP_SD_S = 0.28  # p99 ≈ mean + 2.33 sd ≈ 6.33 s
@@ -87,6 +109,7 @@ class MockHost:
 
     # --- commands ------------------------------------------------------------------------
     def handle(self, command: str, channel) -> int:
+        _record_exec(self, command)
         try:
             argv = shlex.split(command)
         except ValueError as e:
@@ -125,6 +148,18 @@ class MockHost:
         if prog == "echo":
             channel.sendall((" ".join(argv[1:]) + "\n").encode())
             return 0
+        if prog == "sh" and len(argv) == 3 and argv[1] == "-c":
+            return self._sh(argv[2], channel)
+        if prog == "rm" and argv[1:2] == ["-f"]:
+            for p in argv[2:]:
+                try:
+                    (self._home() / p).unlink()
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    channel.sendall_stderr(f"rm: cannot remove '{p}': {e.strerror}\n".encode())
+                    return 1
+            return 0
         if prog == "mfctl-simrt":
             return self._spawn([sys.executable, "-m", "mfctl.mock.simruntime", *argv[1:]], channel, env)
         if prog == "torchrun":  # the mock torchrun: one simulated worker for the node (mfctl.mock.slurmshim)
@@ -149,6 +184,61 @@ class MockHost:
                 return rc
         channel.sendall_stderr(f"bash: line 1: {prog}: command not found\n".encode())
         return 127
+
+    def _home(self) -> Path:
+        """The login directory: the mock's home, the Slurm cluster's shared filesystem."""
+        return self.testbed.slurm.home
+
+    def _sh(self, script: str, channel) -> int:
+        """``sh -c SCRIPT`` for the scripts mfctl sends (the run token's file): commands joined
+        by ``&&`` among ``umask OOO``, ``set -C`` (noclobber), ``mkdir -p DIR``, ``cat > FILE``
+        (stdin into a file created with mode 0666 & ~umask), ``cd DIR`` and ``pwd``; relative
+        paths from the login directory. Anything else is ``sh: 1: X: not found`` (127)."""
+        try:
+            words = shlex.split(script)
+        except ValueError:
+            channel.sendall_stderr(b"sh: 1: Syntax error: Unterminated quoted string\n")
+            return 2
+        cmds: list[list[str]] = [[]]
+        for w in words:
+            cmds.append([]) if w == "&&" else cmds[-1].append(w)
+        cwd, mask, noclobber = self._home(), 0o022, False
+        fail = lambda msg, rc=2: (channel.sendall_stderr(f"sh: 1: {msg}\n".encode()), rc)[1]  # noqa: E731
+        for c in cmds:
+            if c[:1] == ["umask"] and len(c) == 2:
+                mask = int(c[1], 8)
+            elif c == ["set", "-C"]:
+                noclobber = True
+            elif c[:2] == ["mkdir", "-p"] and len(c) == 3:
+                d = cwd
+                for part in Path(c[2]).parts:
+                    d = d / part
+                    if not d.is_dir():
+                        try:
+                            os.mkdir(d, 0o777 & ~mask)
+                        except OSError as e:
+                            channel.sendall_stderr(f"mkdir: cannot create directory '{c[2]}': {e.strerror}\n".encode())
+                            return 1
+            elif c[:1] == ["cat"] and (c[1:2] == [">"] and len(c) == 3 or len(c) == 2 and c[1].startswith(">")):
+                target = cwd / (c[2] if len(c) == 3 else c[1][1:])
+                flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if noclobber else os.O_TRUNC)
+                try:
+                    fd = os.open(target, flags, 0o666 & ~mask)
+                except OSError as e:
+                    return fail(f"cannot create {target}: {e.strerror}")
+                channel.settimeout(30)
+                with os.fdopen(fd, "wb") as f:
+                    while data := channel.recv(65536):
+                        f.write(data)
+            elif c[:1] == ["cd"] and len(c) == 2:
+                if not (cwd / c[1]).is_dir():
+                    return fail(f"cd: can't cd to {c[1]}")
+                cwd = (cwd / c[1]).resolve()
+            elif c == ["pwd"]:
+                channel.sendall(f"{cwd}\n".encode())
+            else:
+                return fail(f"{c[0] if c else ''}: not found", 127)
+        return 0
 
     GPU_FIELDS = {  # query name → (header, value of gputools.gpu(host, i))
         "index": ("index", lambda g: str(g.index)),

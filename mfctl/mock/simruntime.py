@@ -22,7 +22,7 @@ from mfctl.fabric.planner import LinkRates
 from mfctl.fabric.stepmodel import StepSpec, grad_allreduce_exposed_s, grad_sync_bytes, layer_time
 from mfctl.fabric.traffic import expert_to_rank, load_routing, rank_matrix, rank_to_server, server_matrix
 from mfctl.fabric.workload import Workload
-from mfctl.runtime.client import ControllerLost, RuntimeClient
+from mfctl.runtime.client import ControllerLost, RuntimeClient, token_from_env
 
 
 def _log(line: str) -> None:
@@ -161,12 +161,15 @@ def main(argv=None) -> int:
                     help="HOST:PORT of the mfctl controller (default: $MFCTL_CONTROLLER)")
     ap.add_argument("--host", default=env_host, help="inventory name of this host (default: $MFCTL_HOST, "
                     "else $SLURMD_NODENAME)")
-    ap.add_argument("--token", default=os.environ.get("MFCTL_RUN_TOKEN", ""))
+    ap.add_argument("--token", default=None, help="the run token (tests only: an argument is visible in ps; "
+                    "default: $MFCTL_RUN_TOKEN, else the file $MFCTL_RUN_TOKEN_FILE)")
     ap.add_argument("--pipeline-degree", type=int, choices=(1, 2, 4, 8), help="forward pipeline degree "
                     "(as a training script takes it; default: the controller's)")
     ap.add_argument("--bp-pipeline-degree", type=int, choices=(1, 2, 4, 8), help="backward pipeline degree")
     ap.add_argument("--grad-partitions", type=int, choices=(1, 2, 4, 8, 16), help="gradient all-reduce partitions")
     args = ap.parse_args(argv)
+    if args.token is None:
+        args.token = token_from_env()
     if not args.controller or not args.host:
         ap.error("--controller and --host are required (or MFCTL_CONTROLLER and MFCTL_HOST in the environment)")
     try:

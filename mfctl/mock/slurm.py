@@ -5,8 +5,9 @@ Every mock host answers the client commands an operator (and ``mfctl run`` with
 
 - ``sbatch [--parsable] [options] [SCRIPT]`` — the script from a file or stdin, ``#SBATCH``
   directives honoured (``--job-name``, ``--nodes``, ``--nodelist``, ``--output``,
-  ``--time``, ``--chdir``, ``--partition``, ``--account``, ``--ntasks-per-node``,
-  ``--gpus-per-node``); prints ``Submitted batch job N`` or, with ``--parsable``, ``N``;
+  ``--time``, ``--chdir``, ``--partition`` (one partition, ``mfabric``: another is refused as
+  by Slurm), ``--account``, ``--ntasks-per-node``, ``--gpus-per-node``); prints ``Submitted
+  batch job N`` or, with ``--parsable``, ``N``;
 - ``squeue [-h] [-j IDS] [-o FORMAT]`` (``%i %j %T %t %N %D %M %R %u``);
 - ``sacct [-n] [-P] [-X] -j IDS [-o FIELDS]`` (JobID, JobName, State, ExitCode, Elapsed,
   NodeList, Start, End);
@@ -38,6 +39,7 @@ from pathlib import Path
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 KILL_WAIT_S = 2.0  # Slurm's KillWait (default 30 s): SIGTERM, then SIGKILL after this long
+PARTITIONS = ("mfabric",)  # the cluster's partitions (the first is the default); sbatch refuses others
 
 SHIMS = ("srun", "scontrol", "torchrun", "mfctl-simrt")
 
@@ -190,6 +192,9 @@ class MockSlurm:
             return fail("Requested node configuration is not available")
         if o.get("gpus-per-node") and any(int(re.sub(r"^.*:", "", o["gpus-per-node"])) > g for g in self.nodes.values()):
             return fail("Requested node configuration is not available")
+        if o.get("partition", PARTITIONS[0]) not in PARTITIONS:
+            err(f"sbatch: error: invalid partition specified: {o['partition']}\n")
+            return fail("Invalid partition name specified")
         nodes = nodelist + [n for n in self.nodes if n not in nodelist][: want - len(nodelist)]
         try:
             limit = parse_time_limit(o.get("time", "1-00:00:00"))
@@ -204,7 +209,7 @@ class MockSlurm:
         outpat = o.get("output", "slurm-%j.out").replace("%j", str(jid)).replace("%x", name).replace("%u", user)
         output = Path(outpat).expanduser()
         output = output if output.is_absolute() else workdir / output
-        job = MockJob(jid, name, nodes, user, workdir, output, limit, o.get("partition", "mfabric"))
+        job = MockJob(jid, name, nodes, user, workdir, output, limit, o.get("partition", PARTITIONS[0]))
         try:
             output.parent.mkdir(parents=True, exist_ok=True)
             outf = open(output, "ab")

@@ -2,7 +2,7 @@
 
 Usage from a training loop::
 
-    rt = RuntimeClient("192.0.2.1:7700", host="gpu01", token=os.environ["MFCTL_RUN_TOKEN"])
+    rt = RuntimeClient.from_env()            # controller, host and run token from the environment
     cfg = rt.connect()                       # -> the controller's welcome (job config, routes)
     for it in range(...):
         for msg in rt.poll():                # at a safe point (iteration boundary)
@@ -31,6 +31,20 @@ class ControllerLost(ConnectionError):
     """The connection to the controller broke."""
 
 
+def token_from_env(environ=None) -> str:
+    """The run token: ``MFCTL_RUN_TOKEN`` if set, else the content of the file named by
+    ``MFCTL_RUN_TOKEN_FILE`` (how ``mfctl run`` passes it: a 0600 file, never a command line),
+    else ``""``. Raises OSError when the file cannot be read."""
+    env = os.environ if environ is None else environ
+    if env.get("MFCTL_RUN_TOKEN"):
+        return env["MFCTL_RUN_TOKEN"]
+    path = env.get("MFCTL_RUN_TOKEN_FILE")
+    if not path:
+        return ""
+    with open(path, encoding="utf-8") as f:
+        return f.read().strip()
+
+
 class RuntimeClient:
     def __init__(self, address: str, *, host: str, token: str = "", connect_timeout: float = 10.0):
         h, _, p = address.rpartition(":")
@@ -44,7 +58,7 @@ class RuntimeClient:
     def from_env(cls, environ=None, **kw) -> "RuntimeClient | None":
         """The client for a process started by ``mfctl run`` (SSH or Slurm launch): controller
         from ``MFCTL_CONTROLLER``, host from ``MFCTL_HOST`` (else ``SLURMD_NODENAME``: Slurm
-        node names are the inventory's), token from ``MFCTL_RUN_TOKEN``. One client per host:
+        node names are the inventory's), token from :func:`token_from_env`. One client per host:
         returns None in torchrun's other local ranks (``LOCAL_RANK`` ≠ 0). Raises KeyError
         when ``MFCTL_CONTROLLER`` or the host is missing."""
         env = os.environ if environ is None else environ
@@ -53,7 +67,7 @@ class RuntimeClient:
         host = env.get("MFCTL_HOST") or env.get("SLURMD_NODENAME")
         if not host:
             raise KeyError("MFCTL_HOST (or SLURMD_NODENAME)")
-        return cls(env["MFCTL_CONTROLLER"], host=host, token=env.get("MFCTL_RUN_TOKEN", ""), **kw)
+        return cls(env["MFCTL_CONTROLLER"], host=host, token=token_from_env(env), **kw)
 
     def connect(self) -> dict:
         """Connect, say hello, and return the controller's ``welcome``. Raises ControllerLost."""

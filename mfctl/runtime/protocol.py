@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 
 VERSION = 1
-MAX_LINE = 16 * 1024 * 1024  # bytes; a larger line is a protocol error
+#: bytes; the longest line of an authenticated peer (a ``traffic`` message of 32 layers for a
+#: region of 128 servers is about 6 MiB); a longer line is a protocol error
+MAX_LINE = 16 * 1024 * 1024
 
 WORKER_TYPES = {"hello", "traffic", "iteration", "paused", "resume", "log", "error", "bye"}
 CONTROLLER_TYPES = {"welcome", "propose", "applied", "routes", "stop", "error"}
@@ -42,11 +45,18 @@ def decode(line: bytes) -> dict:
 
 
 class Connection:
-    """A framed, thread-safe (for sending) JSON-lines connection."""
+    """A framed, thread-safe (for sending) JSON-lines connection.
 
-    def __init__(self, sock: socket.socket):
+    Lines are read into a buffer of at most ``max_line`` + 1 bytes: a longer
+    line is refused with :class:`ProtocolError` as soon as it is seen to be too long, never
+    buffered whole."""
+
+    CHUNK = 65536  # bytes per socket read
+
+    def __init__(self, sock: socket.socket, max_line: int = MAX_LINE):
         self.sock = sock
-        self._rfile = sock.makefile("rb")
+        self.max_line = max_line
+        self._buf = bytearray()
         self._wlock = threading.Lock()
 
     def send(self, msg: dict) -> None:
@@ -54,14 +64,43 @@ class Connection:
         with self._wlock:
             self.sock.sendall(data)
 
-    def recv(self) -> dict | None:
-        """Next message, or None at EOF. Raises ProtocolError / OSError."""
-        line = self._rfile.readline(MAX_LINE + 1)
-        if not line:
-            return None
-        if len(line) > MAX_LINE:
-            raise ProtocolError("line too long")
-        return decode(line)
+    def recv(self, *, max_line: int | None = None, deadline: float | None = None) -> dict | None:
+        """Next message, or None at EOF. ``max_line``: bytes (default: the connection's);
+        ``deadline``: a :func:`time.monotonic` time by which the whole line must have arrived
+        (``socket.timeout`` after it, however slowly the bytes trickle in). Raises
+        ProtocolError / OSError."""
+        limit = self.max_line if max_line is None else max_line
+        seen = 0  # bytes of the buffer already searched for the newline
+        prev = self.sock.gettimeout() if deadline is not None else None
+        try:
+            while True:
+                i = self._buf.find(b"\n", seen)
+                if i >= 0:
+                    if i > limit:
+                        raise ProtocolError(f"line longer than {limit} bytes")
+                    line = bytes(self._buf[:i + 1])
+                    del self._buf[:i + 1]
+                    return decode(line)
+                if len(self._buf) > limit:
+                    self._buf.clear()
+                    raise ProtocolError(f"line longer than {limit} bytes")
+                seen = len(self._buf)
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise socket.timeout("timed out")
+                    self.sock.settimeout(left)
+                data = self.sock.recv(min(self.CHUNK, limit + 1 - len(self._buf)))
+                if not data:
+                    if not self._buf:
+                        return None
+                    line = bytes(self._buf)  # the last line, without its newline
+                    self._buf.clear()
+                    return decode(line)
+                self._buf += data
+        finally:
+            if deadline is not None:
+                self.sock.settimeout(prev)
 
     def close(self) -> None:
         try:

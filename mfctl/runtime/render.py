@@ -9,13 +9,54 @@ NCCL environment: ``NCCL_IB_HCA`` lists the hosts' RDMA devices (all NICs: the O
 and the EPS NIC), ``NCCL_SOCKET_IFNAME`` is the management interface — never an optical
 lane, which goes dark while it is re-wired — plus GID index, traffic class and IB timeout,
 and ``MFCTL_CONTROLLER`` / ``MFCTL_RUN_TOKEN`` for the runtime client. The token is shown
-as ``<redacted>`` in anything printed.
+as ``<redacted>`` in anything printed, and never travels on a command line: the launchers
+write it to a 0600 file on the host (:func:`token_file_command`, the token on the command's
+stdin) and pass the file's path as ``MFCTL_RUN_TOKEN_FILE`` (read by
+:func:`mfctl.runtime.client.token_from_env`).
 """
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+
+TOKEN_ENV, TOKEN_FILE_ENV = "MFCTL_RUN_TOKEN", "MFCTL_RUN_TOKEN_FILE"
+REDACTED = "<redacted>"
+
+
+def redact(text: str, *secrets: str) -> str:
+    """``text`` with every secret in ``secrets`` replaced by ``<redacted>`` (for error messages
+    and logs built from command lines or remote output)."""
+    for sec in secrets:
+        if sec:
+            text = text.replace(sec, REDACTED)
+    return text
+
+
+def split_token(argv: list[str]) -> tuple[list[str], str | None]:
+    """``argv`` without the ``MFCTL_RUN_TOKEN=…`` of its leading ``env VAR=value`` words, and
+    that token (None if there is none)."""
+    if not argv or argv[0] != "env":
+        return list(argv), None
+    out, token, i = ["env"], None, 1
+    while i < len(argv) and "=" in argv[i] and not argv[i].startswith("="):
+        k, v = argv[i].split("=", 1)
+        if k == TOKEN_ENV:
+            token = v
+        else:
+            out.append(argv[i])
+        i += 1
+    return out + list(argv[i:]), token
+
+
+def token_file_command(directory: str, name: str) -> list[str]:
+    """The remote command that writes its stdin (the token) to ``directory/name``, a new file
+    (``set -C``: never through an existing file or link) created under ``umask 077`` (mode
+    0600; a directory it creates: 0700), and prints the directory's absolute path.
+    ``directory`` is relative to the login directory (a leading ``~/`` too)."""
+    d = directory.removeprefix("~").lstrip("/") if directory.startswith("~") else directory
+    d = shlex.quote(d or ".")
+    return ["sh", "-c", f"umask 077 && set -C && mkdir -p {d} && cat > {d}/{shlex.quote(name)} && cd {d} && pwd"]
 
 
 @dataclass
@@ -25,10 +66,12 @@ class HostLaunch:
     env: dict[str, str]
 
     def command_line(self, redact: bool = True) -> str:
-        env = {k: ("<redacted>" if redact and k == "MFCTL_RUN_TOKEN" else v) for k, v in self.env.items()}
+        env = {k: (REDACTED if redact and k == TOKEN_ENV else v) for k, v in self.env.items()}
         return " ".join(shlex.quote(x) for x in ["env", *[f"{k}={v}" for k, v in env.items()], *self.argv])
 
     def full_argv(self) -> list[str]:
+        """``env VAR=value ... command``, the token included: for :meth:`Launcher.start
+        <mfctl.runtime.launcher.Launcher.start>`, which moves it to a file before anything runs."""
         return ["env", *[f"{k}={v}" for k, v in self.env.items()], *self.argv]
 
 
@@ -67,10 +110,10 @@ def render_hosts(pb, inv, controller: str, token: str) -> list[HostLaunch]:
     out = []
     hosts = inv.hosts
     for rank, h in enumerate(hosts):
-        base = {"MFCTL_CONTROLLER": controller, "MFCTL_RUN_TOKEN": token, "MFCTL_HOST": h.name}
+        base = {"MFCTL_CONTROLLER": controller, TOKEN_ENV: token, "MFCTL_HOST": h.name}
         if rt.launcher == "sim":
             argv = [*rt.command, "--controller", controller, "--host", h.name, *_script_args(pb)]
-            out.append(HostLaunch(h.name, argv, {"MFCTL_RUN_TOKEN": token}))
+            out.append(HostLaunch(h.name, argv, {TOKEN_ENV: token}))
             continue
         env = {**nccl_env(pb, h, h.mgmt_netdev), **rt.env, **base}
         argv = ["torchrun", "--nnodes", str(len(hosts)), "--nproc-per-node", str(rt.nproc_per_node),
@@ -81,7 +124,9 @@ def render_hosts(pb, inv, controller: str, token: str) -> list[HostLaunch]:
 
 
 def render_slurm(pb, inv, controller: str, token: str, run_id: str) -> str:
-    """An sbatch script: one task per node, ``srun torchrun`` with a c10d rendezvous."""
+    """An sbatch script: one task per node, ``srun torchrun`` with a c10d rendezvous. ``token``
+    is not used: the script only names the token's file, from the submitting environment
+    (:meth:`mfctl.runtime.slurm.SlurmLaunch.submit`)."""
     rt = pb.runtime
     h0 = inv.hosts[0]
     env = {**nccl_env(pb, h0, h0.mgmt_netdev), **rt.env, "MFCTL_CONTROLLER": controller}
@@ -94,8 +139,9 @@ def render_slurm(pb, inv, controller: str, token: str, run_id: str) -> str:
     if rt.slurm.account:
         lines.append(f"#SBATCH --account={rt.slurm.account}")
     lines += ["set -euo pipefail", *[f"export {k}={shlex.quote(v)}" for k, v in env.items()],
-              '# the run token comes from the submitting environment, never from this file',
-              'export MFCTL_RUN_TOKEN="${MFCTL_RUN_TOKEN:?set by mfctl}"',
+              '# the run token is in a 0600 file on the shared filesystem, named by the submitting environment',
+              '# (never in this file, a command line or the environment)',
+              f'export {TOKEN_FILE_ENV}="${{{TOKEN_FILE_ENV}:?set by mfctl}}"',
               'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
               '# every task: MFCTL_HOST is unset, the runtime client uses $SLURMD_NODENAME (= the inventory name)',
               " ".join(["srun", "--label", "--kill-on-bad-exit=1", "torchrun", "--nnodes", str(len(inv.hosts)),

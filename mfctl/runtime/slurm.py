@@ -2,8 +2,11 @@
 
 The flow (``runtime.launcher: slurm``):
 
-1. ``sbatch --parsable`` on the submit host with the rendered script on stdin and the run
-   token in the submitting environment (never in the script file) → the job id;
+1. the run token is written to a new 0600 file beside the job's output (on the shared
+   filesystem; :func:`~mfctl.runtime.launcher.write_token`, the token on stdin), then
+   ``sbatch --parsable`` runs on the submit host with the rendered script on stdin and the
+   file's path as ``MFCTL_RUN_TOKEN_FILE`` in the submitting environment → the job id. The
+   token itself is in no command line, script, environment or error message;
 2. ``squeue -h -j ID -o %T`` every ``poll_s`` for the state, ``sacct -n -P -X -j ID -o
    State,ExitCode`` once the job has left the queue;
 3. the job's output file (``srun --label``: every line starts with the task id) is followed
@@ -26,8 +29,9 @@ import threading
 import time
 from pathlib import Path
 
-from mfctl.errors import OperationFailed, ParseError
-from mfctl.runtime.launcher import Launcher, Worker
+from mfctl.errors import MfctlError, OperationFailed, ParseError
+from mfctl.runtime.launcher import Launcher, Worker, remove_token_files, write_token
+from mfctl.runtime.render import TOKEN_FILE_ENV, redact
 from mfctl.transport.ssh import SSHPool
 
 log = logging.getLogger(__name__)
@@ -89,15 +93,26 @@ class SlurmLaunch:
         self._follower: Launcher | None = None
         self._tail: Worker | None = None  # the tail -F session
         self._host_logs: dict = {}  # host → open per-host log file
+        self.token_files: dict[str, str] = {}  # submit host → the run token's file
         self._t_submit = time.monotonic()
 
     # --- submit -----------------------------------------------------------------------------
     def submit(self, script: str, output: str, token: str) -> int:
         """Submit ``script``; ``output`` is the job's output file (relative to the submit
-        host's working directory). Raises UnreachableError / OperationFailed / ParseError."""
-        argv = ["env", f"MFCTL_RUN_TOKEN={token}", "sbatch", "--parsable", f"--output={output}"]
-        out = self.pool.run_checked(self.submit_host, argv, stdin=script.encode())
-        self.job_id = parse_sbatch(out)
+        host's working directory). Raises UnreachableError / OperationFailed / ParseError, the
+        token redacted from the message."""
+        try:
+            path = self.token_files[self.submit_host] = write_token(self.pool, self.submit_host,
+                                                                     output.rpartition("/")[0] or ".", token)
+            argv = ["env", f"{TOKEN_FILE_ENV}={path}", "sbatch", "--parsable", f"--output={output}"]
+            out = self.pool.run_checked(self.submit_host, argv, stdin=script.encode())
+            self.job_id = parse_sbatch(out)
+        except MfctlError as e:
+            e.args = (redact(str(e), token),)
+            for w in self.workers.values():  # nothing runs: stop() need not wait for them
+                w.error = "the Slurm job was not submitted"
+                w.done.set()
+            raise
         self.output = output.replace("%j", str(self.job_id))
         if self.journal:
             self.journal.append("runtime.slurm.submitted", job_id=self.job_id, host=self.submit_host, output=self.output)
@@ -223,6 +238,8 @@ class SlurmLaunch:
         for w in self.workers.values():
             w.done.wait(2.0)
         self._drain_log(quiet_s=0.0, limit_s=0.0)  # a no-op when the poller has already drained it
+        remove_token_files(self.pool, self.token_files)
+        self.token_files = {}
 
     @property
     def ended(self) -> bool:
