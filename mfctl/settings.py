@@ -37,10 +37,14 @@ SETTINGS: dict[str, Setting] = {
     s.name: s
     for s in [
         Setting("state_dir", "~/.local/state/mfctl", "Where locks, the mock testbed and logs live."),
+        Setting("lock_dir", "", "Where device locks live, shared by every state directory and user of this machine "
+                "(default: /run/lock/mfctl if writable, else <tmp>/mfctl-locks)."),
         Setting("runs_dir", "runs", "Where run directories (metrics DB, journal, logs) are written."),
         Setting("connect_timeout", "10", "SSH / OCS connect timeout, seconds."),
         Setting("command_timeout", "30", "Per-command timeout on hosts and the OCS, seconds."),
         Setting("fanout", "32", "Maximum number of hosts contacted at once."),
+        Setting("max_output_bytes", "4194304", "Bytes of a host command's stdout and of its stderr kept (each; 4 MiB): "
+                "the rest is read and dropped, and the result says it was truncated."),
         Setting("host_key_policy", "strict", "SSH host keys: 'strict' (known_hosts only) or 'accept-new'."),
         Setting("log_file", "", "Log file (default: <state_dir>/mfctl.log)."),
         Setting("ocs_password", "", "OCS TL1 password (never stored in inventories).", secret=True),
@@ -64,7 +68,8 @@ def get(name: str) -> str:
 
 
 #: (lowest, highest) accepted for numeric settings; a timeout beyond a day is a typo, not a wish
-LIMITS = {"connect_timeout": (0.05, 86400.0), "command_timeout": (0.05, 86400.0), "fanout": (1, 4096)}
+LIMITS = {"connect_timeout": (0.05, 86400.0), "command_timeout": (0.05, 86400.0), "fanout": (1, 4096),
+          "max_output_bytes": (1, 1 << 40)}
 
 
 def get_float(name: str) -> float:
@@ -81,7 +86,8 @@ def get_float(name: str) -> float:
         v = math.nan
     lo, hi = LIMITS.get(name, (-math.inf, math.inf))
     if not (math.isfinite(v) and lo <= v <= hi):
-        raise UsageError(f"{SETTINGS[name].env}={raw!r}: expected a number from {lo:g} to {hi:g}")
+        shown = [str(int(x)) if float(x).is_integer() else f"{x:g}" for x in (lo, hi)]  # 1099511627776, not 1.09951e+12
+        raise UsageError(f"{SETTINGS[name].env}={raw!r}: expected a number from {shown[0]} to {shown[1]}")
     return v
 
 
