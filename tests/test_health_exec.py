@@ -48,7 +48,8 @@ def test_exec_folds_and_exit_codes(mock):
     run = lambda *a: subprocess.run(mfctl_cmd("exec", "-i", inv, *a), capture_output=True, text=True, env=env, timeout=60)  # noqa: E731
     r = run("--json", "gpu[01-04]", "--", "echo", "a b; $(id)")
     out = json.loads(r.stdout)
-    assert r.returncode == 0 and out["folded"] == [{"hosts": "gpu[01-04]", "rc": 0, "stdout": "a b; $(id)\n", "stderr": "", "error": None}]
+    assert r.returncode == 0 and out["folded"] == [{"hosts": "gpu[01-04]", "rc": 0, "stdout": "a b; $(id)\n", "stderr": "", "error": None,
+                                                 "truncated": False, "stdout_dropped_bytes": 0, "stderr_dropped_bytes": 0}]
     r = run("--json", "all", "--", "hostname")
     assert [f["hosts"] for f in json.loads(r.stdout)["folded"]] == ["gpu01", "gpu02", "gpu03", "gpu04"]
     assert run("gpu01", "--", "no-such-tool").returncode == 1

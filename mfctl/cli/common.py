@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import string
 import sys
 from pathlib import Path
 
@@ -16,11 +17,50 @@ JSON_OPT = typer.Option(False, "--json", help="Print one JSON object on stdout (
 
 def out_console():
     """Results on stdout; when it is not a terminal (a file, a pipe, CI), lines are not
-    wrapped at 80 columns so that grep and log parsers see whole lines."""
+    wrapped at 80 columns so that grep and log parsers see whole lines.
+
+    The consoles of mfctl read no markup and no ``:emoji:`` codes in the strings they are given
+    (printed, or as table cells and titles): those carry names, log lines, paths and messages from
+    users and hosts, printed as they are. mfctl's own styling is built with :func:`markup`."""
     from rich.console import Console
 
     tty = sys.stdout.isatty()
-    return Console() if tty else Console(width=240, soft_wrap=True)
+    return Console(markup=False, emoji=False) if tty else Console(width=240, soft_wrap=True, markup=False, emoji=False)
+
+
+_FIELD = "\ue000"  # a private-use character stands for each field while markup() parses its template
+
+
+def markup(template: str, *args, **kwargs):
+    """A rich Text from mfctl's own markup ``template`` (``"[bold]run {}[/] on {}"``) whose
+    ``str.format`` fields are filled with ``args``/``kwargs`` as plain text, styled as the markup
+    around them says: a playbook named ``[/x]`` or a log line ``[/data/ckpt/iter_0000100]`` is
+    printed as it is, never read as markup (the values are never parsed, not even escaped). The
+    template must be a literal written in mfctl, never data."""
+    from rich.text import Span, Text
+
+    fmt = string.Formatter()
+    parts: list[str] = []
+    values: list[str] = []
+    auto = 0
+    for literal, field, spec, conv in fmt.parse(template):
+        parts.append(literal)
+        if field is None:
+            continue
+        if field == "":
+            field, auto = str(auto), auto + 1
+        obj, _ = fmt.get_field(field, args, kwargs)
+        values.append(fmt.format_field(fmt.convert_field(obj, conv), spec or ""))
+        parts.append(_FIELD)
+    text = Text.from_markup("".join(parts), emoji=False)
+    cuts = sorted({i + d for i, c in enumerate(text.plain) if c == _FIELD for d in (0, 1)})
+    out, k = Text(), 0
+    for piece in text.divide(cuts):
+        if piece.plain == _FIELD:
+            piece = Text(values[k], spans=[Span(0, len(values[k]), s.style) for s in piece.spans])
+            k += 1
+        out.append_text(piece)
+    return out
 
 
 def shipped(path: Path, default: Path) -> Path:
@@ -37,7 +77,8 @@ def err_console():
     """Progress and warnings on stderr; unwrapped when stderr is not a terminal (CI logs)."""
     from rich.console import Console
 
-    return Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=240, soft_wrap=True)
+    plain = {"markup": False, "emoji": False}  # (see out_console)
+    return Console(stderr=True, **plain) if sys.stderr.isatty() else Console(stderr=True, width=240, soft_wrap=True, **plain)
 
 
 def handle_errors(fn):

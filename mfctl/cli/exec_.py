@@ -73,24 +73,35 @@ def exec_cmd(ctx: typer.Context,
     batch = ahead.take(ahead.Key(path, tuple(names), fanout, connect_timeout, tuple(targets)))
     with batch.pool if batch else SSHPool(targets, connect_timeout=connect_timeout, fanout=fanout) as pool:
         results = (batch or pool.start_many(names, close=True)).run(lambda h: command, timeout=timeout)
+        cap = pool.max_output_bytes  # what a truncated stream kept
     worst = 4 if any(r.error for r in results) else (1 if any(r.rc != 0 for r in results) else 0)
-    groups = fold(results, lambda r: r.host, lambda r: (r.rc, r.stdout, r.stderr, r.error_shared))
+    groups = fold(results, lambda r: r.host,
+                  lambda r: (r.rc, r.stdout, r.stderr, r.error_shared, r.stdout_dropped, r.stderr_dropped))
     if json_out:
         emit_json({"schema": "mfctl.exec/v1", "command": command, "exit_code": worst,
                    "results": [r.to_dict() for r in results],
                    "folded": [{"hosts": hs, "rc": r.rc, "stdout": r.stdout, "stderr": r.stderr,
-                               "error": r.error if one_host(hs) else r.error_shared} for hs, r in groups]})
+                               "error": r.error if one_host(hs) else r.error_shared, "truncated": r.truncated,
+                               "stdout_dropped_bytes": r.stdout_dropped, "stderr_dropped_bytes": r.stderr_dropped}
+                              for hs, r in groups]})
     else:
         for hs, r in groups:  # the hosts' output as they wrote it (like ssh, pdsh, clush)
             err = r.error if one_host(hs) else r.error_shared  # one host: its own address
             print_heading(f"---- {hs} ({f'error: {err}' if r.error else f'rc={r.rc}'}) ----")
             if r.stdout:
                 sys.stdout.write(r.stdout if r.stdout.endswith("\n") else r.stdout + "\n")
-            if r.stderr:
+            if r.stdout_dropped:
+                sys.stdout.write(_truncated(cap, r.stdout_dropped, "stdout") + "\n")
+            if r.stderr or r.stderr_dropped:
                 sys.stdout.flush()
-                print_error(r.stderr.rstrip("\n"), f"stderr {hs}")
+                mark = "\n" + _truncated(cap, r.stderr_dropped, "stderr") if r.stderr_dropped else ""
+                print_error(r.stderr.rstrip("\n") + mark, f"stderr {hs}")
         sys.stdout.flush()
     raise typer.Exit(worst)
+
+
+def _truncated(kept: int, dropped: int, stream: str) -> str:
+    return f"[output truncated after {kept} bytes: {dropped} more bytes of {stream} dropped (MFCTL_MAX_OUTPUT_BYTES)]"
 
 
 exec_cmd.typer_options = {"cls": ExecCommand}  # read by mfctl.cli.app.build

@@ -23,8 +23,8 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
     ethtool -m DOM) and the OCS; identical findings are folded. NIC error counters are judged by what they
     gained over the last hour of sweeps (readings kept in the state dir; nic_error_window_s), the first time as
     totals. Exit 0 healthy, 1 when anything is critical (an unreachable host is), 4 when no host could be reached."""
-    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     from mfctl import settings
     from mfctl.errors import MfctlError, UsageError
@@ -79,10 +79,10 @@ def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCT
         colour = {"critical": "red", "warning": "yellow"}
         for hs, f in fold(findings, lambda f: f.host, lambda f: (f.severity, f.check, f.shared_message)):
             # one host: its own message (an unreachable one's address in it)
-            t.add_row(hs, f"[{colour[f.severity]}]{f.severity}[/]", f.check, escape(f.message if one_host(hs) else f.shared_message))
+            t.add_row(hs, Text(f.severity, style=colour[f.severity]), f.check, f.message if one_host(hs) else f.shared_message)
         if ok:
             from mfctl.hosts.fold import hostset
-            t.add_row(hostset(ok), "[green]ok[/]", "all", "no findings")
+            t.add_row(hostset(ok), Text("ok", style="green"), "all", "no findings")
         out_console().print(t)
     if results and not any(r.reachable for r in results):
         raise typer.Exit(4)  # nothing could be reached

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console, print_error
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, markup, out_console, print_error
 
 app = typer.Typer(help="Validate and show testbed inventories.", no_args_is_help=True)
 
@@ -74,7 +74,7 @@ def show(path: Path = INV_ARG, json_out: bool = JSON_OPT):
         emit_json({"schema": "mfctl.inventory.show/v1", **inv.model_dump(mode="json", exclude={"source"})})
         return
     con = out_console()
-    con.print(f"[bold]{inv.name}[/] — {inv.description}")
+    con.print(markup("[bold]{}[/] — {}", inv.name, inv.description))
     t = Table("host", "NIC", "model", "role", "NUMA", "lane", "netdev", "OCS tx→rx", title="hosts and lanes", box=box.SIMPLE_HEAD)
     for col in t.columns:
         col.no_wrap = True
@@ -90,7 +90,8 @@ def show(path: Path = INV_ARG, json_out: bool = JSON_OPT):
     for h in inv.hosts:
         con.print(f"{h.name}: ssh {h.ssh.user}@{h.ssh.address}:{h.ssh.port}, {h.gpus.count} x {h.gpus.model}", highlight=False)
     transports = ", ".join(f"{t.kind}:{getattr(t, 'device', None) or f'{t.address}:{t.port}'}" for t in inv.ocs.transports)
-    con.print(f"OCS [bold]{inv.ocs.name}[/]: {inv.ocs.model}, {inv.ocs.size.inputs}x{inv.ocs.size.outputs}, via {transports}")
-    con.print(f"EPS [bold]{inv.eps.name}[/]: {inv.eps.model}, {inv.eps.ports} x {inv.eps.port_speed_gbps:g}G")
+    con.print(markup("OCS [bold]{}[/]: {}, {}x{}, via {}", inv.ocs.name, inv.ocs.model, inv.ocs.size.inputs,
+                     inv.ocs.size.outputs, transports))
+    con.print(markup("EPS [bold]{}[/]: {}, {} x {:g}G", inv.eps.name, inv.eps.model, inv.eps.ports, inv.eps.port_speed_gbps))
     for r in inv.regions:
-        con.print(f"region [bold]{r.name}[/]: {', '.join(r.hosts)}")
+        con.print(markup("region [bold]{}[/]: {}", r.name, ", ".join(r.hosts)))

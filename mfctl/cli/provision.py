@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console, print_error, shipped
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, markup, out_console, print_error, shipped
 
 app = typer.Typer(help="Bring hosts to the desired NIC/transceiver/RoCE/GPU/firmware state (plan → apply → verify).",
                   no_args_is_help=True)
@@ -53,7 +53,7 @@ def _render_plan(plans) -> None:
             print_error(f"{hp.host}: cannot read: {hp.error}")
             continue
         if not hp.actions:
-            con.print(f"[green]{hp.host}: in the desired state[/]", highlight=False)
+            con.print(markup("[green]{}: in the desired state[/]", hp.host), highlight=False)
             continue
         t = Table("phase", "target", "what", "before → after", "needs", title=f"{hp.host}: {len(hp.actions)} change(s)",
                   title_justify="left")
@@ -131,10 +131,10 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
         con = out_console()
         for r in results:
             if r.failed:
-                con.print(f"[red]{r.host}: FAILED at {r.failed['step']}[/]: {r.failed['error']}", highlight=False, markup=True)
+                con.print(markup("[red]{}: FAILED at {}[/]: {}", r.host, r.failed["step"], r.failed["error"]), highlight=False)
             else:
-                extra = f", [yellow]{len(left.get(r.host, []))} left after verify[/]" if left.get(r.host) else ", verified"
-                con.print(f"[green]{r.host}[/]: {len(r.applied)} change(s) applied{extra}", highlight=False)
+                extra = markup(", [yellow]{} left after verify[/]", len(left[r.host])) if left.get(r.host) else ", verified"
+                con.print(markup("[green]{}[/]: {} change(s) applied", r.host, len(r.applied)) + extra, highlight=False)
     if stop.is_set():
         print_error("interrupted: every host stopped after its current action (see above); re-run apply to finish",
                     "interrupted")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, err_console, handle_errors, out_console, print_error
+from mfctl.cli.common import JSON_OPT, emit_json, err_console, handle_errors, markup, out_console, print_error
 
 runs_app = typer.Typer(help="List and show past runs (runs/<run-id>/).", no_args_is_help=True)
 RUNS_DIR_OPT = typer.Option(None, "--runs-dir", envvar="MFCTL_RUNS_DIR", help="Where run directories go (default: ./runs).")
@@ -33,10 +33,7 @@ def _observer(json_out: bool, total: int, show_logs: bool = False):
                                          TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=con)
                 self.task = self.progress.add_task("train", total=total, info="")
                 self.progress.start()
-            if self.progress:
-                self.progress.console.print(f"[cyan]{name:>8}[/] {detail}", highlight=False)
-            else:
-                con.print(f"[cyan]{name:>8}[/] {detail}", highlight=False)
+            con.print(markup("[cyan]{:>8}[/] {}", name, detail), highlight=False)  # (the progress bar's console too)
 
         def iteration(self, done, total_, m):
             if self.progress:
@@ -48,14 +45,14 @@ def _observer(json_out: bool, total: int, show_logs: bool = False):
         def reconfiguration(self, r):
             msg = (f"epoch {r['epoch']} done: +{r['xc_added']}/-{r['xc_removed']} cross-connects, switch "
                    f"{r['t_switch_ms']:.1f} ms, link-up {r['t_linkup_ms'] / 1000:.2f} s, runtime {r['t_runtime_ms']:.0f} ms")
-            (self.progress.console if self.progress else con).print(f"[magenta]{'reconfig':>8}[/] {msg}", highlight=False)
+            con.print(markup("[magenta]{:>8}[/] {}", "reconfig", msg), highlight=False)
 
         def log_line(self, host, line):
             if show_logs:
-                (self.progress.console if self.progress else con).print(f"[dim]\\[{host}][/] {line}", highlight=False)
+                con.print(markup("[dim]\\[{}][/] {}", host, line), highlight=False)
 
         def warning(self, message):
-            (self.progress.console if self.progress else con).print(f"[yellow]warning:[/] {message}", highlight=False)
+            con.print(markup("[yellow]warning:[/] {}", message), highlight=False)
 
         def close(self):
             if self.progress:
@@ -66,16 +63,16 @@ def _observer(json_out: bool, total: int, show_logs: bool = False):
 
 def render_summary(s: dict, show_error: bool = True) -> None:
     from rich.table import Table
+    from rich.text import Text
 
-    con = out_console()
-    status = {"ok": "[green]ok[/]", "failed": "[red]failed[/]", "interrupted": "[yellow]interrupted[/]"}[s["status"]]
-    con.print(f"\n[bold]run {s['run_id']}[/] — {s['playbook']} on {s['inventory']}: {status}")
+    con = out_console()  # (its strings are plain text: names, paths and messages print as they are)
+    colour = {"ok": "green", "failed": "red", "interrupted": "yellow"}[s["status"]]
+    con.print(markup("\n[bold]run {}[/] — {} on {}: ", s["run_id"], s["playbook"], s["inventory"])
+              + Text(s["status"], style=colour))
     t = Table(show_header=False, title="summary", title_justify="left")
     it = s.get("iteration_time_s") or {}
     if s.get("error") and show_error:  # (mfctl run says it on stderr instead, once)
-        from rich.markup import escape
-
-        t.add_row("error", f"[red]{escape(str(s['error']))}[/]")
+        t.add_row("error", Text(str(s["error"]), style="red"))
     t.add_row("iterations", f"{s['iterations']} / {s['iterations_planned']}")
     if it:
         t.add_row("iteration time", f"mean {it['mean']:.3f} s, p50 {it['p50']:.3f} s, min {it['min']:.3f} s, max {it['max']:.3f} s")
@@ -101,12 +98,13 @@ def render_summary(s: dict, show_error: bool = True) -> None:
     if s.get("note"):
         t.add_row("note", s["note"])
     for w in s.get("warnings") or []:
-        t.add_row("[yellow]warning[/]", w)
+        t.add_row(Text("warning", style="yellow"), w)
     if s.get("tflops_per_gpu_mean"):
         t.add_row("TFLOP/s per GPU", f"{s['tflops_per_gpu_mean']:.1f} (mean of the logged iterations)")
     ocs = s.get("ocs")
     if ocs:
-        t.add_row("OCS read-back", ("[green]matches the last plan[/]" if ocs["matches_last_plan"] else "[red]DIFFERS from the last plan[/]")
+        t.add_row("OCS read-back", (Text("matches the last plan", style="green") if ocs["matches_last_plan"]
+                                    else Text("DIFFERS from the last plan", style="red"))
                   + f" — {len(ocs['cross_connects'])} cross-connects (a circuit is two: one per direction) via {ocs['endpoint']}")
     con.print(t)
     if s["reconfigurations"]:
@@ -198,7 +196,7 @@ def _print_launch(pb, job, json_out: bool) -> None:
                    "hosts": [{"host": h.host, "env": h.env, "argv": h.argv, "command": h.command_line()} for h in hosts]})
         return
     for h in hosts:
-        out_console().print(f"[bold]{h.host}[/]: {h.command_line()}", highlight=False, soft_wrap=True)
+        out_console().print(markup("[bold]{}[/]: {}", h.host, h.command_line()), highlight=False, soft_wrap=True)
 
 
 def _runs_dir(runs_dir: Path | None) -> Path:

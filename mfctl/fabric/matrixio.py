@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from mfctl.errors import ConfigError
+from mfctl.inventory.files import read_config
 from mfctl.fabric.traffic import expert_to_rank, rank_matrix, rank_to_server, server_matrix
 
 
@@ -47,9 +48,11 @@ def _load_array(path: Path) -> tuple[np.ndarray, dict]:
         return np.asarray(arr, dtype=float), {}
     if suffix == ".json":
         try:
-            doc = json.loads(path.read_text())
+            doc = json.loads(read_config(path).decode())
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ConfigError(f"not JSON: {e}", path=str(path), line=getattr(e, "lineno", None)) from None
+        except RecursionError:  # json's decoder on arrays nested ~1,000 deep
+            raise ConfigError("not a matrix: arrays nested too deeply", path=str(path)) from None
         meta = {}
         if isinstance(doc, dict):
             meta = {k: v for k, v in doc.items() if k not in ("matrix", "layers", "circuits")}
@@ -73,7 +76,7 @@ def _load_array(path: Path) -> tuple[np.ndarray, dict]:
             raise ConfigError(f"matrix is not a rectangular array of numbers: {e}", path=str(path)) from None
     rows = []
     try:
-        text = path.read_text()
+        text = read_config(path).decode()
     except UnicodeDecodeError:
         raise ConfigError("not a text CSV file", path=str(path)) from None
     for no, ln in enumerate(text.splitlines(), 1):

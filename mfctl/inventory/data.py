@@ -19,11 +19,9 @@ def load_inventory_data(path: str | Path) -> dict:
     Raises ConfigError (exit 3) like :func:`~mfctl.inventory.load_inventory` for a file that is
     unreadable or invalid."""
     from mfctl.inventory import cache
+    from mfctl.inventory.files import read_config
 
-    try:
-        body = cache.entry(Path(path).read_bytes())
-    except OSError:
-        body = None  # load_inventory says what is wrong with the file
+    body = cache.entry(read_config(path))  # (ConfigError for a file unreadable or too large)
     if body is not None:
         try:
             return json.loads(body)

@@ -24,34 +24,51 @@ M = TypeVar("M", bound=BaseModel)
 
 
 MAX_NODES = 200_000  # after alias expansion: stops "billion laughs" documents
+MAX_DEPTH = 100  # nesting levels: no schema goes beyond ~10; deeper is a mistake or an attack (and Python's recursion limit)
 
 
-def _walk(node: yaml.Node, path: Loc, lines: dict[Loc, int], src: str, budget: list[int]) -> None:
+def _walk(node: yaml.Node, path: Loc, lines: dict[Loc, int], src: str, budget: list[int],
+          within: tuple = ()) -> None:
+    """Record each key's line; refuse duplicate keys, non-scalar keys, more than :data:`MAX_NODES` nodes
+    once aliases are expanded, nesting beyond :data:`MAX_DEPTH`, and an alias inside the very node it
+    names (``&x [*x]``: a structure that contains itself). ``within``: the nodes enclosing ``node``."""
     budget[0] -= 1
     if budget[0] < 0:
         raise ConfigError(f"document too large (more than {MAX_NODES} nodes after expanding YAML aliases)", path=src)
-    lines[path] = node.start_mark.line + 1
-    if node.id == "mapping":  # (PyYAML's node kinds: mapping, sequence, scalar)
+    line = node.start_mark.line + 1
+    if node.id == "scalar":  # (PyYAML's node kinds: mapping, sequence, scalar)
+        lines[path] = line
+        return
+    if any(node is n for n in within):
+        raise ConfigError(f"{_fmt_loc(path)}: a YAML alias refers to a list or mapping that contains it (a recursive "
+                          f"structure, anchored on line {line})", path=src, line=lines.get(path) or lines.get(path[:-1], line))
+    if len(within) >= MAX_DEPTH:
+        raise ConfigError(f"nested more than {MAX_DEPTH} levels deep", path=src, line=line)
+    lines[path] = line
+    within = within + (node,)
+    if node.id == "mapping":
         seen: dict[str, int] = {}
         for k, v in node.value:
-            key = k.value if k.id == "scalar" else str(k)
             line = k.start_mark.line + 1
+            if k.id != "scalar":  # (its text could be an expanded alias: never rendered; an alias's mark is its anchor's)
+                raise ConfigError(f"{_fmt_loc(path)}: a key must be a plain value, not a {k.id}", path=src,
+                                  line=max(k.start_mark.line, node.start_mark.line) + 1)
+            key = k.value
             if key in seen:
                 raise ConfigError(f"duplicate key {key!r} (first defined on line {seen[key]})", path=src, line=line)
             seen[key] = line
             lines[path + (key,)] = line
-            _walk(v, path + (key,), lines, src, budget)
+            _walk(v, path + (key,), lines, src, budget, within)
             lines[path + (key,)] = line  # keep the key's line, not the value's
-    elif node.id == "sequence":
+    else:
         for i, item in enumerate(node.value):
-            _walk(item, path + (i,), lines, src, budget)
+            _walk(item, path + (i,), lines, src, budget, within)
 
 
 def _read(path: str | Path) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as e:
-        raise ConfigError(f"cannot read: {e.strerror or e}", path=str(path)) from e
+    from mfctl.inventory.files import read_config
+
+    return read_config(path)
 
 
 def load_yaml_with_lines(path: str | Path, raw: bytes | None = None) -> tuple[Any, dict[Loc, int]]:
@@ -84,6 +101,8 @@ def load_yaml_with_lines(path: str | Path, raw: bytes | None = None) -> tuple[An
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         what = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError(f"YAML: {what}", path=src, line=mark.line + 1 if mark else None) from None
+    except RecursionError:  # PyYAML's pure-Python composer (no libyaml) on very deep nesting
+        raise ConfigError(f"nested more than {MAX_DEPTH} levels deep", path=src) from None
     finally:
         loader.dispose()
     return data, lines

@@ -5,7 +5,7 @@ Commands (argv after ``shlex.split``):
   (header with units in brackets, ``[N/A]`` for unsupported values);
 - ``nvidia-smi -q [-x]``, ``topo -m``, ``nvlink -s`` — see :mod:`mfctl.mock.gputools`;
 - ``ip -j link show [dev IF]`` — iproute2 JSON;
-- ``hostname``, ``true``, ``echo ...``;
+- ``hostname``, ``true``, ``echo ...``, ``head -c N /dev/zero`` (a host that prints a lot);
 - ``mfctl-simrt ...`` — starts the simulated collective runtime (a real process) and
   streams its output; closing the channel (SIGHUP on a real pty) stops it;
 - ``torchrun ...`` — the mock torchrun (:mod:`mfctl.mock.slurmshim`), likewise;
@@ -148,6 +148,8 @@ class MockHost:
         if prog == "echo":
             channel.sendall((" ".join(argv[1:]) + "\n").encode())
             return 0
+        if prog == "head" and argv[1:2] == ["-c"] and argv[3:] in (["/dev/zero"], ["/dev/urandom"]):
+            return self._head_c(argv[2], argv[3], channel)
         if prog == "sh" and len(argv) == 3 and argv[1] == "-c":
             return self._sh(argv[2], channel)
         if prog == "rm" and argv[1:2] == ["-f"]:
@@ -184,6 +186,26 @@ class MockHost:
                 return rc
         channel.sendall_stderr(f"bash: line 1: {prog}: command not found\n".encode())
         return 127
+
+    @staticmethod
+    def _head_c(count: str, path: str, channel) -> int:
+        """``head -c N[K|M|G] /dev/zero`` (or ``/dev/urandom``): N bytes (GNU suffixes: powers of 1024),
+        a host that prints a lot; stops when the client hangs up."""
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(count[-1:].upper(), 1)
+        digits = count[:-1] if mult > 1 else count
+        if not digits.isdigit():
+            channel.sendall_stderr(f"head: invalid number of bytes: '{count}'\n".encode())
+            return 1
+        left = int(digits) * mult
+        block = bytes(65536) if path == "/dev/zero" else os.urandom(65536)
+        while left > 0 and not channel.closed:
+            n = min(left, len(block))
+            try:
+                channel.sendall(block[:n])
+            except OSError:
+                return 141  # SIGPIPE, as a shell reports it
+            left -= n
+        return 0
 
     def _home(self) -> Path:
         """The login directory: the mock's home, the Slurm cluster's shared filesystem."""

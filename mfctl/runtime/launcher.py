@@ -26,6 +26,7 @@ from mfctl.runtime.render import TOKEN_FILE_ENV, redact, split_token, token_file
 from mfctl.transport.ssh import SSHPool, quote_argv
 
 log = logging.getLogger(__name__)
+MAX_LINE_BYTES = 65536  # of one output line handed to on_line (the log file gets everything)
 TOKEN_DIR = ".mfctl"  # the token files' directory on a host, relative to the login directory (mode 0700)
 TOKEN_WRITE_TIMEOUT_S = 30.0  # seconds for the token file to be written
 
@@ -111,6 +112,9 @@ class Launcher:
                     if self.on_line:
                         partial += data
                         *lines, partial = partial.split(b"\n")
+                        if len(partial) > MAX_LINE_BYTES:  # a line without end: shown in pieces, never held whole
+                            lines.append(partial[:MAX_LINE_BYTES])
+                            partial = partial[MAX_LINE_BYTES:]
                         for ln in lines:
                             self.on_line(w.host, ln.decode(errors="replace"))
                 w.rc = w.channel.recv_exit_status()

@@ -45,6 +45,7 @@ _KEYTYPES = {
     S.LIBSSH2_HOSTKEY_TYPE_ED25519: ("ssh-ed25519", KH.LIBSSH2_KNOWNHOST_KEY_ED25519),
 }
 _KH_WRITE = threading.Lock()
+_READ_SIZE = 65536  # per read call (libssh2's window is 2 MiB; ssh2-python's default of 1 KiB costs CPU on big outputs)
 
 
 class CommandTimeout(TimeoutError):
@@ -171,17 +172,21 @@ class ExecSession:
             self._wait(deadline)
 
     def run(self, command: str, timeout: float, stdin: bytes | None = None,
-            abort: threading.Event | None = None) -> tuple[int, bytes, bytes]:
-        """Run ``command`` (already quoted for the remote shell); return ``(rc, stdout, stderr)``.
+            abort: threading.Event | None = None, limit: int | None = None) -> tuple[int, bytes, bytes, int, int]:
+        """Run ``command`` (already quoted for the remote shell); return ``(rc, stdout, stderr,
+        stdout_dropped, stderr_dropped)``: at most ``limit`` bytes of each stream are kept (None: all),
+        the rest is read and counted, not kept — the command is drained to its end, so it never
+        blocks on a full channel and its exit status is its own, and memory stays bounded while it runs.
         Raises CommandTimeout after ``timeout`` seconds, CommandAborted (its channel closed) within
         ~50 ms of ``abort`` being set, ssh2 exceptions on a broken session."""
         try:
-            return self._run(command, timeout, stdin, abort)
+            return self._run(command, timeout, stdin, abort, limit)
         finally:
             if self._close_after_run:
                 self.close()
 
-    def _run(self, command: str, timeout: float, stdin: bytes | None, abort: threading.Event | None):
+    def _run(self, command: str, timeout: float, stdin: bytes | None, abort: threading.Event | None,
+             limit: int | None):
         deadline = time.monotonic() + timeout
         with self.lock:
             self._abort = abort
@@ -205,23 +210,29 @@ class ExecSession:
                 if stdin is not None:
                     self._call(chan.send_eof, deadline)
                 out, err = bytearray(), bytearray()
+                dropped = [0, 0]  # bytes of stdout, stderr read beyond ``limit``
+                cap = limit if limit is not None else -1
                 while True:
                     progressed = False
-                    for reader, buf in ((chan.read, out), (chan.read_stderr, err)):
+                    for k, reader, buf in ((0, chan.read, out), (1, chan.read_stderr, err)):
                         while True:
-                            n, data = reader()
-                            if n > 0:
+                            n, data = reader(_READ_SIZE)
+                            if n <= 0:
+                                break
+                            progressed = True
+                            room = n if cap < 0 else max(0, cap - len(buf))
+                            if room >= n:
                                 buf += data
-                                progressed = True
-                                continue
-                            break
+                            else:
+                                buf += data[:room]
+                                dropped[k] += n - room
                     if chan.eof():
                         break
                     if not progressed:
                         self._wait(deadline)
                 self._call(chan.close, deadline)
                 self._call(chan.wait_closed, deadline)  # the exit status has arrived by now
-                return chan.get_exit_status(), bytes(out), bytes(err)
+                return chan.get_exit_status(), bytes(out), bytes(err), dropped[0], dropped[1]
             except (CommandTimeout, CommandAborted):
                 try:
                     chan.close()

@@ -165,10 +165,17 @@ class CommandResult:
     error: str | None = None  # unreachable / timeout / SSH failure, without the host name (it is .host)
     elapsed_s: float = 0.0
     endpoint: str = ""  # the sshd it went to, address:port
+    stdout_dropped: int = 0  # bytes the command wrote beyond the cap (max_output_bytes), read and not kept
+    stderr_dropped: int = 0
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.rc == 0
+
+    @property
+    def truncated(self) -> bool:
+        """Whether stdout or stderr is only the first ``max_output_bytes`` of what the command wrote."""
+        return bool(self.stdout_dropped or self.stderr_dropped)
 
     @property
     def error_shared(self) -> str | None:
@@ -179,7 +186,8 @@ class CommandResult:
     def to_dict(self) -> dict:
         return {"host": self.host, "argv": self.argv, "rc": self.rc, "ok": self.ok, "stdout": self.stdout,
                 "stderr": self.stderr, "error": self.error, "elapsed_s": round(self.elapsed_s, 4),
-                "endpoint": self.endpoint or None}
+                "endpoint": self.endpoint or None, "truncated": self.truncated,
+                "stdout_dropped_bytes": self.stdout_dropped, "stderr_dropped_bytes": self.stderr_dropped}
 
 
 def without_endpoint(text: str, endpoint: str | None) -> str:
@@ -206,8 +214,12 @@ class SSHPool:
     Both check host keys the same way."""
 
     def __init__(self, targets: Iterable[SSHTarget], *, connect_timeout: float = 10.0,
-                 command_timeout: float = 30.0, fanout: int = 32):
+                 command_timeout: float = 30.0, fanout: int = 32, max_output_bytes: int | None = None):
+        from mfctl import settings
+
         self.targets = {t.name: t for t in targets}
+        #: bytes of each stream kept per command (the rest is drained and counted: CommandResult.truncated)
+        self.max_output_bytes = max_output_bytes if max_output_bytes is not None else settings.get_int("max_output_bytes")
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
         self.fanout = max(1, fanout)
@@ -240,8 +252,12 @@ class SSHPool:
         res = CommandResult(host=host, argv=[str(a) for a in argv], endpoint=f"{t.address}:{t.port}")
         timeout = timeout or self.command_timeout
         try:
-            rc, out, err = self._exec_session(host).run(quote_argv(argv), timeout, stdin, abort)
+            rc, out, err, res.stdout_dropped, res.stderr_dropped = self._exec_session(host).run(
+                quote_argv(argv), timeout, stdin, abort, self.max_output_bytes)
             res.rc, res.stdout, res.stderr = rc, out.decode(errors="replace"), err.decode(errors="replace")
+            if res.truncated:
+                log.warning("%s: %s: output truncated at %d bytes per stream (%d + %d bytes dropped)", host,
+                            res.argv[0] if res.argv else "", self.max_output_bytes, res.stdout_dropped, res.stderr_dropped)
         except UnreachableError as e:  # its message starts with the host, which the result carries already
             res.error = str(e).removeprefix(f"{host}: ")
         except CommandTimeout:
@@ -259,7 +275,8 @@ class SSHPool:
     def run_checked(self, host: str, argv: Sequence[str], *, timeout: float | None = None,
                     stdin: bytes | None = None) -> str:
         """Run argv and return its stdout; raise UnreachableError (no connection, timeout) or
-        OperationFailed (non-zero exit) naming the host, the command and stderr."""
+        OperationFailed (non-zero exit, or a stdout longer than ``max_output_bytes``: a part of it is
+        no answer to parse) naming the host, the command and stderr."""
         from mfctl.errors import OperationFailed
 
         r = self.run(host, argv, timeout=timeout, stdin=stdin)
@@ -267,6 +284,9 @@ class SSHPool:
             raise UnreachableError(f"{host}: {' '.join(map(str, argv))}: {r.error}")
         if r.rc != 0:
             raise OperationFailed(f"{host}: {' '.join(map(str, argv))}: exit {r.rc}: {(r.stderr or r.stdout).strip()[:300]}")
+        if r.stdout_dropped:
+            raise OperationFailed(f"{host}: {' '.join(map(str, argv))}: output longer than {self.max_output_bytes} bytes "
+                                  f"({r.stdout_dropped} more dropped; MFCTL_MAX_OUTPUT_BYTES)")
         return r.stdout
 
     def run_many(self, hosts: Sequence[str], argv_for: Callable[[str], Sequence[str]], *,

@@ -1,0 +1,210 @@
+"""Bounded everything (issue 13, item 9): a host's output is capped per stream and the cap is
+marked; YAML/JSON files are refused when too large, recursive or exploding; user-supplied text is
+printed as it is (never read as rich markup) and escaped in the HTML report."""
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import paramiko
+import pytest
+import yaml
+
+from conftest import DATA, PROTOTYPE, mfctl_cmd
+from mfctl import mockctl
+from mfctl.errors import ConfigError, OperationFailed
+from mfctl.mock.sshd import MockSSHServer
+from mfctl.transport.ssh import SSHPool, SSHTarget
+
+MiB = 1 << 20
+
+
+def _peak_rss_mb(argv, env, stdout_path: Path, timeout: float = 120) -> tuple[int, float]:
+    """Run argv with stdout to a file; its exit code and its own peak RSS (MB: wait4's rusage of
+    that child alone, not of this test process or the mock)."""
+    with open(stdout_path, "wb") as out:
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, env=env)
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            p.kill()
+            raise AssertionError(f"{argv} did not finish in {timeout} s")
+        time.sleep(0.02)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, ru.ru_maxrss / 1024  # (Linux: KiB)
+
+
+# --- (a) host output -----------------------------------------------------------------------------
+
+def test_output_is_capped_per_stream_drained_to_the_real_exit_status_and_marked(tmp_path):
+    hk, ck = paramiko.ECDSAKey.generate(bits=256), paramiko.ECDSAKey.generate(bits=256)
+    kf = tmp_path / "id"
+    ck.write_private_key_file(str(kf))
+
+    def on_exec(cmd, chan):  # both RC: 4 MiB on each stream, interleaved, then exit RC
+        argv = shlex.split(cmd)
+        if argv[0] == "both":
+            for _ in range(64):
+                chan.sendall_stderr(b"e" * 65536)
+                chan.sendall(b"o" * 65536)
+            return int(argv[1])
+        return 127
+
+    srv = MockSSHServer("h", hk, users={"ops"}, authorized_keys=[ck], on_exec=on_exec)
+    kh = tmp_path / "kh"
+    kh.write_text(f"[127.0.0.1]:{srv.port} {hk.get_name()} {hk.get_base64()}\n")
+    t = SSHTarget(name="h", address="127.0.0.1", port=srv.port, user="ops", key_file=str(kf), agent=False,
+                  known_hosts=str(kh))
+    try:
+        with SSHPool([t], command_timeout=20, max_output_bytes=MiB) as pool:
+            r = pool.run("h", ["both", "3"])
+            assert (r.rc, r.error) == (3, None)  # drained to its end: the command's own exit status
+            assert (len(r.stdout), len(r.stderr)) == (MiB, MiB) and set(r.stdout) == {"o"} and set(r.stderr) == {"e"}
+            assert (r.stdout_dropped, r.stderr_dropped, r.truncated) == (3 * MiB, 3 * MiB, True)
+            d = r.to_dict()
+            assert (d["truncated"], d["stdout_dropped_bytes"], d["stderr_dropped_bytes"]) == (True, 3 * MiB, 3 * MiB)
+            with pytest.raises(OperationFailed, match="output longer than 1048576 bytes.*MFCTL_MAX_OUTPUT_BYTES"):
+                pool.run_checked("h", ["both", "0"])
+        with SSHPool([t], command_timeout=20, max_output_bytes=4 * MiB) as pool:  # exactly the cap: all of it
+            r = pool.run("h", ["both", "0"])
+            assert (len(r.stdout), r.stdout_dropped, r.truncated) == (4 * MiB, 0, False)
+    finally:
+        srv.close()
+
+
+@pytest.fixture
+def mock_inv(tmp_path, cli_env, monkeypatch):
+    monkeypatch.setenv("MFCTL_STATE_DIR", cli_env["MFCTL_STATE_DIR"])
+    yield mockctl.start(PROTOTYPE, tmp_path / "mock", time_scale=100)["inventory"]
+    mockctl.stop(tmp_path / "mock")
+
+
+def test_exec_of_a_huge_output_stays_small_in_memory_and_says_it_truncated(mock_inv, cli_env, tmp_path):
+    """48 MiB from a host with a 64 KiB cap: before the cap, ``mfctl exec --json`` grew to ~1.2 GB
+    (200 MiB took 5.2 GB); with it, the process stays near its ~45 MB baseline while it runs."""
+    env = {**cli_env, "MFCTL_MAX_OUTPUT_BYTES": "65536"}
+    rc, peak = _peak_rss_mb(mfctl_cmd("exec", "--json", "-i", mock_inv, "gpu01", "--", "head", "-c", "48M", "/dev/zero"),
+                            env, tmp_path / "out.json")
+    assert tmp_path.joinpath("out.json").stat().st_size < 2 * MiB
+    out = json.loads(tmp_path.joinpath("out.json").read_text())
+    assert rc == 0 and peak < 150, (rc, peak)
+    (res,) = out["results"]
+    assert (res["rc"], len(res["stdout"]), res["truncated"], res["stdout_dropped_bytes"]) == (0, 65536, True, 48 * MiB - 65536)
+    assert out["folded"][0]["truncated"] is True and out["folded"][0]["stdout_dropped_bytes"] == 48 * MiB - 65536
+    # the human view: the hosts' output, then the mark (hosts truncated alike fold together)
+    r = subprocess.run(mfctl_cmd("exec", "-i", mock_inv, "gpu[01-02]", "--", "head", "-c", "100000", "/dev/zero"),
+                       capture_output=True, env=env, timeout=60)
+    lines = r.stdout.split(b"\n")
+    assert r.returncode == 0 and lines[0] == b"---- gpu[01-02] (rc=0) ----" and lines[1] == bytes(65536)
+    assert lines[2] == (b"[output truncated after 65536 bytes: 34464 more bytes of stdout dropped "
+                        b"(MFCTL_MAX_OUTPUT_BYTES)]")
+    r = subprocess.run(mfctl_cmd("exec", "-i", mock_inv, "gpu01", "--", "true"), capture_output=True, text=True,
+                       env={**cli_env, "MFCTL_MAX_OUTPUT_BYTES": "lots"}, timeout=60)
+    assert r.returncode == 2 and "MFCTL_MAX_OUTPUT_BYTES='lots': expected a number from 1 to" in r.stderr
+    r = subprocess.run(mfctl_cmd("version", "--settings", "--json"), capture_output=True, text=True, env=cli_env)
+    assert "MFCTL_MAX_OUTPUT_BYTES" in r.stdout and "4194304" in r.stdout
+
+
+# --- (b) configuration files ---------------------------------------------------------------------
+
+def _validate(path, env):
+    return subprocess.run(mfctl_cmd("inventory", "validate", path), capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_recursive_and_exploding_yaml_are_config_errors_naming_file_and_line(tmp_path, cli_env):
+    rec = tmp_path / "rec.yaml"
+    rec.write_text("name: x\nhosts:\n  - &h {name: a, nics: [*h]}\n")
+    r = _validate(rec, cli_env)
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    assert f"{rec}:3: hosts[0].nics[0]: a YAML alias refers to a list or mapping that contains it" in r.stderr
+    laughs = tmp_path / "laughs.yaml"
+    laughs.write_text('a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+        f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")))
+    t0 = time.monotonic()
+    r = _validate(laughs, cli_env)
+    assert r.returncode == 3 and "more than 200000 nodes after expanding YAML aliases" in r.stderr
+    assert time.monotonic() - t0 < 10
+    # every loader goes through the same code: topology files (ocs apply), playbooks, recipes
+    from mfctl.inventory.loader import load_yaml_with_lines
+    from mfctl.provision.models import load_spec
+    from mfctl.runtime.playbook import load_playbook
+
+    top = tmp_path / "top.yaml"
+    top.write_text("cross_connects: &x [[1, 17], *x]\n")
+    for load in (load_yaml_with_lines, load_playbook, load_spec):
+        with pytest.raises(ConfigError, match=r"top\.yaml:1: cross_connects\[1\]: a YAML alias refers"):
+            load(top)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 500 + "]" * 500 + "\n")
+    with pytest.raises(ConfigError, match="deep.yaml:1: nested more than 100 levels deep"):
+        load_yaml_with_lines(deep)
+    key = tmp_path / "key.yaml"
+    key.write_text("a: &k [1, 2]\nb: {*k : 1}\n")
+    with pytest.raises(ConfigError, match="key.yaml:2: b: a key must be a plain value, not a sequence"):
+        load_yaml_with_lines(key)
+
+
+def test_a_huge_file_is_refused_before_it_is_read(tmp_path, cli_env):
+    big = tmp_path / "big.yaml"
+    with open(big, "wb") as f:
+        f.truncate(300 * MiB)  # sparse: no disk, but reading it costs 300 MB (and its parse much more)
+    rc, peak = _peak_rss_mb(mfctl_cmd("inventory", "validate", big), cli_env, tmp_path / "out")
+    assert rc == 3 and peak < 120, (rc, peak)  # it used to peak at ~650 MB (1.8 GB for a real 300 MB YAML)
+    r = _validate(big, cli_env)
+    assert f"{big}: file too large (314572800 bytes; a configuration file may have at most 16 MiB)" in r.stderr
+    from mfctl.fabric.matrixio import _load_array
+    from mfctl.inventory.files import read_config
+
+    with pytest.raises(ConfigError, match="more than 16777216 bytes"):
+        read_config("/dev/zero")  # no size to go by: the read stops one byte past the limit
+    csv = tmp_path / "big.csv"
+    os.link(big, csv)
+    with pytest.raises(ConfigError, match="file too large"):
+        _load_array(csv)  # traffic matrices too
+    js = tmp_path / "deep.json"
+    js.write_text('{"matrix": ' + "[" * 100000 + "]" * 100000 + "}")
+    with pytest.raises(ConfigError, match="deep.json: not a matrix: arrays nested too deeply"):
+        _load_array(js)
+
+
+# --- (c) user text is printed as it is -----------------------------------------------------------
+
+def test_markup_fills_mfctls_templates_with_plain_text():
+    from mfctl.cli.common import markup
+
+    for v in ["[/x]", "[bold]x", "a\\", "C:\\dir\\", "\\[/x]", "[/data/ckpt/iter_0000100]", ":smile:", ""]:
+        t = markup("[cyan]{:>8}[/] <{}>{x!r}", v, v, x=v)
+        assert t.plain == f"{v:>8} <{v}>{v!r}"
+        assert [(s.start, s.end, s.style) for s in t.spans] == [(0, len(f"{v:>8}"), "cyan")]
+
+
+def test_a_run_whose_names_and_log_lines_look_like_markup_prints_them_as_they_are(tmp_path, cli_env):
+    name = "[/x] [bold]x <script>alert(1)</script>"
+    doc = yaml.safe_load((DATA / "playbooks" / "short.yaml").read_text())
+    doc["name"] = name
+    doc["model"]["name"] = "[/data/ckpt/iter_0000100]"  # in the runtime's first log line, on every host
+    doc["training"]["iterations"] = 4
+    doc["inventory"] = str(PROTOTYPE)
+    pb = tmp_path / "pb.yaml"
+    pb.write_text(yaml.safe_dump(doc))
+    r = subprocess.run(mfctl_cmd("run", pb, "--logs"), capture_output=True, text=True, env=cli_env, timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert f"— {name} on " in r.stdout and ": ok" in r.stdout
+    for h in ("gpu01", "gpu02", "gpu03", "gpu04"):  # every host's log thread lived to print its lines
+        assert f"[{h}] > mfctl simulated runtime on {h}: [/data/ckpt/iter_0000100] EP=8" in r.stderr
+        assert f"[{h}]  [" in r.stderr and "iteration        4/       4" in r.stderr
+    ls = subprocess.run(mfctl_cmd("runs", "list"), capture_output=True, text=True, env=cli_env, timeout=60)
+    assert ls.returncode == 0 and f"│ {name} │ ok " in ls.stdout
+    show = subprocess.run(mfctl_cmd("runs", "show", "latest"), capture_output=True, text=True, env=cli_env, timeout=60)
+    assert show.returncode == 0 and f"— {name} on " in show.stdout
+    rep = subprocess.run(mfctl_cmd("runs", "report", "latest"), capture_output=True, text=True, env=cli_env, timeout=120)
+    html = Path(rep.stdout.strip().splitlines()[-1]).read_text()
+    assert rep.returncode == 0 and "<script>alert" not in html
+    assert "<td>[/x] [bold]x &lt;script&gt;alert(1)&lt;/script&gt;</td>" in html
