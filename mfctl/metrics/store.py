@@ -25,7 +25,7 @@ CREATE TABLE IF NOT EXISTS reconfigurations (
   xc_added INTEGER, xc_removed INTEGER, t_plan_ms REAL, t_drain_ms REAL, t_switch_ms REAL,
   t_verify_ms REAL, t_linkup_ms REAL, t_resume_ms REAL, t_runtime_ms REAL,
   predicted_gain_s REAL, predicted_cost_s REAL, objective_before_s REAL, objective_after_s REAL,
-  lanes_failed INTEGER, wall_unix REAL);
+  lanes_failed INTEGER, outcome TEXT, error TEXT, wall_unix REAL);
 CREATE TABLE IF NOT EXISTS predictions (
   iteration INTEGER, region TEXT, predictor TEXT, rel_error REAL, wall_unix REAL);
 CREATE TABLE IF NOT EXISTS health (
@@ -64,7 +64,8 @@ class MetricsStore:
     def reconfiguration(self, r: dict) -> None:
         cols = ["epoch", "region", "iteration", "reason", "circuits_json", "xc_added", "xc_removed", "t_plan_ms",
                 "t_drain_ms", "t_switch_ms", "t_verify_ms", "t_linkup_ms", "t_resume_ms", "t_runtime_ms",
-                "predicted_gain_s", "predicted_cost_s", "objective_before_s", "objective_after_s", "lanes_failed"]
+                "predicted_gain_s", "predicted_cost_s", "objective_before_s", "objective_after_s", "lanes_failed",
+                "outcome", "error"]
         vals = [r.get(c) if c != "circuits_json" else json.dumps(r.get("circuits")) for c in cols]
         self._x(f"INSERT OR REPLACE INTO reconfigurations ({','.join(cols)}, wall_unix) VALUES ({','.join('?' * (len(cols) + 1))})",
                 (*vals, time.time()))

@@ -85,6 +85,10 @@ class MockHost:
     config: "object" = None  # mfctl.mock.nics.HostConfig
     user: str = "root"  # the SSH login (the Slurm job owner)
     faults: GPUFaults = field(default_factory=GPUFaults)  # GPU fault knobs (tests set them on an in-process mock)
+    #: commands that never answer (``--inject gpu02:nvidia-smi=hang[:N]``): program → the 1-based call of it
+    #: that hangs (None: every call); a hung command ends when the client closes its channel
+    hangs: dict[str, int | None] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)  # program → calls so far (for hangs)
 
     # --- link state ----------------------------------------------------------------------
     def _linkup_delay(self, port: int, changed: float) -> float:
@@ -124,6 +128,13 @@ class MockHost:
         if not argv:
             return 0
         prog = argv[0]
+        if prog in self.hangs:
+            n = self.calls[prog] = self.calls.get(prog, 0) + 1
+            if self.hangs[prog] in (None, n):
+                log.warning("%s: %s hangs (injected fault, call %d)", self.name, prog, n)
+                while not channel.closed:
+                    time.sleep(0.02)
+                return 0
         if prog == "nvidia-smi":
             return self._nvidia_smi(argv[1:], channel)
         if prog == "ip":

@@ -14,7 +14,11 @@
 ``gpu01:gpu0=nvlink-down:3`` NVLink 3 of GPU 0 inactive
 ``gpu01:nic0=crc:120``       120 CRC errors on gpu01's first NIC (also ``symbol:N``, ``discards:N``)
 ``gpu03:ssh=refuse``         the host's SSH server closes every connection
+``gpu02:nvidia-smi=hang``    every ``nvidia-smi`` on gpu02 never answers (until the client gives up);
+                             ``hang:3`` only its 3rd call (any program: ``gpu02:ip=hang:5``)
 ``ocs:port7=deny``           the OCS denies cross-connects touching port 7 (``DENY SROF``)
+``ocs:patch2=deny``          the OCS denies its 2nd ``ENT-PATCH`` (``DENY SROF``, nothing made), once;
+                             ``deny:3`` that one and the 2 after it (the initial topology is the 1st)
 ==========================  ==============================================================
 
 Raises ValueError with the spec and what was expected.
@@ -23,10 +27,11 @@ Raises ValueError with the spec and what was expected.
 from __future__ import annotations
 
 import re
+import threading
 
 from mfctl.mock.gputools import NVLINKS, SLOWDOWNS, SM_MAX_MHZ
 
-_SPEC = re.compile(r"^(?P<target>[A-Za-z0-9_.-]+):(?P<part>[a-z]+)(?P<index>\d*)=(?P<fault>[a-z-]+\d*)(?::(?P<arg>[\w.-]+))?$")
+_SPEC = re.compile(r"^(?P<target>[A-Za-z0-9_.-]+):(?P<part>[a-z][a-z0-9_-]*?)(?P<index>\d*)=(?P<fault>[a-z-]+\d*)(?::(?P<arg>[\w.-]+))?$")
 GPU_FAULTS = ("xidN", "remap-pending", "remap-failure", "ecc:N", "slowdown[:REASON]", "sm-clock:MHZ", "nvlink-down:LINK")
 
 
@@ -55,10 +60,16 @@ def apply(testbed, spec: str) -> str:
         if part == "port" and idx is not None and fault == "deny":
             testbed.ocs.faults.deny_ports.add(number(idx, 1, ports, "the OCS port"))
             return f"OCS denies cross-connects on port {idx}"
-        raise ValueError(f"bad fault spec {spec!r}: the OCS takes portN=deny")
+        if part == "patch" and idx is not None and fault == "deny":
+            return _deny_patches(testbed.ocs, number(idx, 1, 10**6, "the ENT-PATCH number"),
+                                 number(arg, 1, 10**6, "the count") if arg is not None else 1)
+        raise ValueError(f"bad fault spec {spec!r}: the OCS takes portN=deny or patchN=deny[:COUNT]")
     host = testbed.hosts.get(target)
     if host is None:
         raise ValueError(f"bad fault spec {spec!r}: no host {target!r} in the mock (hosts: {', '.join(testbed.hosts)})")
+    if fault == "hang" and idx is None and part not in ("gpu", "nic"):  # a program that never answers
+        host.hangs[part] = number(arg, 1, 10**9, "the call that hangs") if arg is not None else None
+        return f"{target}: {part} hangs" + (f" on its call {arg}" if arg is not None else "")
     if part == "ssh" and fault == "refuse":
         testbed.servers[target].refuse = True
         return f"{target}: SSH refuses connections"
@@ -99,3 +110,24 @@ def apply(testbed, spec: str) -> str:
     else:
         raise ValueError(f"bad fault spec {spec!r}: unknown GPU fault {fault!r} (one of {', '.join(GPU_FAULTS)})")
     return f"{target}: GPU {idx} {fault}{f':{arg}' if arg else ''}"
+
+
+def _deny_patches(emu, first: int, count: int) -> str:
+    """Make the emulator deny its ENT-PATCH number ``first`` .. ``first + count - 1`` (1-based,
+    counted over every session) with ``DENY SROF`` before it makes anything; the others as usual.
+    (Done here, around the emulator's command handler, to leave the emulator's own knobs alone.)"""
+    make = emu._cmd_ENT_PATCH
+    seen = [0]
+    lock = threading.Lock()
+
+    def ent_patch(ctag, aid, params, session):
+        with lock:
+            seen[0] += 1
+            n = seen[0]
+        if first <= n < first + count:
+            return emu.deny(ctag, "SROF", f"switching failure (injected fault: ENT-PATCH {n})")
+        return make(ctag, aid, params, session)
+
+    emu._cmd_ENT_PATCH = ent_patch  # found by the emulator's getattr(self, "_cmd_" + verb)
+    last = first + count - 1
+    return f"OCS denies ENT-PATCH {first}" + (f" to {last}" if last > first else "")

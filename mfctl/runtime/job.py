@@ -32,16 +32,18 @@ from mfctl.fabric import mapping
 from mfctl.fabric.planner import LinkRates, objective, plan as plan_circuits
 from mfctl.fabric.predict import CrossLayerModel, EWMAPredictor, LastPredictor, rel_error
 from mfctl.fabric.traffic import expert_to_rank, load_routing, rank_matrix, rank_to_server, server_matrix
-from mfctl.hosts import health, iproute
+from mfctl.hosts import health
 from mfctl.inventory import load_inventory
 from mfctl.lock import TestbedLock
 from mfctl.metrics.store import MetricsStore, index_run
-from mfctl.ocs.driver import open_ocs
+from mfctl.ocs.driver import open_ocs, pending_apply
 from mfctl.ocs.journal import Journal
 from mfctl.runtime.controller import Controller
 from mfctl.runtime.launcher import Launcher
 from mfctl.runtime.playbook import Playbook, load_playbook
+from mfctl.runtime.reconfig import LinkPoller, Proposal, Reconfiguration, Reconfigurator, WaitTimeout
 from mfctl.runtime.render import render_hosts, render_slurm, slurm_output
+from mfctl.runtime.sampler import HealthSampler
 from mfctl.runtime.slurm import SlurmLaunch
 from mfctl.signals import DeferSignals as _DeferSignals
 from mfctl.transport.ssh import SSHPool, targets_from_inventory
@@ -67,7 +69,8 @@ class RegionState:
     hosts: list[str]
     ports: np.ndarray
     lanes: dict[str, list[mapping.LaneRef]]
-    circuits: list[mapping.Circuit] = field(default_factory=list)
+    circuits: list[mapping.Circuit] = field(default_factory=list)  # on the OCS
+    routed: list[mapping.Circuit] | None = None  # of those, the ones carrying traffic (lanes up); None: all
     predicted: np.ndarray | None = None  # the policy's prediction of per-layer dispatch bytes [L, n, n]
     predictors: dict = field(default_factory=dict)
     last_reconfig_iter: int = 0
@@ -92,7 +95,7 @@ class Job:
         self.run_dir = self.runs_dir / self.run_id
         self.scale = pb.mock.time_scale if pb.mock.enabled else 1.0
         self.epoch = 0
-        self.reconfigs: list[dict] = []
+        self.reconfigs: list[Reconfiguration] = []
         self.iter_rows: dict[int, dict] = {}
         self.done_hosts: set[str] = set()
         self.failed: str | None = None
@@ -184,14 +187,25 @@ class Job:
         self.journal.append("run.start", run_id=self.run_id, playbook=pb.source, inventory=inv.source)
         self._check_job_fits(inv)
         with TestbedLock(inv.name, f"mfctl run {pb.name} ({self.run_id})"):
-            self.pool = SSHPool(targets_from_inventory(inv), connect_timeout=settings.get_float("connect_timeout"),
-                                command_timeout=settings.get_float("command_timeout"),
-                                fanout=settings.get_int("fanout"))
+            self.pool = self._ssh_pool()
+            # link polls on sessions of their own: a host's session runs one command at a time, and a
+            # poll must not wait behind another command (a Slurm poll, a hung tool); each poll has a timeout
+            self.link_pool = self._ssh_pool()
+            self.links = LinkPoller(self.link_pool, timeout_s=pb.runtime.linkup_timeout_s / self.scale,
+                                    interval_s=max(0.005, 0.25 / self.scale),
+                                    poll_timeout_s=min(settings.get_float("command_timeout"),
+                                                       max(1.0, pb.runtime.linkup_timeout_s / self.scale)))
             self._preflight()
             self._initial_topology()
             self._launch()
             self._loop()
             self._final_check()
+
+    def _ssh_pool(self, command_timeout: float | None = None) -> SSHPool:
+        """A pool of SSH sessions to every host (timeouts in s, from the settings)."""
+        return SSHPool(targets_from_inventory(self.inv), connect_timeout=settings.get_float("connect_timeout"),
+                       command_timeout=command_timeout or settings.get_float("command_timeout"),
+                       fanout=settings.get_int("fanout"))
 
     def _check_job_fits(self, inv) -> None:
         pb = self.pb
@@ -290,11 +304,14 @@ class Job:
         self.initial_apply = res.to_dict()
         self.initial_circuits = {r.name: mapping.circuit_matrix(r.circuits, r.hosts).tolist() for r in self.regions.values()}
         t = time.monotonic()
-        failed = self._wait_links([c for r in self.regions.values() for c in r.circuits])
-        self.initial_linkup_ms = (self._last_up_at - t) * 1000 * self.scale
-        if failed:
-            self._warn(f"initial circuits with lanes still down after {self.pb.runtime.linkup_timeout_s:g} s: {', '.join(failed)}")
-        self.last_plan = desired
+        lw = self.links.wait([c for r in self.regions.values() for c in r.circuits])
+        self.initial_linkup_ms = (lw.up_at - t) * 1000 * self.scale
+        if lw.down:
+            self._warn(f"initial circuits with lanes still down after {self.pb.runtime.linkup_timeout_s:g} s: {', '.join(lw.down)}")
+        down = set(lw.down)
+        for reg in self.regions.values():
+            reg.routed = [c for c in reg.circuits if not {f"{c.a.host}:{c.a.netdev}", f"{c.b.host}:{c.b.netdev}"} & down]
+        self.last_plan: dict[int, int] | None = dict(res.readback)  # what the OCS holds (None: could not be read)
 
     def _prior_matrix(self, n: int) -> np.ndarray:
         """Expected dispatch bytes from the trace's mean routing (before any traffic is seen)."""
@@ -307,42 +324,6 @@ class Job:
                                       self.pb.model.hidden * self.pb.model.bytes_per_element))
         return np.stack(mats)
 
-    def _wait_links(self, circuits: list[mapping.Circuit]) -> list[str]:
-        """Poll ``ip -j link`` on the hosts of ``circuits`` until their lanes are up.
-        Returns the lanes still down at the timeout (testbed seconds / time scale)."""
-        want: dict[str, set[str]] = {}
-        for c in circuits:
-            for l in (c.a, c.b):
-                want.setdefault(l.host, set()).add(l.netdev)
-        deadline = time.monotonic() + self.pb.runtime.linkup_timeout_s / self.scale
-        poll = max(0.005, 0.25 / self.scale)
-        self._last_up_at = time.monotonic()
-        self._link_polls = []  # wall seconds per poll round (diagnostics for the warning)
-        while want:
-            hosts = sorted(want)
-            t_sent = time.monotonic()
-            results = self.pool.run_many(hosts, lambda h: iproute.link_argv())
-            t_back = time.monotonic()
-            self._link_polls.append(t_back - t_sent)
-            for r in results:
-                if not r.ok:
-                    log.info("link poll on %s failed: %s", r.host, r.error or f"exit {r.rc}: {r.stderr.strip()[:200]}")
-                    continue
-                try:
-                    links = iproute.parse_links(r.stdout)
-                except MfctlError as e:
-                    log.warning("link poll on %s: %s", r.host, e)
-                    continue
-                want[r.host] = {d for d in want[r.host] if not (d in links and links[d].up)}
-                if not want[r.host]:
-                    del want[r.host]
-            # the hosts read their links somewhere inside the poll: take its midpoint
-            self._last_up_at = (t_sent + t_back) / 2
-            if not want or time.monotonic() > deadline:
-                break
-            time.sleep(poll)
-        return sorted(f"{h}:{d}" for h, ds in want.items() for d in ds)
-
     # ---------------------------------------------------------------------------------
     def _warn(self, message: str) -> None:
         log.warning("%s", message)
@@ -352,14 +333,15 @@ class Job:
     def _welcome(self, host: str) -> dict:
         pb = self.pb
         reg = next(r for r in self.regions.values() if host in r.hosts)
-        C = mapping.circuit_matrix(reg.circuits, reg.hosts)
+        routed = reg.circuits if reg.routed is None else reg.routed  # (lanes down: those pairs over the EPS)
+        C = mapping.circuit_matrix(routed, reg.hosts)
         crash = pb.mock.crash_at_iteration if pb.mock.crash_host == host else None
         return {"run_id": self.run_id, "region": reg.name, "hosts": reg.hosts, "leader": reg.hosts[0],
                 "iterations": pb.training.iterations, "time_scale": self.scale, "epoch": self.epoch,
                 "model": pb.model.model_dump(), "parallelism": pb.parallelism.model_dump(),
                 "training": pb.training.model_dump(), "gpus_per_server": self.gps,
                 "rates": {"circuit_Bps": self.rates.circuit_Bps, "eps_Bps": float(self.rates.eps_Bps)},
-                "circuits": C.tolist(), "routes": mapping.route_table(reg.circuits, reg.hosts),
+                "circuits": C.tolist(), "routes": mapping.route_table(routed, reg.hosts),
                 "crash_at_iteration": crash}
 
     def _launch(self) -> None:
@@ -411,30 +393,29 @@ class Job:
         self.launcher.wait_running(sl.queue_timeout_s, on_wait)
 
     def _start_health_sampler(self) -> None:
-        """Sample health during the run over the already-open SSH connections."""
+        """Sample health during the run on SSH sessions of the sampler's own (a hung tool holds only
+        those); a command that does not answer within min(command_timeout, max(1 s, the interval))
+        is a ``health.sample_timeout`` finding, and a warning of the run once per host and tool."""
         interval = self.pb.runtime.health_interval_s / self.scale
         if interval <= 0:
             return
-        self._health_stop = threading.Event()
+        self.sample_pool = self._ssh_pool(min(settings.get_float("command_timeout"), max(1.0, interval)))
+        warned: set[tuple[str, str]] = set()
 
-        def loop() -> None:
-            while not self._health_stop.wait(interval):
-                try:
-                    # the same checks as the pre-flight, so that the run's health history is one series
-                    # (NIC counters judged against the history as it was at the start; none saved)
-                    for h in health.full_sweep(self.pool, self.inv, limits=self.health_limits,
-                                               baseline=getattr(self, "_nic_history", None)):
-                        self.store.health(h.host, h.worst, [f.to_dict() for f in h.findings])
-                except Exception as e:  # sampling must never take the run down; the error is logged
-                    log.warning("health sampling failed: %s", e)
+        def on_timeout(host: str, f) -> None:
+            if (host, f.component) not in warned:
+                warned.add((host, f.component))
+                self._warn(f"{host}: {f.message}; recorded as {f.code}, training unaffected")
 
-        threading.Thread(target=loop, daemon=True, name="health-sampler").start()
+        self.sampler = HealthSampler(self.sample_pool, self.inv, interval_s=interval, store=self.store.health,
+                                     on_timeout=on_timeout, limits=self.health_limits,
+                                     baseline=getattr(self, "_nic_history", None)).start()
 
     def _next_event(self, deadline: float, waiting_for: str) -> tuple[str, dict]:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise OperationFailed(f"timed out waiting for {waiting_for}")
+                raise WaitTimeout(f"timed out waiting for {waiting_for}")
             for w in self.launcher.workers.values():
                 if w.done.is_set() and w.host not in self.done_hosts and self.ctrl and w.host not in self.ctrl.workers:
                     if self.ctrl.events.empty():
@@ -514,6 +495,8 @@ class Job:
         left = self.pb.training.iterations - iteration
         if left <= 1 or reg.last_iter_s is None:
             return
+        if self.last_plan is None and not self._reread_ocs():
+            return  # what the OCS holds is not known: no change is planned on top of it
         t0 = time.perf_counter()
         B = reg.predicted
         C_cur = mapping.circuit_matrix(reg.circuits, reg.hosts)
@@ -546,77 +529,96 @@ class Job:
     def _expected_reconfig_s(self) -> float:
         if not self.reconfigs:
             return self.pb.policy.expected_reconfig_s
-        tot = [(r["t_switch_ms"] + r["t_linkup_ms"] + r["t_runtime_ms"]) / 1000 for r in self.reconfigs]
+        tot = [(r.t_switch_ms + r.t_linkup_ms + r.t_drain_ms + r.t_resume_ms) / 1000 for r in self.reconfigs]
         return float(np.mean(tot))
 
     def _reconfigure(self, reg: RegionState, iteration: int, new: list[mapping.Circuit], p, gain, cost,
                      o_cur, o_new, t_plan_ms) -> None:
+        """Run one reconfiguration (:class:`mfctl.runtime.reconfig.Reconfigurator`) and take in its
+        outcome: the region's circuits and routes, the last plan (= what the OCS holds), the
+        records, a warning when it did not go as planned. Raises OperationFailed only when a
+        worker did not resume (the OCS is consistent with the records by then)."""
         self.epoch += 1
         e = self.epoch
-        keep = [c for c in new if c in reg.circuits]
-        C_keep = mapping.circuit_matrix(keep, reg.hosts)
         self.obs.phase("reconfig", f"epoch {e}: {reg.name} at iteration {iteration}")
-        self.journal.append("reconfig.propose", epoch=e, region=reg.name, iteration=iteration,
-                            circuits=p.circuits.tolist(), predicted_gain_s=gain, predicted_cost_s=cost)
-        # 1. prepare → drained
-        t0 = time.monotonic()
-        self.ctrl.broadcast(reg.hosts, {"type": "propose", "epoch": e, "keep_circuits": C_keep.tolist(),
-                                        "circuits": p.circuits.tolist()})
-        self._await(reg.hosts, "paused", e, self.pb.runtime.drain_timeout_s)
-        t_drain = (time.monotonic() - t0) * 1000 * self.scale
-        # 2. apply the cross-connect diff, read back (signals deferred: never half-applied)
-        desired = dict(self.last_plan)
-        for c in reg.circuits:
-            for i, _ in c.cross_connects():
-                desired.pop(i, None)
-        desired.update(mapping.cross_connect_map(new))
-        with _DeferSignals():
-            res = self.driver.apply(desired, reason=f"epoch {e}")
-        self.last_plan = desired
-        self.ctrl.broadcast(reg.hosts, {"type": "applied", "epoch": e, "t_switch_ms": round(res.t_switch_ms, 3)})
-        # 3. link-up of the lanes of new circuits
-        t1 = time.monotonic()
-        changed = [c for c in new if c not in keep]
-        failed = self._wait_links(changed)
-        t_linkup = (self._last_up_at - t1) * 1000 * self.scale
-        usable = [c for c in new if not {f"{c.a.host}:{c.a.netdev}", f"{c.b.host}:{c.b.netdev}"} & set(failed)]
-        if failed:
-            lp = getattr(self, "_link_polls", None) or [0.0]
-            self._warn(f"epoch {e}: lanes did not come up: {', '.join(failed)} — their pairs use the EPS "
-                       f"({len(lp)} polls, slowest {max(lp) * 1e3:.0f} ms wall)")
-        reg.circuits = new
-        # 4. publish routes → resumed
-        t2 = time.monotonic()
-        C_use = mapping.circuit_matrix(usable, reg.hosts)
-        self.ctrl.broadcast(reg.hosts, {"type": "routes", "epoch": e, "circuits": C_use.tolist(),
-                                        "routes": mapping.route_table(usable, reg.hosts)})
-        self._await(reg.hosts, "resume", e, self.pb.runtime.resume_timeout_s)
-        t_resume = (time.monotonic() - t2) * 1000 * self.scale
-        rec = {"epoch": e, "region": reg.name, "iteration": iteration, "reason": "predicted gain > cost",
-               "circuits": p.circuits.tolist(), "xc_added": len(res.diff.add), "xc_removed": len(res.diff.delete),
-               "t_plan_ms": round(t_plan_ms, 3), "t_drain_ms": round(t_drain, 1), "t_switch_ms": round(res.t_switch_ms, 2),
-               "t_verify_ms": round(res.t_verify_ms, 2), "t_linkup_ms": round(t_linkup, 1),
-               "t_resume_ms": round(t_resume, 1), "t_runtime_ms": round(t_drain + t_resume, 1),
-               "predicted_gain_s": round(gain, 4), "predicted_cost_s": round(cost, 4),
-               "objective_before_s": round(o_cur, 6), "objective_after_s": round(o_new, 6),
-               "lanes_failed": len(failed), "method": p.method}
-        reg.last_reconfig_iter = iteration
-        self.reconfigs.append(rec)
-        self.store.reconfiguration(rec)
-        self.journal.append("reconfig.done", **rec)
-        log.info("reconfiguration epoch %d done: +%d/-%d cross-connects, switch %.1f ms, link-up %.2f s, runtime %.0f ms",
-                 e, rec["xc_added"], rec["xc_removed"], rec["t_switch_ms"], rec["t_linkup_ms"] / 1000, rec["t_runtime_ms"])
-        self.obs.reconfiguration(rec)
+        region_ports = {port for ls in reg.lanes.values() for l in ls for port in (l.ocs_tx, l.ocs_rx)}
+        prop = Proposal(epoch=e, region=reg.name, hosts=list(reg.hosts), lanes=reg.lanes, iteration=iteration,
+                        old=list(reg.circuits), new=list(new), planned=p.circuits, ocs_before=dict(self.last_plan),
+                        region_ports=region_ports, routed=reg.routed, method=p.method, predicted_gain_s=gain,
+                        predicted_cost_s=cost, objective_before_s=o_cur, objective_after_s=o_new, t_plan_ms=t_plan_ms)
+        machine = Reconfigurator(self.driver, self, self.links, scale=self.scale,
+                                 drain_timeout_s=self.pb.runtime.drain_timeout_s,
+                                 resume_timeout_s=self.pb.runtime.resume_timeout_s,
+                                 journal=self.journal.append, guard=_DeferSignals)
+        try:
+            rec = machine.run(prop)
+        except BaseException:  # interrupted, a worker lost: the records and the last plan stay true
+            if machine.rec is not None:
+                self._take(reg, machine.rec)
+            raise
+        self._take(reg, rec)
+        if rec.fatal:
+            raise OperationFailed(rec.fatal)
 
-    def _await(self, hosts: list[str], mtype: str, epoch: int, timeout_testbed_s: float) -> None:
-        pending = set(hosts)
+    def _take(self, reg: RegionState, rec: Reconfiguration) -> None:
+        """Take in a reconfiguration's outcome (see :meth:`_reconfigure`)."""
+        e = rec.epoch
+        reg.circuits, reg.routed = rec.in_force, rec.routed
+        self.last_plan = rec.ocs_state  # the OCS as read back (None: it could not be read)
+        reg.last_reconfig_iter = rec.iteration
+        self.reconfigs.append(rec)
+        d = rec.to_dict()
+        self.store.reconfiguration(d)
+        log.info("reconfiguration epoch %d %s: +%d/-%d cross-connects, switch %.1f ms, link-up %.2f s, runtime %.0f ms",
+                 e, rec.outcome, rec.xc_added, rec.xc_removed, rec.t_switch_ms, rec.t_linkup_ms / 1000,
+                 d["t_runtime_ms"])
+        what = rec.describe()
+        if what:
+            self._warn(what)
+        elif rec.lanes_down:
+            self._warn(f"epoch {e}: {rec.failures[-1].error}" if rec.failures else
+                       f"epoch {e}: lanes did not come up: {', '.join(rec.lanes_down)}")
+        self.obs.reconfiguration(d)
+
+    def _reread_ocs(self) -> bool:
+        """Read the OCS again after it could not be read; True when it could (the last plan is then
+        what it holds, and each region's circuits what the read shows)."""
+        try:
+            rb = self.driver.cross_connects()
+        except (OperationFailed, UnreachableError) as e:
+            log.warning("OCS still unreadable: %s", e)
+            return False
+        self.last_plan = rb
+        for reg in self.regions.values():
+            found = mapping.circuits_from_cross_connects(reg.lanes, rb)
+            known = {frozenset((c.a.key, c.b.key)): c for c in reg.circuits}
+            routed = reg.circuits if reg.routed is None else reg.routed
+            reg.circuits = [known.get(frozenset((c.a.key, c.b.key)), c) for c in found]
+            reg.routed = [c for c in reg.circuits if c in routed]  # (a circuit new to us: not until polled up)
+        self.journal.append("ocs.state", endpoint=self.driver.endpoint, cross_connects=sorted(rb.items()), reread=True)
+        return True
+
+    # --- the workers, as the reconfiguration protocol sees them (reconfig.Workers) -------
+    def broadcast(self, hosts: list[str], msg: dict) -> list[str]:
+        return self.ctrl.broadcast(hosts, msg)
+
+    def await_all(self, hosts: list[str], mtype: str, epoch: int, timeout_testbed_s: float) -> set[str]:
+        """Wait for ``mtype`` of ``epoch`` from every host that has not finished training (a
+        finished one has nothing to drain or resume), handling the other messages; return the
+        hosts still missing after ``timeout_testbed_s`` (+ 2 s wall of slack)."""
+        pending = set(hosts) - self.done_hosts
         deadline = time.monotonic() + timeout_testbed_s / self.scale + 2
         while pending:
-            host, msg = self._next_event(deadline, f"{mtype} for epoch {epoch} from {', '.join(sorted(pending))}")
+            try:
+                host, msg = self._next_event(deadline, f"{mtype} for epoch {epoch} from {', '.join(sorted(pending))}")
+            except WaitTimeout:
+                return pending
             if msg["type"] == mtype and msg.get("epoch") == epoch:
                 pending.discard(host)
             else:
                 self._handle(host, msg)
+                pending -= self.done_hosts
+        return set()
 
     # ---------------------------------------------------------------------------------
     def _final_check(self) -> None:
@@ -624,12 +626,16 @@ class Job:
         self.final_readback = rb
         self.final_matches = rb == self.last_plan
         self.journal.append("ocs.final", readback=sorted(rb.items()), matches_plan=self.final_matches)
+        if self.last_plan is None:  # unknown since a failed reconfiguration (said then): what it holds now
+            self._warn(f"the OCS could not be read back after a failed reconfiguration; at the end it holds "
+                       f"{len(rb)} cross-connects: check with `mfctl ocs show -i {self.inv.source or self.inv_path}`")
+            return
         if not self.final_matches:
             raise OperationFailed("final OCS read-back does not match the last plan")
 
     def _teardown(self) -> None:
-        if getattr(self, "_health_stop", None):
-            self._health_stop.set()
+        if getattr(self, "sampler", None):
+            self.sampler.stop()
         if getattr(self, "ctrl", None):
             self.ctrl.broadcast(list(self.ctrl.workers), {"type": "stop", "reason": "run ending"})
         if getattr(self, "launcher", None):
@@ -650,10 +656,30 @@ class Job:
                     self.journal.append("ocs.final", readback=sorted(rb.items()),
                                         matches_plan=rb == getattr(self, "last_plan", None))
                 self.driver.close()
-        if getattr(self, "pool", None):
-            self.pool.close()
+        for pool in ("pool", "link_pool", "sample_pool"):
+            if getattr(self, pool, None):
+                getattr(self, pool).close()
         if self.mock_started:
             mockctl.stop(self.mock_state)
+
+    def _recovery_hint(self) -> list[str]:
+        """The warning to run ``mfctl ocs recover`` when a failed reconfiguration left the OCS
+        differing from its plan and that change is still pending in the journal (as ``ocs recover``
+        finds it: a later change supersedes it)."""
+        last = next((r for r in reversed(self.reconfigs) if r.outcome != "cancelled"), None)
+        if last is None or not last.ocs_needs_recovery or getattr(self, "journal", None) is None:
+            return []
+        inv = getattr(getattr(self, "inv", None), "source", None) or getattr(self, "inv_path", "INVENTORY")
+        try:
+            pend = pending_apply([r for r in self.journal.records() if str(r.get("op", "")).startswith("ocs.")])
+        except (OSError, ValueError) as e:
+            log.warning("run journal not readable for the recovery hint: %s", e)
+            pend = {"reason": f"epoch {last.epoch}"}
+        if pend is None:
+            return []
+        return [f"the OCS was left differing from the plan by epoch {last.epoch} ({last.outcome}; change "
+                f"{pend.get('reason')!r} unfinished): run `mfctl ocs recover -i {inv}` after the run to finish it, "
+                "or with --rollback to undo it"]
 
     # ---------------------------------------------------------------------------------
     def summary(self, status: str, error: str | None) -> dict:
@@ -682,8 +708,8 @@ class Job:
             "tokens": tokens, "simulated_train_s": _r(sum(secs)), "wall_train_s": _r(wall),
             "ep_inter_server_bytes": inter, "ep_bytes_on_circuits": ocs,
             "ep_share_on_circuits": _r(ocs / inter) if inter else None,
-            "reconfigurations": self.reconfigs,
-            "warnings": self.warnings,
+            "reconfigurations": [r.to_dict() for r in self.reconfigs],
+            "warnings": self.warnings + self._recovery_hint(),
             "prediction_rel_error": {k: _r(np.mean(v)) for k, v in sorted(self.pred_errors.items())},
             "health": {"hosts": len(getattr(self, "health", [])),
                        "ok": sum(h["status"] == "ok" for h in getattr(self, "health", [])),
@@ -700,7 +726,12 @@ class Job:
                           "circuits": {r.name: [c.to_dict() for c in r.circuits] for r in self.regions.values()}}
         if self.reconfigs:
             keys = ["t_switch_ms", "t_linkup_ms", "t_runtime_ms"]
-            out["reconfiguration_means"] = {k: _r(np.mean([r[k] for r in self.reconfigs])) for k in keys}
+            out["reconfiguration_means"] = {k: _r(np.mean([r[k] for r in out["reconfigurations"]])) for k in keys}
+            failed = [r for r in self.reconfigs if r.outcome != "applied" or r.failures]
+            if failed:  # what did not go as planned, and what the region was left on
+                out["reconfigurations_failed"] = [{"epoch": r.epoch, "region": r.region, "outcome": r.outcome,
+                                                   "error": r.error, "ocs_needs_recovery": r.ocs_needs_recovery}
+                                                  for r in failed]
         return out
 
 

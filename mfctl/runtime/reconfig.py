@@ -1,0 +1,513 @@
+"""The in-training reconfiguration protocol as a small state machine (docs/runtime-protocol.md).
+
+One reconfiguration of one region goes through these phases::
+
+    PROPOSE ─all paused─▶ APPLY ─read back = plan──────────────────────▶ LINKUP ─▶ ROUTES ─all resume─▶ DONE
+       │                    ├─DENY the driver answered─▶ READBACK ─────▶ LINKUP       └─resume timeout─▶ FAILED
+       │                    └─other failure─▶ ROLLBACK ─ok────────────▶ LINKUP
+       │                                         └─fails─▶ READBACK ──▶ LINKUP
+       └─drain timeout (cancelled: the OCS is not touched)─▶ ROUTES
+
+APPLY failures: DENY, partial, timeout, lost link, read-back mismatch, unconfirmed read. A DENY
+the driver answered carries its word in ``TL1Deny.left`` (it rolled back itself, nothing had
+changed, or its rollback failed — then the change stays pending in the OCS journal for
+``mfctl ocs recover``, and a second rollback would hide it). READBACK is a fresh confirmed read:
+the region runs on the duplex circuits it shows (the other pairs over the EPS); when the OCS
+cannot be read, on the circuits the change kept (the driver never touches those), checked by
+the link polls.
+
+Each failure is handled in one place (its phase's method) and leaves a :class:`Failure` in the
+:class:`Reconfiguration` record; only a resume timeout fails the run (``fatal``). Whatever the
+outcome, the workers get ``routes`` for the circuits that are really there and up, and
+:attr:`Reconfiguration.ocs_state` is what the OCS holds (a read-back), so the caller's
+"last plan" stays true.
+
+Times: ``t_switch_ms``, ``t_verify_ms``, ``t_rollback_ms`` are wall clock (the OCS models physical
+time in real time); ``t_drain_ms``, ``t_linkup_ms``, ``t_resume_ms``, ``t_runtime_ms`` are testbed
+time (wall × ``scale``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import numpy as np
+
+from mfctl.errors import MfctlError, OperationFailed, UnreachableError
+from mfctl.fabric import mapping
+from mfctl.hosts import iproute
+from mfctl.ocs.driver import diff as xc_diff
+
+log = logging.getLogger(__name__)
+
+
+class Phase(str, enum.Enum):
+    PROPOSE = "propose"  #: ``propose`` sent; waiting for ``paused`` from every host
+    APPLY = "apply"  #: the cross-connect diff on the OCS, read back
+    ROLLBACK = "rollback"  #: the apply failed: back to the old cross-connects
+    READBACK = "readback"  #: a fresh read decides what is up (after the driver's own rollback, or ours failed)
+    LINKUP = "link-up"  #: polling the lanes of the circuits that changed
+    ROUTES = "routes"  #: ``routes`` sent; waiting for ``resume`` from every host
+    DONE = "done"
+    FAILED = "failed"
+
+
+#: what the region runs on afterwards
+OUTCOMES = {
+    "applied": "the new plan is on the OCS",
+    "rolled-back": "the apply failed; the old circuits were put back (read back)",
+    "kept-old": "the apply failed before it changed anything; the old circuits stayed",
+    "partial": "the apply and the rollback failed; the region runs on the circuits a fresh read-back shows",
+    "unknown": "the OCS could not be read back; the region runs on the circuits the change never touched",
+    "cancelled": "not every worker paused in time; the OCS was not touched",
+}
+
+
+class WaitTimeout(OperationFailed):
+    """A wait for workers' messages ran out of time (the caller's ``await_all`` may raise it)."""
+
+
+class Workers(Protocol):
+    """The region's runtime workers, as the controller reaches them."""
+
+    def broadcast(self, hosts: list[str], msg: dict) -> list[str]:
+        """Send ``msg`` to each host; return the hosts that could not be reached."""
+
+    def await_all(self, hosts: list[str], mtype: str, epoch: int, timeout_testbed_s: float) -> set[str]:
+        """Wait until every host (that has not finished training) sent ``mtype`` for ``epoch``,
+        handling other messages meanwhile; return the hosts that did not within the timeout
+        (testbed seconds). Raises when a worker is lost."""
+
+
+class OCS(Protocol):
+    def apply(self, desired: dict[int, int], *, reason: str = ""): ...  # -> mfctl.ocs.driver.ApplyResult
+    def cross_connects(self) -> dict[int, int]: ...
+
+
+@dataclass
+class LinkWait:
+    """The result of waiting for lanes: ``down`` lanes (``host:netdev``) still down at the
+    deadline, ``up_at`` (``time.monotonic()`` s) when the last lane was seen up — the midpoint
+    of the poll that saw it —, ``polls`` the wall seconds of each poll round, ``errors`` the last
+    failed poll per host."""
+
+    down: list[str]
+    up_at: float
+    polls: list[float] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+class LinkPoller:
+    """Poll ``ip -j link`` on hosts until lanes are up.
+
+    Give it an SSH pool of its own (:class:`mfctl.transport.ssh.SSHPool`): a host's session runs
+    one command at a time, so a poll sharing a session with another command (a health sample
+    whose ``nvidia-smi`` hangs) would wait for it. Each poll round has a timeout
+    (``poll_timeout_s`` wall seconds, at most the time left, at least ``min_poll_timeout_s``); a
+    host whose poll fails or times out is polled again at the next round.
+    """
+
+    def __init__(self, pool, *, timeout_s: float, interval_s: float, poll_timeout_s: float,
+                 min_poll_timeout_s: float = 0.5, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.pool = pool
+        self.timeout_s = timeout_s  # wall seconds for all the lanes to come up
+        self.interval_s = interval_s  # wall seconds between poll rounds
+        self.poll_timeout_s = poll_timeout_s
+        self.min_poll_timeout_s = min_poll_timeout_s
+        self.clock, self.sleep = clock, sleep
+
+    def wait(self, circuits: list[mapping.Circuit], *, timeout_s: float | None = None) -> LinkWait:
+        """Wait (≤ ``timeout_s`` wall seconds, default :attr:`timeout_s`) until both lanes of
+        every circuit are up."""
+        want: dict[str, set[str]] = {}
+        for c in circuits:
+            for l in (c.a, c.b):
+                want.setdefault(l.host, set()).add(l.netdev)
+        deadline = self.clock() + (self.timeout_s if timeout_s is None else timeout_s)
+        out = LinkWait(down=[], up_at=self.clock())
+        while want:
+            hosts = sorted(want)
+            t_sent = self.clock()
+            per_poll = max(self.min_poll_timeout_s, min(self.poll_timeout_s, deadline - t_sent))
+            results = self.pool.run_many(hosts, lambda h: iproute.link_argv(), timeout=per_poll)
+            t_back = self.clock()
+            out.polls.append(t_back - t_sent)
+            for r in results:
+                if not r.ok:
+                    out.errors[r.host] = r.error or f"exit {r.rc}: {r.stderr.strip()[:200]}"
+                    log.info("link poll on %s failed: %s", r.host, out.errors[r.host])
+                    continue
+                try:
+                    links = iproute.parse_links(r.stdout)
+                except MfctlError as e:
+                    out.errors[r.host] = str(e)
+                    log.warning("link poll on %s: %s", r.host, e)
+                    continue
+                out.errors.pop(r.host, None)
+                want[r.host] = {d for d in want[r.host] if not (d in links and links[d].up)}
+                if not want[r.host]:
+                    del want[r.host]
+            out.up_at = (t_sent + t_back) / 2  # the hosts read their links somewhere inside the poll
+            if not want or self.clock() > deadline:
+                break
+            self.sleep(self.interval_s)
+        out.down = sorted(f"{h}:{d}" for h, ds in want.items() for d in ds)
+        return out
+
+
+@dataclass
+class Proposal:
+    """What the policy decided for one region: from ``old`` circuits (those in force, of which
+    ``routed`` carry traffic) to ``new``. ``ocs_before`` is the whole OCS as last read back
+    (``{input: output}``); ``region_ports`` the OCS ports of the region's lanes (cross-connects
+    on other ports are left alone)."""
+
+    epoch: int
+    region: str
+    hosts: list[str]
+    lanes: dict[str, list[mapping.LaneRef]]
+    iteration: int
+    old: list[mapping.Circuit]
+    new: list[mapping.Circuit]
+    planned: np.ndarray  # the planner's n × n circuit matrix
+    ocs_before: dict[int, int]
+    region_ports: set[int]
+    routed: list[mapping.Circuit] | None = None  # default: every old circuit
+    reason: str = "predicted gain > cost"
+    method: str = ""
+    predicted_gain_s: float = 0.0
+    predicted_cost_s: float = 0.0
+    objective_before_s: float = 0.0
+    objective_after_s: float = 0.0
+    t_plan_ms: float = 0.0
+
+    def desired(self) -> dict[int, int]:
+        """The whole OCS after the change: the region's cross-connects replaced by the new circuits'."""
+        out = {i: o for i, o in self.ocs_before.items() if i not in self.region_ports and o not in self.region_ports}
+        out.update(mapping.cross_connect_map(self.new))
+        return out
+
+
+@dataclass
+class Failure:
+    phase: str
+    error: str
+
+    def to_dict(self) -> dict:
+        return {"phase": self.phase, "error": self.error}
+
+
+@dataclass
+class Reconfiguration:
+    """The record of one reconfiguration (``to_dict()``: the ``reconfigurations`` entries of
+    ``summary.json``, the metrics store's row, the journal's ``reconfig.done``).
+
+    ``circuits`` is the circuit matrix the OCS holds for the region afterwards, ``circuits_routed``
+    the circuits whose lanes are up (the routes; other pairs go over the EPS), ``circuits_planned``
+    the plan. Phase times in ms (see the module docstring for which clock)."""
+
+    epoch: int
+    region: str
+    iteration: int
+    reason: str
+    circuits_planned: list
+    method: str = ""
+    predicted_gain_s: float = 0.0
+    predicted_cost_s: float = 0.0
+    objective_before_s: float = 0.0
+    objective_after_s: float = 0.0
+    t_plan_ms: float = 0.0
+    outcome: str = "applied"  # one of OUTCOMES
+    phase: Phase = Phase.PROPOSE  # the phase reached (DONE, or FAILED)
+    failures: list[Failure] = field(default_factory=list)
+    fatal: str | None = None  # the run cannot go on (a worker that did not resume)
+    xc_added: int = 0
+    xc_removed: int = 0
+    t_drain_ms: float = 0.0
+    t_switch_ms: float = 0.0
+    t_verify_ms: float = 0.0
+    t_rollback_ms: float = 0.0
+    t_linkup_ms: float = 0.0
+    t_resume_ms: float = 0.0
+    lanes_down: list[str] = field(default_factory=list)
+    ocs_matches_plan: bool | None = None  # the OCS read back equals the plan
+    ocs_matches_before: bool | None = None  # ... equals what it held before
+    phases: list[tuple[str, float]] = field(default_factory=list)  # (phase, wall ms since the start)
+    # not serialised: for the caller
+    in_force: list[mapping.Circuit] = field(default_factory=list, repr=False)  # on the OCS now
+    routed: list[mapping.Circuit] = field(default_factory=list, repr=False)  # ... and with lanes up
+    ocs_state: dict[int, int] | None = field(default=None, repr=False)  # the OCS read back; None: unknown
+    hosts: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def error(self) -> str | None:
+        return self.failures[0].error if self.failures else None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "applied" and not self.failures and not self.lanes_down
+
+    @property
+    def ocs_needs_recovery(self) -> bool:
+        """The OCS holds neither the old nor the new plan (or could not be read): ``mfctl ocs recover``."""
+        return self.outcome in ("partial", "unknown")
+
+    def to_dict(self) -> dict:
+        mat = mapping.circuit_matrix(self.in_force, self.hosts).tolist() if self.hosts else self.circuits_planned
+        routed = mapping.circuit_matrix(self.routed, self.hosts).tolist() if self.hosts else None
+        return {"epoch": self.epoch, "region": self.region, "iteration": self.iteration, "reason": self.reason,
+                "circuits": mat, "circuits_planned": self.circuits_planned, "circuits_routed": routed,
+                "outcome": self.outcome, "error": self.error, "failures": [f.to_dict() for f in self.failures],
+                "xc_added": self.xc_added, "xc_removed": self.xc_removed,
+                "t_plan_ms": round(self.t_plan_ms, 3), "t_drain_ms": round(self.t_drain_ms, 1),
+                "t_switch_ms": round(self.t_switch_ms, 2), "t_verify_ms": round(self.t_verify_ms, 2),
+                "t_rollback_ms": round(self.t_rollback_ms, 2), "t_linkup_ms": round(self.t_linkup_ms, 1),
+                "t_resume_ms": round(self.t_resume_ms, 1), "t_runtime_ms": round(self.t_drain_ms + self.t_resume_ms, 1),
+                "predicted_gain_s": round(self.predicted_gain_s, 4), "predicted_cost_s": round(self.predicted_cost_s, 4),
+                "objective_before_s": round(self.objective_before_s, 6), "objective_after_s": round(self.objective_after_s, 6),
+                "lanes_failed": len(self.lanes_down), "lanes_down": self.lanes_down, "method": self.method,
+                "ocs_matches_plan": self.ocs_matches_plan, "ocs_needs_recovery": self.ocs_needs_recovery,
+                "phases": [[p, round(t, 3)] for p, t in self.phases]}
+
+    def describe(self) -> str | None:
+        """One sentence for the operator when it did not go as planned (None when it did)."""
+        if self.outcome == "applied" and all(f.phase == Phase.LINKUP.value for f in self.failures):
+            return None  # (lanes that did not come up are said on their own)
+        e = f"epoch {self.epoch} ({self.region}, iteration {self.iteration})"
+        why = "; ".join(f"{f.phase}: {f.error}" for f in self.failures)
+        n = len(self.routed)
+        if self.phase is Phase.FAILED:
+            return f"{e}: reconfiguration stopped ({why}); {OUTCOMES[self.outcome]}"
+        return {
+            "applied": f"{e}: the OCS holds the new plan after all ({why})",
+            "rolled-back": f"{e}: reconfiguration failed ({why}); rolled back to the old circuits, training "
+                           f"continued on them ({n} routed)",
+            "kept-old": f"{e}: reconfiguration failed ({why}); the OCS still held the old circuits, training "
+                        f"continued on them ({n} routed)",
+            "partial": f"{e}: reconfiguration failed and so did its rollback ({why}); the OCS holds neither plan: "
+                       f"training continued on the {n} circuits that are up (the other pairs over the EPS)",
+            "unknown": f"{e}: reconfiguration failed and the OCS could not be read back ({why}); training "
+                       f"continued on the {n} circuits the change did not touch (the other pairs over the EPS)",
+            "cancelled": f"{e}: reconfiguration cancelled ({why}); the OCS was not touched, training continued "
+                         f"on the old circuits",
+        }[self.outcome]
+
+
+class Reconfigurator:
+    """Runs :class:`Proposal`\\ s through the phases. ``drain_timeout_s`` and ``resume_timeout_s``
+    are testbed seconds, ``scale`` the time scale (testbed seconds per wall second). ``journal``
+    is called as ``journal(op, **fields)`` (``reconfig.propose``, ``reconfig.failure``,
+    ``reconfig.done``); ``guard`` is a context manager around OCS changes (deferring signals:
+    never half-applied by a Ctrl-C)."""
+
+    def __init__(self, ocs: OCS, workers: Workers, links: LinkPoller, *, scale: float = 1.0,
+                 drain_timeout_s: float = 60.0, resume_timeout_s: float = 60.0,
+                 journal: Callable[..., object] | None = None,
+                 guard: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+                 clock: Callable[[], float] = time.monotonic):
+        self.ocs, self.workers, self.links = ocs, workers, links
+        self.scale = scale
+        self.drain_timeout_s, self.resume_timeout_s = drain_timeout_s, resume_timeout_s
+        self.journal = journal or (lambda op, **kw: None)
+        self.guard = guard
+        self.clock = clock
+        self.rec: Reconfiguration | None = None  # the one under way, or the last one
+
+    # ---------------------------------------------------------------------------------------
+    def run(self, p: Proposal) -> Reconfiguration:
+        """Run one reconfiguration to ``DONE`` (or ``FAILED``: ``fatal`` says why). Raises only
+        what ``Workers.await_all`` raises (a lost worker) and KeyboardInterrupt; :attr:`rec` then
+        holds the record so far (journalled), its ``ocs_state`` what the OCS holds."""
+        self.p = p
+        self.rec = Reconfiguration(
+            epoch=p.epoch, region=p.region, iteration=p.iteration, reason=p.reason,
+            circuits_planned=np.asarray(p.planned).tolist(), method=p.method, predicted_gain_s=p.predicted_gain_s,
+            predicted_cost_s=p.predicted_cost_s, objective_before_s=p.objective_before_s,
+            objective_after_s=p.objective_after_s, t_plan_ms=p.t_plan_ms, hosts=list(p.hosts),
+            in_force=list(p.old), routed=list(p.routed if p.routed is not None else p.old),
+            ocs_state=dict(p.ocs_before))
+        self.keep = [c for c in p.new if c in p.old]
+        self._apply_left: str | None = None
+        self.touched: list[mapping.Circuit] = []  # circuits whose lanes went dark: to poll
+        self._t0 = self.clock()
+        self.journal("reconfig.propose", epoch=p.epoch, region=p.region, iteration=p.iteration,
+                     circuits=np.asarray(p.planned).tolist(), predicted_gain_s=p.predicted_gain_s,
+                     predicted_cost_s=p.predicted_cost_s)
+        handlers = {Phase.PROPOSE: self._propose, Phase.APPLY: self._apply, Phase.ROLLBACK: self._rollback,
+                    Phase.READBACK: self._readback, Phase.LINKUP: self._linkup, Phase.ROUTES: self._routes}
+        phase = Phase.PROPOSE
+        try:
+            while phase not in (Phase.DONE, Phase.FAILED):
+                self.rec.phases.append((phase.value, (self.clock() - self._t0) * 1000))
+                phase = handlers[phase]()
+        except BaseException as e:  # Ctrl-C, a lost worker: the record says where it stopped (and what the OCS holds)
+            self._fail(phase, "interrupted" if isinstance(e, KeyboardInterrupt) else _describe(e))
+            self.rec.phase = Phase.FAILED
+            self.rec.fatal = self.rec.fatal or self.rec.failures[-1].error
+            self.journal("reconfig.done", **self.rec.to_dict())
+            raise
+        self.rec.phase = phase
+        self.rec.phases.append((phase.value, (self.clock() - self._t0) * 1000))
+        self.journal("reconfig.done", **self.rec.to_dict())
+        return self.rec
+
+    def _fail(self, phase: Phase, error: str) -> None:
+        self.rec.failures.append(Failure(phase.value, error))
+        log.warning("reconfiguration epoch %d (%s): %s failed: %s", self.p.epoch, self.p.region, phase.value, error)
+        self.journal("reconfig.failure", epoch=self.p.epoch, region=self.p.region, phase=phase.value, error=error)
+
+    def _testbed_ms(self, since: float) -> float:
+        return (self.clock() - since) * 1000 * self.scale
+
+    # --- phases: each returns the next ----------------------------------------------------
+    def _propose(self) -> Phase:
+        p = self.p
+        t0 = self.clock()
+        C_keep = mapping.circuit_matrix(self.keep, p.hosts)
+        self.workers.broadcast(p.hosts, {"type": "propose", "epoch": p.epoch, "keep_circuits": C_keep.tolist(),
+                                         "circuits": np.asarray(p.planned).tolist()})
+        missing = self.workers.await_all(p.hosts, "paused", p.epoch, self.drain_timeout_s)
+        self.rec.t_drain_ms = self._testbed_ms(t0)
+        if missing:
+            self._fail(Phase.PROPOSE, f"no paused from {', '.join(sorted(missing))} within drain_timeout_s "
+                                      f"{self.drain_timeout_s:g} s")
+            self.rec.outcome = "cancelled"
+            self.rec.ocs_matches_plan = self.rec.ocs_state == p.desired()
+            return Phase.ROUTES  # the paused ones go back to the old routes; the OCS is left alone
+        return Phase.APPLY
+
+    def _apply(self) -> Phase:
+        p = self.p
+        desired = p.desired()
+        d = xc_diff(p.ocs_before, desired)
+        self.rec.xc_added, self.rec.xc_removed = len(d.add), len(d.delete)
+        t0 = self.clock()
+        res = None
+        try:
+            with self.guard():
+                res = self.ocs.apply(desired, reason=f"epoch {p.epoch}")
+        except KeyboardInterrupt:  # held while the change ran, raised when it was done: the OCS holds it
+            if res is not None:
+                self._settle("applied", dict(res.readback), list(p.new))
+            raise
+        except (OperationFailed, UnreachableError) as e:  # DENY, partial, timeout, link lost, read-back mismatch
+            self.rec.t_switch_ms = (self.clock() - t0) * 1000
+            self._fail(Phase.APPLY, _describe(e))
+            # the driver's word on a DENY: it rolled back itself ("rolled-back"), nothing had changed
+            # ("unchanged"), or its rollback failed ("unknown") — then the change stays pending in the
+            # OCS journal for `mfctl ocs recover`, and a rollback of ours would hide it
+            self._apply_left = getattr(e, "left", None)
+            return Phase.READBACK if self._apply_left else Phase.ROLLBACK
+        self.rec.t_switch_ms, self.rec.t_verify_ms = res.t_switch_ms, res.t_verify_ms
+        self.rec.xc_added, self.rec.xc_removed = len(res.diff.add), len(res.diff.delete)
+        self._settle("applied", dict(res.readback), list(p.new))
+        return self._announce()
+
+    def _rollback(self) -> Phase:
+        p = self.p
+        t0 = self.clock()
+        res = None
+        try:
+            with self.guard():
+                res = self.ocs.apply(p.ocs_before, reason=f"epoch {p.epoch} rollback")
+        except KeyboardInterrupt:
+            if res is not None:
+                self._settle("kept-old" if res.diff.empty else "rolled-back", dict(res.readback), list(p.old))
+            raise
+        except (OperationFailed, UnreachableError) as e:
+            self.rec.t_rollback_ms = (self.clock() - t0) * 1000
+            self._fail(Phase.ROLLBACK, _describe(e))
+            return Phase.READBACK
+        self.rec.t_rollback_ms = (self.clock() - t0) * 1000
+        # nothing to change: the switch held the old cross-connects still
+        self._settle("kept-old" if res.diff.empty else "rolled-back", dict(res.readback), list(p.old))
+        return self._announce()
+
+    def _readback(self) -> Phase:
+        p = self.p
+        try:
+            rb = self.ocs.cross_connects()
+        except (OperationFailed, UnreachableError) as e:
+            self._fail(Phase.READBACK, _describe(e))
+            # the driver never touches a cross-connect that is kept, so the kept circuits are the
+            # ones to trust — and the link polls check them
+            self.rec.outcome = "unknown"
+            self.rec.ocs_state = None
+            self.rec.in_force = list(self.keep)
+            self.touched = list(self.keep)
+            return self._announce()
+        if rb == p.desired():
+            self._settle("applied", rb, list(p.new))
+        elif rb == p.ocs_before:
+            self._settle("rolled-back" if self._apply_left == "rolled-back" else "kept-old", rb, list(p.old))
+        else:
+            self._settle("partial", rb, _known(mapping.circuits_from_cross_connects(p.lanes, rb), p.old + p.new))
+        return self._announce()
+
+    def _settle(self, outcome: str, readback: dict[int, int], in_force: list[mapping.Circuit]) -> None:
+        """The OCS now holds ``readback``; the region's circuits on it are ``in_force``."""
+        p = self.p
+        self.rec.outcome = outcome
+        self.rec.ocs_state = readback
+        self.rec.ocs_matches_plan = readback == p.desired()
+        self.rec.in_force = in_force
+        # lanes that went dark: every circuit in force that the change did not keep
+        self.touched = [c for c in in_force if c not in self.keep]
+
+    def _announce(self) -> Phase:
+        self.workers.broadcast(self.p.hosts, {"type": "applied", "epoch": self.p.epoch,
+                                              "t_switch_ms": round(self.rec.t_switch_ms, 3),
+                                              "outcome": self.rec.outcome})
+        return Phase.LINKUP
+
+    def _linkup(self) -> Phase:
+        t1 = self.clock()
+        lw = self.links.wait(self.touched) if self.touched else LinkWait(down=[], up_at=t1)
+        self.rec.t_linkup_ms = max(0.0, (lw.up_at - t1) * 1000 * self.scale)
+        self.rec.lanes_down = lw.down
+        down = set(lw.down)
+        before = self.rec.routed
+        # a circuit carries traffic when its lanes are up: polled now, or routed before and untouched
+        self.rec.routed = [c for c in self.rec.in_force
+                           if not {f"{c.a.host}:{c.a.netdev}", f"{c.b.host}:{c.b.netdev}"} & down
+                           and (c in self.touched or c in before)]
+        if lw.down:
+            slowest = max(lw.polls) * 1e3 if lw.polls else 0.0
+            errs = "; ".join(f"{h}: {e}" for h, e in sorted(lw.errors.items()))
+            self._fail(Phase.LINKUP, f"lanes did not come up: {', '.join(lw.down)} — their pairs use the EPS "
+                                     f"({len(lw.polls)} polls, slowest {slowest:.0f} ms wall"
+                                     + (f"; poll errors: {errs}" if errs else "") + ")")
+        return Phase.ROUTES
+
+    def _routes(self) -> Phase:
+        p = self.p
+        t2 = self.clock()
+        C_use = mapping.circuit_matrix(self.rec.routed, p.hosts)
+        self.workers.broadcast(p.hosts, {"type": "routes", "epoch": p.epoch, "circuits": C_use.tolist(),
+                                         "routes": mapping.route_table(self.rec.routed, p.hosts)})
+        missing = self.workers.await_all(p.hosts, "resume", p.epoch, self.resume_timeout_s)
+        self.rec.t_resume_ms = self._testbed_ms(t2)
+        if missing:
+            msg = (f"no resume for epoch {p.epoch} from {', '.join(sorted(missing))} within resume_timeout_s "
+                   f"{self.resume_timeout_s:g} s")
+            self._fail(Phase.ROUTES, msg)
+            self.rec.fatal = msg
+            return Phase.FAILED
+        return Phase.DONE
+
+
+def _known(found: list[mapping.Circuit], known: list[mapping.Circuit]) -> list[mapping.Circuit]:
+    """Circuits recovered from a read-back, as the same objects as the known ones that join the
+    same two lanes (a read-back does not know which end is ``a``)."""
+    by_lanes = {frozenset((c.a.key, c.b.key)): c for c in known}
+    return [by_lanes.get(frozenset((c.a.key, c.b.key)), c) for c in found]
+
+
+def _describe(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
