@@ -416,7 +416,7 @@ def test_login_works_on_an_echoing_console_and_the_password_is_nowhere(monkeypat
     ocs = OCS(name="ocs1", size={"inputs": 48, "outputs": 48}, password_env="OCS_PW",
               transports=[{"kind": "serial", "device": pty.slave_path, "baudrate": 115200}])
     try:
-        caplog.set_level(logging.DEBUG)
+        caplog.set_level(logging.DEBUG, logger="mfctl.ocs.client")
         with OCSDriver(ocs, command_timeout=1) as d:
             assert d.cross_connects() == BEFORE
             d.apply(DESIRED)
@@ -431,3 +431,30 @@ def test_login_works_on_an_echoing_console_and_the_password_is_nowhere(monkeypat
         assert PW not in caplog.text and "ACT-USER" in caplog.text
     finally:
         pty.close()
+
+
+def test_a_failed_change_reverted_by_its_caller_stays_one_chain(emu, tmp_path):
+    """A read-back that still differs (here: a silent partial apply, no retries left) raises with
+    the change's chain; revert() rolls back inside that chain and closes it."""
+    e, port = emu
+    j = Journal(tmp_path / "j.jsonl")
+    e.faults.partial_apply = 1
+    with OCSDriver(_ocs(port), command_timeout=2, journal=j, retries=0) as d:
+        with pytest.raises(Exception) as err:
+            d.apply(DESIRED, reason="A->B")
+        assert "read-back differs" in str(err.value) and e.patches not in (BEFORE, DESIRED)
+        assert pending_apply(j.records())["apply_id"] == err.value.chain["apply_id"]
+        d.revert(err.value.chain, reason="caller's rollback")
+    recs = j.records()
+    assert e.patches == BEFORE and pending_apply(recs) is None
+    assert [r["chain"] for r in recs if r["op"] == "ocs.intent" and r.get("chain")] == [err.value.chain["apply_id"]]
+
+
+def test_the_nth_ent_patch_can_be_denied(emu):
+    e, port = emu
+    e.faults.deny_patch_numbers = {2}
+    with OCSDriver(_ocs(port), command_timeout=2) as d:
+        d.apply(DESIRED)
+        with pytest.raises(TL1Deny, match="ENT-PATCH 2"):
+            d.apply({**DESIRED, 5: 60})
+    assert e.patches == DESIRED

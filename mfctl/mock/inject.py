@@ -27,7 +27,6 @@ Raises ValueError with the spec and what was expected.
 from __future__ import annotations
 
 import re
-import threading
 
 from mfctl.mock.gputools import NVLINKS, SLOWDOWNS, SM_MAX_MHZ
 
@@ -114,20 +113,7 @@ def apply(testbed, spec: str) -> str:
 
 def _deny_patches(emu, first: int, count: int) -> str:
     """Make the emulator deny its ENT-PATCH number ``first`` .. ``first + count - 1`` (1-based,
-    counted over every session) with ``DENY SROF`` before it makes anything; the others as usual.
-    (Done here, around the emulator's command handler, to leave the emulator's own knobs alone.)"""
-    make = emu._cmd_ENT_PATCH
-    seen = [0]
-    lock = threading.Lock()
-
-    def ent_patch(ctag, aid, params, session):
-        with lock:
-            seen[0] += 1
-            n = seen[0]
-        if first <= n < first + count:
-            return emu.deny(ctag, "SROF", f"switching failure (injected fault: ENT-PATCH {n})")
-        return make(ctag, aid, params, session)
-
-    emu._cmd_ENT_PATCH = ent_patch  # found by the emulator's getattr(self, "_cmd_" + verb)
+    counted over every session) with ``DENY SROF`` before it makes anything; the others as usual."""
+    emu.faults.deny_patch_numbers |= set(range(first, first + count))
     last = first + count - 1
     return f"OCS denies ENT-PATCH {first}" + (f" to {last}" if last > first else "")

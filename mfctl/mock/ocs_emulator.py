@@ -35,6 +35,7 @@ class Faults:
     themselves after firing."""
 
     deny_ports: set[int] = field(default_factory=set)  # ENT-PATCH touching these → DENY SROF
+    deny_patch_numbers: set[int] = field(default_factory=set)  # the n-th ENT-PATCH (1-based, all sessions) → DENY SROF
     timeout_next: bool = False  # swallow the next command: never reply (once)
     timeout_verb: str | None = None  # swallow the next command with this verb (once)
     drop_after_command: bool = False  # close the link instead of executing the next command (once)
@@ -239,6 +240,9 @@ class OCSEmulator:
         if len(ins) != len(outs):
             return self.deny(ctag, "IISP", "input and output lists differ in length")
         with self.lock:
+            self.stats["ent_patch"] = n = self.stats.get("ent_patch", 0) + 1
+            if n in self.faults.deny_patch_numbers:
+                return self.deny(ctag, "SROF", f"switching failure (injected fault: ENT-PATCH {n})")
             used_out = {o: i for i, o in self.patches.items()}
             if len(set(ins)) != len(ins) or len(set(outs)) != len(outs):
                 return self.deny(ctag, "IIAC", "port listed twice")

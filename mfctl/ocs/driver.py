@@ -391,6 +391,7 @@ class OCSDriver:
         commands: list[str] = []
         t0 = time.monotonic()
         readback = current
+        this = chain or {"apply_id": apply_id, "before": _pairs(current), "desired": _pairs(desired)}
         try:
             self._execute(apply_id, d, commands, confirmed=current)
             t_switch = (time.monotonic() - t0) * 1000
@@ -406,9 +407,11 @@ class OCSDriver:
                 readback = self.cross_connects()
             t_verify = (time.monotonic() - t1) * 1000
         except TL1Deny as e:
+            e.chain = this  # the change to name in a later recovery (revert, recover)
             self._after_deny(e, apply_id, current, desired, rollback=chain is None)
             raise
         except (TL1ConnectionError, TL1Timeout, UnreachableError, UnconfirmedRead) as e:
+            e.chain = this
             self._journal("ocs.outcome", apply_id=apply_id, ocs=self.ocs.name, ok=False, error=str(e))
             raise
         ok = readback == desired
@@ -419,9 +422,21 @@ class OCSDriver:
         if not ok:
             missing = {i: o for i, o in desired.items() if readback.get(i) != o}
             extra = {i: o for i, o in readback.items() if desired.get(i) != o}
-            raise OperationFailed(f"OCS {self.ocs.name}: read-back differs from plan after {self.retries} retries: "
+            err = OperationFailed(f"OCS {self.ocs.name}: read-back differs from plan after {self.retries} retries: "
                                   f"missing {_pairs(missing)}, unexpected {_pairs(extra)}; "
                                   f"run mfctl ocs recover to finish or roll back")
+            err.chain = this
+            raise err
+        return res
+
+    def revert(self, chain: dict, *, reason: str = "") -> ApplyResult:
+        """Roll the failed change ``chain`` (the ``.chain`` of an exception :meth:`apply` raised)
+        back to its confirmed ``before``, as a recovery in its chain, and close the chain
+        (``ocs.recovered``) once the switch holds it: one change, one history, whoever undoes it."""
+        res = self.apply({i: o for i, o in chain["before"]}, reason=reason or f"rollback of {chain['apply_id']}",
+                         chain=chain)
+        self._journal("ocs.recovered", apply_id=chain["apply_id"], mode="rollback", changed=not res.diff.empty,
+                      readback=_pairs(res.readback))
         return res
 
     def _after_deny(self, e: TL1Deny, apply_id: str, before: dict[int, int], desired: dict[int, int], *,
@@ -440,13 +455,11 @@ class OCSDriver:
                 e.args = (f"{e.args[0]}; the OCS may be half-changed: run mfctl ocs recover",)
             return
         log.warning("OCS %s: %s refused mid-change; rolling back to the state before", self.ocs.name, e.code)
-        chain = {"apply_id": apply_id, "before": _pairs(before), "desired": _pairs(desired)}
         try:
-            self.apply(before, reason=f"rollback of {apply_id} after {e.code}", chain=chain)
+            self.revert(e.chain, reason=f"rollback of {apply_id} after {e.code}")
         except (TL1Deny, TL1ConnectionError, TL1Timeout, UnreachableError, OperationFailed) as e2:
             e.args = (f"{e.args[0]}; the rollback failed too ({e2}): run mfctl ocs recover",)
             return
-        self._journal("ocs.recovered", apply_id=apply_id, mode="rollback", changed=True, auto=True)
         e.left = "rolled-back"
         e.args = (f"{e.args[0]}; rolled back: the OCS holds what it held before (confirmed read)",)
 

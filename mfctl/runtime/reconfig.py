@@ -334,6 +334,7 @@ class Reconfigurator:
             ocs_state=dict(p.ocs_before))
         self.keep = [c for c in p.new if c in p.old]
         self._apply_left: str | None = None
+        self._apply_chain: dict | None = None
         self.touched: list[mapping.Circuit] = []  # circuits whose lanes went dark: to poll
         self._t0 = self.clock()
         self.journal("reconfig.propose", epoch=p.epoch, region=p.region, iteration=p.iteration,
@@ -403,6 +404,7 @@ class Reconfigurator:
             # ("unchanged"), or its rollback failed ("unknown") — then the change stays pending in the
             # OCS journal for `mfctl ocs recover`, and a rollback of ours would hide it
             self._apply_left = getattr(e, "left", None)
+            self._apply_chain = getattr(e, "chain", None)  # the failed change, for a rollback in its chain
             return Phase.READBACK if self._apply_left else Phase.ROLLBACK
         self.rec.t_switch_ms, self.rec.t_verify_ms = res.t_switch_ms, res.t_verify_ms
         self.rec.xc_added, self.rec.xc_removed = len(res.diff.add), len(res.diff.delete)
@@ -415,7 +417,10 @@ class Reconfigurator:
         res = None
         try:
             with self.guard():
-                res = self.ocs.apply(p.ocs_before, reason=f"epoch {p.epoch} rollback")
+                if self._apply_chain and hasattr(self.ocs, "revert"):  # one journal chain: recover sees it whole
+                    res = self.ocs.revert(self._apply_chain, reason=f"epoch {p.epoch} rollback")
+                else:
+                    res = self.ocs.apply(p.ocs_before, reason=f"epoch {p.epoch} rollback")
         except KeyboardInterrupt:
             if res is not None:
                 self._settle("kept-old" if res.diff.empty else "rolled-back", dict(res.readback), list(p.old))
