@@ -479,7 +479,10 @@ class OCSDriver:
             ins = adds[k:k + n]
             batches.append(("ENT-PATCH", f"{'&'.join(map(str, ins))},{'&'.join(str(d.add[i]) for i in ins)}"))
         for verb, aid in batches:
-            self._journal("ocs.command", apply_id=apply_id, ocs=self.ocs.name, verb=verb, aid=aid, state="sent")
+            # written before the command goes out (it survives a kill); durable with the next synced
+            # record — recovery needs only the synced intent (its before/desired) and a confirmed read
+            self._journal("ocs.command", apply_id=apply_id, ocs=self.ocs.name, verb=verb, aid=aid, state="sent",
+                          sync=False)
             t = time.monotonic()
             try:
                 self.client.command(verb, aid=aid)
