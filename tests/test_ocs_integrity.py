@@ -458,3 +458,13 @@ def test_the_nth_ent_patch_can_be_denied(emu):
         with pytest.raises(TL1Deny, match="ENT-PATCH 2"):
             d.apply({**DESIRED, 5: 60})
     assert e.patches == DESIRED
+
+
+def test_a_switch_silent_before_login_is_identified_by_the_login_reply(emu):
+    e, port = emu
+    e.faults.timeout_verb = "RTRV-HDR"
+    with OCSDriver(_ocs(port, sid="OCS1"), command_timeout=2, connect_timeout=0.5) as d:
+        assert d.identity.sid == "OCS1" and d.cross_connects() == BEFORE
+    e.faults.timeout_verb = "RTRV-HDR"
+    with pytest.raises(WrongDevice, match="says SID 'OCS1'"):
+        OCSDriver(_ocs(port, sid="OCS7"), command_timeout=2, connect_timeout=0.5).connect()

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 _PATCH_RE = re.compile(r"^\s*(\d+)\s*,\s*(\d+)\s*$")
 _PORT_VALUE_RE = re.compile(r"^\s*(\d+)\s*:\s*(\S+)\s*$")
+PROBE_TIMEOUT_S = 2.0  # how long the SID probe waits before login (a device may answer nothing until then)
 DARK_FLOOR_DBM = -50.0  # readings at or below this are "no light" (OPM floor class)
 _SIZE_RE = re.compile(r"SIZE=(\d+)x(\d+)", re.I)
 
@@ -140,7 +141,10 @@ class OCSDriver:
             self.endpoint = stream.name
             try:
                 sid = self._probe_sid()
-                self._login()
+                login = self._login()
+                if sid is None:  # no answer before login: the login reply's header is the first word
+                    sid = login.sid
+                    check_expected(self.ocs, sid=sid, endpoint=self.endpoint)
                 self.identity = self._identify(sid)
                 # read directly, not through _read(): its reconnect would call connect() again, without end
                 self.size = self._size(self.client.command("RTRV-EQPT", aid="SYSTEM", params="PARAMETER=SIZE"))
@@ -159,13 +163,19 @@ class OCSDriver:
             return self
         raise UnreachableError(f"OCS {self.ocs.name}: no transport reachable: " + " | ".join(errors))
 
-    def _probe_sid(self) -> str:
+    def _probe_sid(self) -> str | None:
         """The SID of the response header of ``RTRV-HDR`` (answered, if only with ``PLNA``, before
-        login). Checked against the inventory's ``ocs.sid`` before any password is sent."""
+        login). Checked against the inventory's ``ocs.sid`` before any password is sent. A device
+        that says nothing before login (within ``PROBE_TIMEOUT_S``) gives None: its SID is then
+        read from the login reply."""
         try:
-            sid = self.client.command("RTRV-HDR", timeout=self.connect_timeout).sid
+            sid = self.client.command("RTRV-HDR", timeout=min(self.connect_timeout, PROBE_TIMEOUT_S)).sid
         except TL1Deny as e:
             sid = e.reply.sid
+        except TL1Timeout:
+            log.warning("OCS %s: no answer to RTRV-HDR before login; checking its SID from the login reply",
+                        self.ocs.name)
+            return None
         check_expected(self.ocs, sid=sid, endpoint=self.endpoint)
         return sid
 
@@ -187,7 +197,7 @@ class OCSDriver:
                               f"not {self.identity.serial!r} as before: refusing to continue on another switch")
         return DeviceIdentity(sid=sid, endpoint=self.endpoint, serial=serial, vendor=vendor, model=model)
 
-    def _login(self) -> None:
+    def _login(self) -> tl1.Reply:
         """ACT-USER within the connect timeout; user and password are checked against TL1's
         grammar first (a reserved character is a ConfigError, never sent) and the password never
         reaches a log or error."""
@@ -196,7 +206,7 @@ class OCSDriver:
         src = f"${self.ocs.password_env}" if not self.ocs.password_file and self.ocs.password_env else "ocs.password_file"
         if pw:
             tl1.check_text(f"OCS password (from {src})", pw, secret=True)
-        self.client.command("ACT-USER", aid=self.ocs.user, params=pw, secret=True, timeout=self.connect_timeout)
+        return self.client.command("ACT-USER", aid=self.ocs.user, params=pw, secret=True, timeout=self.connect_timeout)
 
     def reconnect(self) -> None:
         if self.client:
