@@ -43,8 +43,11 @@ def _observer(json_out: bool, total: int, show_logs: bool = False):
                 con.print(f"   train iteration {done}/{total_}: {m['seconds']:.3f} s (testbed time)", highlight=False)
 
         def reconfiguration(self, r):
-            msg = (f"epoch {r['epoch']} done: +{r['xc_added']}/-{r['xc_removed']} cross-connects, switch "
-                   f"{r['t_switch_ms']:.1f} ms, link-up {r['t_linkup_ms'] / 1000:.2f} s, runtime {r['t_runtime_ms']:.0f} ms")
+            outcome = r.get("outcome", "applied")
+            head = f"epoch {r['epoch']} done" if outcome == "applied" else f"epoch {r['epoch']} {outcome.upper()}"
+            msg = (f"{head}: +{r['xc_added']}/-{r['xc_removed']} cross-connects, switch "
+                   f"{r['t_switch_ms']:.1f} ms, link-up {r['t_linkup_ms'] / 1000:.2f} s, runtime {r['t_runtime_ms']:.0f} ms"
+                   + (f" — {r['error']}" if r.get("error") else ""))
             con.print(markup("[magenta]{:>8}[/] {}", "reconfig", msg), highlight=False)
 
         def log_line(self, host, line):
@@ -108,10 +111,10 @@ def render_summary(s: dict, show_error: bool = True) -> None:
                   + f" — {len(ocs['cross_connects'])} cross-connects (a circuit is two: one per direction) via {ocs['endpoint']}")
     con.print(t)
     if s["reconfigurations"]:
-        r = Table("epoch", "iter", "xc +/-", "switch", "link-up", "runtime", "a2a est. before→after",
+        r = Table("epoch", "iter", "outcome", "xc +/-", "switch", "link-up", "runtime", "a2a est. before→after",
                   title="reconfigurations (link-up, runtime: testbed time)", title_justify="left")
         for x in s["reconfigurations"]:
-            r.add_row(str(x["epoch"]), str(x["iteration"]), f"+{x['xc_added']}/-{x['xc_removed']}",
+            r.add_row(str(x["epoch"]), str(x["iteration"]), x.get("outcome", "applied"), f"+{x['xc_added']}/-{x['xc_removed']}",
                       f"{x['t_switch_ms']:.1f} ms", f"{x['t_linkup_ms'] / 1000:.2f} s", f"{x['t_runtime_ms']:.0f} ms",
                       f"{x['objective_before_s'] * 1000:.0f} → {x['objective_after_s'] * 1000:.0f} ms")
         con.print(r)
