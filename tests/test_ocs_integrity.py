@@ -397,6 +397,12 @@ def test_two_mocks_of_one_inventory_share_nothing(tmp_path, cli_env):
         ia, ib = load_inventory(a["inventory"]), load_inventory(b["inventory"])
         assert ia.name != ib.name and ia.ocs.serial != ib.ocs.serial
         assert journal_path(known_identity(ia)) != journal_path(known_identity(ib))
+        from mfctl.hosts.health import baseline_path
+        from mfctl.lock import TestbedLock
+
+        assert baseline_path(ia) != baseline_path(ib)  # one mock's NIC counter history is not the other's
+        with TestbedLock(ia.name, "a run on mock 1"), TestbedLock(ib.name, "a run on mock 2"):
+            pass
         # one mock's journal, pointed at the other: the serial check refuses
         wrong = Path(tmp_path / "wrong.yaml")
         wrong.write_text(Path(a["inventory"]).read_text().replace(ia.ocs.serial, ib.ocs.serial))
