@@ -10,10 +10,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import socket
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -30,25 +32,59 @@ def lock_path(testbed: str) -> Path:
     return d / f"{testbed}.lock"
 
 
+def _usable(d: Path) -> bool:
+    """``d`` is a real directory (not a link) owned by root or by us, sticky if others may write
+    it (so nobody can replace our files there), and writable by us."""
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.getuid()):
+        return False
+    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+        return False
+    return os.access(d, os.W_OK | os.X_OK)
+
+
 def lock_dir() -> Path:
     """``MFCTL_LOCK_DIR``, else ``/run/lock/mfctl`` where it can be made (Debian's ``/run/lock`` is
     world-writable and sticky), else ``<tmp>/mfctl-locks``; created mode 1777 so that every user's
-    mfctl sees the same locks."""
+    mfctl sees the same locks. A directory that is a link, belongs to another user, or is
+    world-writable without the sticky bit is refused (another user could plant files there)."""
     explicit = settings.get("lock_dir")
     candidates = [Path(explicit).expanduser()] if explicit else [Path("/run/lock/mfctl"),
                                                                   Path(tempfile.gettempdir()) / "mfctl-locks"]
+    refused = []
     for d in candidates:
         try:
-            if not d.is_dir():
+            if not os.path.lexists(d):
                 d.mkdir(parents=True, exist_ok=True)
                 os.chmod(d, 0o1777)
-            if os.access(d, os.W_OK | os.X_OK):
+            if _usable(d):
                 return d
-        except OSError:
-            continue
+            refused.append(f"{d} (a link, another user's, or world-writable without the sticky bit)")
+        except OSError as e:
+            refused.append(f"{d} ({e.strerror or e})")
     from mfctl.errors import ConfigError
 
-    raise ConfigError(f"no usable lock directory ({', '.join(map(str, candidates))}); set MFCTL_LOCK_DIR")
+    raise ConfigError(f"no usable lock directory: {'; '.join(refused)}; set MFCTL_LOCK_DIR")
+
+
+def write_replacing(path: Path, text: str) -> bool:
+    """Write ``text`` to ``path`` through a new private file renamed over it: never through a link
+    or another user's file planted there (in a sticky directory the rename of another user's
+    file fails, and nothing is written). False when it could not be written."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return False
 
 
 def safe_key(text: str) -> str:
@@ -80,11 +116,9 @@ class _Lock:
             h = self.holder() or {}
             raise LockError(f"{self.what} {self.name!r} is locked by pid {h.get('pid', '?')} on {h.get('host', '?')} "
                             f"for {h.get('purpose', '?')!r} since {h.get('since', '?')}") from None
-        try:
-            self.info.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "purpose": self.purpose,
-                                             "since": time.strftime("%Y-%m-%dT%H:%M:%S")}))
-        except OSError:
-            pass  # another user's stale holder file: the lock itself is what excludes
+        # who holds it, for the next one's error message (only informative: the lock excludes)
+        write_replacing(self.info, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                               "purpose": self.purpose, "since": time.strftime("%Y-%m-%dT%H:%M:%S")}))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -113,3 +147,17 @@ class DeviceLock(_Lock):
 
     def __init__(self, key: str, purpose: str, timeout: float = 0.0):
         super().__init__(lock_dir() / f"{safe_key(key)}.lock", key, purpose, timeout)
+        self.last_path = self.path.with_suffix(".last.json")
+
+    def note_change(self, apply_id: str, journal: Path) -> None:
+        """Record, beside the lock, the device's latest change and which journal holds it — so a
+        journal in another state directory can tell that its unfinished change was superseded."""
+        write_replacing(self.last_path, json.dumps({"apply_id": apply_id, "journal": str(journal), "ts": time.time()}))
+
+    def last_change(self) -> dict | None:
+        """What :meth:`note_change` last wrote (None if nothing, e.g. since a reboot emptied /run/lock)."""
+        try:
+            d = json.loads(self.last_path.read_text())
+        except (OSError, ValueError):
+            return None
+        return d if isinstance(d, dict) and isinstance(d.get("apply_id"), str) else None

@@ -93,7 +93,7 @@ def test_a_hostile_user_is_refused_by_the_schema_and_never_reaches_the_switch(em
     bad = _ocs(port).model_copy(update={"user": evil})
     with pytest.raises(ConfigError, match="ocs.user"):
         OCSDriver(bad, command_timeout=2).connect()
-    assert e.patches == BEFORE and "DLT-PATCH" not in rec.verbs() and "ACT-USER" not in rec.verbs()
+    assert e.patches == BEFORE and rec.verbs() == []  # refused before anything was opened or sent
     # and `inventory validate` says so, exit 3, naming the field
     src = Path(__file__).parents[1] / "inventory" / "mfabric-prototype.yaml"
     inv = tmp_path / "inv.yaml"
@@ -395,7 +395,7 @@ def test_two_mocks_of_one_inventory_share_nothing(tmp_path, cli_env):
     b = mockctl.start(PROTOTYPE, tmp_path / "m2", time_scale=100)
     try:
         ia, ib = load_inventory(a["inventory"]), load_inventory(b["inventory"])
-        assert ia.name != ib.name and ia.ocs.serial != ib.ocs.serial
+        assert ia.name != ib.name and ia.ocs.serial != ib.ocs.serial and ia.ocs.sid != ib.ocs.sid
         assert journal_path(known_identity(ia)) != journal_path(known_identity(ib))
         from mfctl.hosts.health import baseline_path
         from mfctl.lock import TestbedLock
@@ -474,3 +474,177 @@ def test_a_switch_silent_before_login_is_identified_by_the_login_reply(emu):
     e.faults.timeout_verb = "RTRV-HDR"
     with pytest.raises(WrongDevice, match="says SID 'OCS1'"):
         OCSDriver(_ocs(port, sid="OCS7"), command_timeout=2, connect_timeout=0.5).connect()
+
+
+# --- found by a new user's trial ---------------------------------------------------------------
+@pytest.mark.parametrize("value", ["admin\n", "admin\r", "OCS1\n"])
+def test_a_trailing_newline_is_no_identifier(value):
+    with pytest.raises(tl1.TL1FieldError):
+        tl1.check_ident("ocs.user", value)
+    with pytest.raises(ValueError):
+        OCS(name="o", size={"inputs": 4, "outputs": 4}, transports=[{"kind": "tcp", "address": "127.0.0.1", "port": 1}],
+            user=value)
+
+
+def test_lanes_and_ports_are_ascii():
+    from mfctl.errors import UsageError
+    from mfctl.ocs.service import PortMap, cross_connects_for, parse_endpoint
+
+    pm = PortMap({}, {}, {}, {}, 48, 48)
+    for text in ("１", "²", "١٢", "gpu01/nic0.0\n", "gpu01/nic0.²"):
+        with pytest.raises(UsageError):
+            parse_endpoint(pm, text)
+    with pytest.raises(UsageError):
+        cross_connects_for(pm, "１", "50")
+    assert cross_connects_for(pm, "1", "50") == {1: 50}
+
+
+def test_the_lock_dir_cannot_be_used_to_overwrite_files(tmp_path, monkeypatch):
+    from mfctl.lock import DeviceLock, lock_dir
+
+    d = tmp_path / "locks"
+    d.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    os.chmod(victim, 0o600)
+    monkeypatch.setenv("MFCTL_LOCK_DIR", str(d))
+    (d / "ocs-sn-X.holder.json").symlink_to(victim)
+    (d / "ocs-sn-X.last.json").symlink_to(victim)
+    with DeviceLock("ocs-sn-X", "ocs apply") as lk:
+        lk.note_change("abc", tmp_path / "j.jsonl")
+    assert victim.read_text() == "precious"
+    os.chmod(d, 0o777)  # world-writable without the sticky bit: anyone could plant files
+    with pytest.raises(ConfigError, match="sticky"):
+        lock_dir()
+    os.chmod(d, 0o1777)
+    assert lock_dir() == d
+    link = tmp_path / "link"
+    link.symlink_to(d)
+    monkeypatch.setenv("MFCTL_LOCK_DIR", str(link))
+    with pytest.raises(ConfigError, match="a link"):
+        lock_dir()
+
+
+def test_a_damaged_intent_is_never_taken_for_nothing_to_recover(emu, tmp_path):
+    from mfctl.ocs.driver import JournalDamaged, check_journal_readable, journal_problems
+
+    e, port = emu
+    path = tmp_path / "j.jsonl"
+    j = Journal(path)
+    with OCSDriver(_ocs(port), command_timeout=2, journal=j) as d:
+        d.apply(BEFORE | {5: 60}, reason="an earlier change, finished")
+    assert _run_until_killed(port, path, 3, lambda d: d.apply(DESIRED, reason="A->B"))
+    lines = path.read_text().splitlines(keepends=True)
+    k = max(i for i, ln in enumerate(lines) if '"op":"ocs.intent"' in ln)
+    lines[k] = lines[k].replace('"reason":"A->B"', '"reason":"A-<B"')  # one byte changed in place
+    path.write_text("".join(lines))
+    recs = Journal(path).records()
+    assert pending_apply(recs) is None  # the readable part says every change finished ...
+    assert [r["op"] for r in journal_problems(recs)][:1] == ["corrupt"]
+    with pytest.raises(JournalDamaged, match="cannot tell whether a change is unfinished"):
+        check_journal_readable(recs)  # ... and recover says it cannot tell, not "nothing to recover"
+    del lines[k]  # the intent gone altogether: its commands are orphans
+    path.write_text("".join(lines))
+    with pytest.raises(JournalDamaged):
+        check_journal_readable(Journal(path).records())
+
+
+@pytest.mark.parametrize("bad", ['"ts":"now"', '"apply_id":{"x":1}', '"desired":[["a","b"]]'])
+def test_a_record_without_checksum_is_checked_field_by_field(tmp_path, bad):
+    path = tmp_path / "j.jsonl"
+    path.write_text('{"seq":1,"op":"ocs.intent","apply_id":"a","before":[],"desired":[],' + bad + '}\n')
+    r = Journal(path).records()[0]
+    assert r["op"] == "corrupt" and "not" in r["why"]
+    from mfctl.ocs.service import journal_rows
+    assert journal_rows(Journal(path).records(), 10)[0]["summary"].startswith("DAMAGED")
+
+
+def test_applying_over_an_interrupted_change_joins_its_chain(emu, tmp_path):
+    """Kill apply A->B, apply B again (the natural move) and kill that too: rollback still goes to A."""
+    e, port = emu
+    path = tmp_path / "j.jsonl"
+    assert _run_until_killed(port, path, 3, lambda d: d.apply(DESIRED, reason="A->B"))
+    half = dict(e.patches)
+    assert half not in (BEFORE, DESIRED)
+
+    def again(d):
+        d.pending = pending_apply(Journal(path).records())  # as open_ocs reads it
+        d.apply(DESIRED | {7: 70}, reason="A->B, again")
+
+    assert _run_until_killed(port, path, 3, again)
+    recs = Journal(path).records()
+    pend = pending_apply(recs)
+    assert pend["reason"] == "A->B" and pend["before"] == [list(x) for x in sorted(BEFORE.items())]
+    with OCSDriver(_ocs(port), command_timeout=2, journal=Journal(path)) as d:
+        recover(d, recs, mode="rollback")
+    assert e.patches == BEFORE
+    # and an apply that runs to its end closes the chain it joined
+    with OCSDriver(_ocs(port), command_timeout=2, journal=Journal(path)) as d:
+        assert _run_until_killed(port, path, 3, lambda d: d.apply(DESIRED, reason="A->B #3"))
+        d.pending = pending_apply(Journal(path).records())
+        d.apply(DESIRED, reason="finish it")
+    assert pending_apply(Journal(path).records()) is None and e.patches == DESIRED
+
+
+def test_an_unfinished_change_overtaken_from_another_state_dir_is_not_resurrected(emu, tmp_path, monkeypatch):
+    from mfctl.ocs.driver import Superseded
+
+    e, port = emu
+
+    class Inv:
+        name, base_dir = "lab", None
+        ocs = _ocs(port)
+        ssh = type("S", (), {"known_hosts": None, "host_key_policy": "strict"})()
+
+    monkeypatch.setenv("MFCTL_STATE_DIR", str(tmp_path / "A"))
+    a = open_ocs(Inv, purpose="ocs apply (A)")
+    a.journals = [CrashingJournal(a.device_journal.path, 3)]
+    a.device_journal = a.journals[0]
+    with pytest.raises(Killed):
+        a.apply(DESIRED, reason="A->B in state dir A")
+    a.client.close()
+    a.client = None
+    a.close()
+    monkeypatch.setenv("MFCTL_STATE_DIR", str(tmp_path / "B"))
+    with open_ocs(Inv, purpose="ocs apply (B)") as b:
+        assert b.pending is None  # its own journal knows nothing
+        b.apply(BEFORE, reason="back to A, from state dir B")
+    monkeypatch.setenv("MFCTL_STATE_DIR", str(tmp_path / "A"))
+    with open_ocs(Inv, purpose="ocs recover (A)") as c:
+        assert c.pending is None  # superseded: not continued by the next apply either
+        recs = c.device_journal.records()
+        assert pending_apply(recs)["reason"] == "A->B in state dir A"
+        with pytest.raises(Superseded, match="the switch was changed after it"):
+            recover(c, recs, mode="complete")
+    assert e.patches == BEFORE
+
+
+def test_reading_a_big_journal_parses_nothing_and_a_big_one_is_rotated(tmp_path):
+    import time as _time
+
+    from mfctl.ocs.journal import encode_record
+
+    path = tmp_path / "j.jsonl"
+    with open(path, "w") as f:  # 20 MB of history
+        f.writelines(encode_record({"ts": 1.0, "seq": k, "op": "ocs.note", "text": "x" * 1000}) for k in range(1, 20001))
+    t = _time.perf_counter()
+    Journal(path).append("ocs.note", text="last")
+    assert _time.perf_counter() - t < 0.2  # the seq comes from the tail, not a parse of 20 MB
+    assert Journal(path).records()[-1]["seq"] == 20001
+    old = Journal(path).rotate_if_large(limit=1 << 20)
+    assert old.name == "j.1.jsonl" and not path.exists()
+    j3 = Journal(path)
+    j3.append("ocs.note", text="after rotation")
+    assert [r["seq"] for r in j3.records()] == [1]
+
+
+def test_a_password_file_that_is_not_text_is_a_config_error(tmp_path):
+    pw = tmp_path / "pw"
+    pw.write_bytes(b"\xff\xfe\x00")
+    o = OCS(name="o", size={"inputs": 4, "outputs": 4}, transports=[{"kind": "tcp", "address": "127.0.0.1", "port": 1}],
+            password_file=str(pw))
+    with pytest.raises(ConfigError, match="not ASCII"):
+        o.password()
+    o2 = o.model_copy(update={"password_file": str(tmp_path / "missing")})
+    with pytest.raises(ConfigError, match="cannot read"):
+        o2.password()

@@ -26,7 +26,8 @@ def up(inventory: Path = typer.Argument(Path("inventory/mfabric-prototype.yaml")
                                         help="A fault, repeatable: gpu02:gpu3=xid79, gpu02:gpu1=remap-pending, "
                                              "gpu01:gpu0=ecc:4, gpu01:gpu2=slowdown, gpu01:gpu4=sm-clock:420, "
                                              "gpu01:gpu0=nvlink-down:3, gpu04:nic1=crc:120 (or symbol:N, discards:N), gpu03:ssh=refuse, "
-                                             "ocs:port7=deny."),
+                                             "gpu02:nvidia-smi=hang (or hang:N: only its Nth call), "
+                                             "ocs:port7=deny, ocs:patch2=deny (or deny:COUNT: the 2nd ENT-PATCH and on)."),
        json_out: bool = JSON_OPT):
     """Start the mock testbed in the background and write an inventory pointing at it."""
     from mfctl import mockctl

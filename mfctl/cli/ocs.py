@@ -77,7 +77,6 @@ def _render_diff(pm, d, json_out: bool, extra: dict | None = None) -> None:
 
 def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool, purpose: str, what: str) -> None:
     """Shared plan → confirm → apply → read back flow of every mutating command."""
-    from mfctl.ocs.driver import pending_apply
     from mfctl.signals import DeferSignals
 
     with _driver(inventory, mutating=not dry_run, purpose=purpose) as (inv, drv, pm, journal):
@@ -91,13 +90,17 @@ def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool,
             if json_out:
                 emit_json(result | {"changed": False, "would_change": not d.empty})
             raise typer.Exit(6 if (dry_run and not d.empty) else 0)
-        _confirm(f"apply {len(d.delete)} deletion(s) and {len(d.add)} addition(s) on {inv.ocs.name}?", yes)
-        pend = pending_apply(journal.records())
+        pend = drv.pending
         if pend:
-            print_error(f"an earlier change ({pend['apply_id']}: {pend.get('reason')}) did not finish; this one supersedes it",
-                        "warning")
-        with DeferSignals():  # Ctrl-C waits until the change is applied and read back
-            res = drv.disconnect_all(confirm=True, reason=what) if what == "disconnect all" else drv.apply(desired, reason=what)
+            print_error(f"an earlier change ({pend['apply_id']}: {pend.get('reason')}) did not finish; this one "
+                        f"continues it (a later rollback returns to the state before {pend['apply_id']})", "warning")
+        _confirm(f"apply {len(d.delete)} deletion(s) and {len(d.add)} addition(s) on {inv.ocs.name}?", yes)
+        try:
+            with DeferSignals():  # Ctrl-C waits until the change is applied and read back
+                res = drv.disconnect_all(confirm=True, reason=what) if what == "disconnect all" else drv.apply(desired, reason=what)
+        except KeyboardInterrupt:
+            print_error("interrupted after the change was applied and read back (see mfctl ocs journal)", "warning")
+            raise
         if json_out:
             emit_json(result | {"changed": True, "result": res.to_dict()})
         else:
@@ -147,7 +150,7 @@ def connect(a: str = typer.Argument(..., help="Lane HOST/NIC[.LANE] or OCS input
 @app.command()
 @handle_errors
 def disconnect(endpoints: list[str] = typer.Argument(None, help="Lanes or ports whose cross-connects to remove."),
-               inventory: Path = INV_OPT, all_: bool = typer.Option(False, "--all", help="Remove EVERY cross-connect (DLT-PATCH::ALL)."),
+               inventory: Path = INV_OPT, all_: bool = typer.Option(False, "--all", help="Remove every cross-connect a confirmed read shows (DLT-PATCH of those ports, never ::ALL)."),
                dry_run: bool = DRY_OPT, yes: bool = YES_OPT, json_out: bool = JSON_OPT):
     """Remove the circuits of lanes (both cross-connects) or the cross-connects on ports."""
     from mfctl.errors import UsageError
@@ -213,8 +216,10 @@ def alarms(inventory: Path = INV_OPT, wait: float = typer.Option(0.0, min=0.0, m
 
     with _driver(inventory, mutating=False) as (inv, drv, pm, _):
         al = drv.alarms(wait_s=wait)
-    al["standing"] = [parse_alarm(ln) | {"lane": pm.name(int(ln.split(":", 1)[0])) if ln.split(":", 1)[0].isdigit() else None}
-                      for ln in al["standing"]]
+    def lane(aid: str):
+        return pm.name(int(aid)) if aid.isascii() and aid.isdigit() else None
+
+    al["standing"] = [parse_alarm(ln) | {"lane": lane(ln.split(":", 1)[0])} for ln in al["standing"]]
     if json_out:
         emit_json({"schema": "mfctl.ocs.alarms/v1", "ocs": inv.ocs.name, **al})
     else:
@@ -238,7 +243,7 @@ def journal(inventory: Path = INV_OPT, last: int = typer.Option(30, min=1, help=
     from rich.table import Table
 
     from mfctl.inventory import load_inventory
-    from mfctl.ocs.driver import pending_apply
+    from mfctl.ocs.driver import journal_problems, pending_apply
     from mfctl.ocs.identity import journal_path, known_identity
     from mfctl.ocs.journal import Journal
     from mfctl.ocs.service import journal_rows
@@ -252,11 +257,18 @@ def journal(inventory: Path = INV_OPT, last: int = typer.Option(30, min=1, help=
     recs = j.records()
     rows = journal_rows(recs, last)
     pend = pending_apply(recs)
+    unknowable = journal_problems(recs) if pend is None else []
+    damaged = [r for r in recs if r.get("op") in ("corrupt", "torn")]
     if json_out:
         emit_json({"schema": "mfctl.ocs.journal/v1", "path": str(j.path), "device": ident.key, "records": rows,
-                   "pending": pend and pend.get("apply_id"),
-                   "damaged": [r["record"] for r in rows if r["op"] in ("corrupt", "torn")]})
+                   "pending": pend and pend.get("apply_id"), "damaged": damaged,
+                   "unknown_after_last_change": len(unknowable)})
         return
+    if damaged:
+        print_error(f"{len(damaged)} damaged record(s) in {j.path}"
+                    + (f", {len(unknowable)} of them (or orphans) after the last readable change: it cannot tell "
+                       f"whether a change is unfinished — check the switch with mfctl ocs show" if unknowable else ""),
+                    "warning")
     con = out_console()
     if not rows:
         con.print(f"journal {j.path} is empty", highlight=False)
@@ -278,7 +290,7 @@ def recover(inventory: Path = INV_OPT,
             rollback: bool = typer.Option(False, "--rollback", help="Return to the state before the interrupted apply (default: complete it)."),
             dry_run: bool = DRY_OPT, yes: bool = YES_OPT, json_out: bool = JSON_OPT):
     """Finish (default) or roll back the last interrupted OCS change found in the journal."""
-    from mfctl.ocs.driver import pending_apply, recover as do_recover
+    from mfctl.ocs.driver import check_journal_readable, pending_apply, recover as do_recover
     from mfctl.ocs.service import one_way
 
     mode = "rollback" if rollback else "complete"
@@ -287,6 +299,7 @@ def recover(inventory: Path = INV_OPT,
         recs = j.records()
         p = pending_apply(recs)
         if p is None:
+            check_journal_readable(recs)
             if json_out:
                 emit_json({"schema": "mfctl.ocs.recover/v1", "pending": None, "action": "none"})
             else:

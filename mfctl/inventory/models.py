@@ -180,10 +180,17 @@ class OCS(_Strict):
     def password(self, base: Path | None = None) -> str:
         """The TL1 password from ``password_file`` or ``password_env`` (never the inventory)."""
         if self.password_file:
+            from mfctl.errors import ConfigError
+
             p = Path(os.path.expanduser(self.password_file))
             if base is not None and not p.is_absolute():
                 p = base / p
-            return p.read_text().strip()
+            try:
+                return p.read_bytes()[:4096].decode("ascii").strip()
+            except UnicodeDecodeError:
+                raise ConfigError(f"ocs.password_file {p}: not ASCII text (a TL1 password is printable ASCII)") from None
+            except OSError as e:
+                raise ConfigError(f"ocs.password_file {p}: cannot read it: {e.strerror or e}") from None
         if self.password_env:
             return os.environ.get(self.password_env, "")
         return ""

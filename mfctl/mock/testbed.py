@@ -67,7 +67,7 @@ class MockTestbed:
         for h in inv.hosts:
             for nic, lane in h.ocs_lanes():
                 tx_power[lane.ocs_tx] = LANE_TX_DBM
-        self.ocs = OCSEmulator(inv.ocs.size.inputs, inv.ocs.size.outputs, sid=inv.ocs.name.upper(), user=inv.ocs.user,
+        self.ocs = OCSEmulator(inv.ocs.size.inputs, inv.ocs.size.outputs, sid=f"{inv.ocs.name.upper()}-{self.instance.upper()}", user=inv.ocs.user,
                                serial=f"MOCK{self.instance.upper()}{secrets.token_hex(3).upper()}",
                                password=password, insertion_loss_db=inv.ocs.insertion_loss_db,
                                base_ms=inv.ocs.switching_time_ms + 16.1, tx_power_dbm=tx_power)

@@ -29,6 +29,10 @@ DARK_FLOOR_DBM = -50.0  # readings at or below this are "no light" (OPM floor cl
 _SIZE_RE = re.compile(r"SIZE=(\d+)x(\d+)", re.I)
 
 
+class Superseded(OperationFailed):
+    """An unfinished change in this journal was overtaken by a later change journalled elsewhere."""
+
+
 class UnconfirmedRead(OperationFailed):
     """The OCS's state could not be confirmed (inconsistent replies, or reads that disagree):
     nothing is decided on it."""
@@ -105,6 +109,7 @@ class OCSDriver:
         self.identity: DeviceIdentity | None = None
         self.device_lock = None  # mfctl.lock.DeviceLock while held (open_ocs)
         self.device_journal: Journal | None = None
+        self.pending: dict | None = None  # the device's unfinished change (pending_apply), joined by apply()
         self.size: tuple[int, int] | None = None
         self.read_attempts = read_attempts
         self.reads = 0  # RTRV-PATCH commands sent (confirmation costs included), for benchmarks
@@ -130,6 +135,7 @@ class OCSDriver:
     def connect(self) -> "OCSDriver":
         """Open the first reachable transport, check the device's SID (before the password is
         sent), log in, read identity and switch size. Raises UnreachableError, WrongDevice."""
+        self._credentials()  # a bad user or password is refused before anything is opened or sent
         errors = []
         for t in self.ocs.transports:
             try:
@@ -197,15 +203,21 @@ class OCSDriver:
                               f"not {self.identity.serial!r} as before: refusing to continue on another switch")
         return DeviceIdentity(sid=sid, endpoint=self.endpoint, serial=serial, vendor=vendor, model=model)
 
-    def _login(self) -> tl1.Reply:
-        """ACT-USER within the connect timeout; user and password are checked against TL1's
-        grammar first (a reserved character is a ConfigError, never sent) and the password never
-        reaches a log or error."""
+    def _credentials(self) -> str:
+        """The password, with user and password checked against TL1's grammar (ConfigError naming
+        the field, never the value) — before any connection is opened."""
         pw = self.ocs.password(self.base_dir)
         tl1.check_ident("ocs.user", self.ocs.user)
         src = f"${self.ocs.password_env}" if not self.ocs.password_file and self.ocs.password_env else "ocs.password_file"
         if pw:
             tl1.check_text(f"OCS password (from {src})", pw, secret=True)
+        return pw
+
+    def _login(self) -> tl1.Reply:
+        """ACT-USER within the connect timeout; user and password are checked against TL1's
+        grammar first (a reserved character is a ConfigError, never sent) and the password never
+        reaches a log or error."""
+        pw = self._credentials()
         return self.client.command("ACT-USER", aid=self.ocs.user, params=pw, secret=True, timeout=self.connect_timeout)
 
     def reconnect(self) -> None:
@@ -375,21 +387,31 @@ class OCSDriver:
             if not (1 <= i <= n and n < o <= n + m):
                 raise ConfigError(f"cross-connect {i}->{o} is not input (1..{n}) -> output ({n + 1}..{n + m})")
 
-    def apply(self, desired: dict[int, int], *, reason: str = "", chain: dict | None = None) -> ApplyResult:
+    def apply(self, desired: dict[int, int], *, reason: str = "", chain: dict | None = None,
+              closes: str | None = None) -> ApplyResult:
         """Make the OCS hold exactly ``desired``: change only what differs from a confirmed read,
         batched into as few commands as the device accepts (``max_pairs_per_command``), read back
         (confirmed), and retry only what did not take (``retries`` times).
 
-        Journal (every record fsync'd, all with the same ``apply_id``): ``ocs.intent``
-        (before/desired/diff; with ``chain`` — the pending change a recovery continues, as
-        :func:`pending_apply` returns it — also ``chain``, ``chain_before``, ``chain_desired``),
-        ``ocs.command`` (sent, then COMPLD/denied/link-lost/timeout), ``ocs.retry``,
-        ``ocs.verify``, ``ocs.outcome``.
+        A change and its recoveries form one *chain* (:func:`pending_apply`). ``chain`` (a
+        pending change as :func:`pending_apply` returns it) makes this apply a step of that chain,
+        and ``closes`` (``complete``/``rollback``/``superseded``) ends the chain with
+        ``ocs.recovered`` once the switch holds ``desired``. Without ``chain``, while a change of
+        this device is pending (``self.pending``, read from its journal by :func:`open_ocs`), the
+        apply joins that chain with ``desired`` as its new goal (``superseded``): a later rollback
+        still returns to the original ``before``, never to the half-built state found now.
 
-        A ``DENY`` of a change that is not itself a recovery rolls back to ``before`` at once (a
-        recovery in the same chain, journalled ``ocs.recovered``), then raises :class:`TL1Deny`
-        saying so; if that fails too, the change stays pending for ``mfctl ocs recover``. Raises
-        :class:`OperationFailed` when the read-back still differs after the retries."""
+        Journal (every record with this apply's ``apply_id``): ``ocs.intent`` (before/desired/diff;
+        in a chain also ``chain``, ``chain_before``, ``chain_desired``), ``ocs.command`` (sent, then
+        COMPLD/denied/link-lost/timeout), ``ocs.retry``, ``ocs.verify``, ``ocs.outcome``.
+
+        A ``DENY`` that leaves the switch changed rolls back at once to the confirmed ``before``
+        (in the chain), then raises :class:`TL1Deny` saying so (``e.left``); if that fails too the
+        change stays pending for ``mfctl ocs recover``. Every exception raised carries ``.chain``.
+        Raises :class:`OperationFailed` when the read-back still differs after the retries."""
+        if chain is None and self.pending is not None:
+            chain, closes = {**self.pending, "desired": _pairs(desired)}, "superseded"
+            log.warning("OCS %s: change %s did not finish; this one continues it", self.ocs.name, chain["apply_id"])
         current, d = self.plan(desired)
         apply_id = uuid.uuid4().hex[:12]
         intent = {"apply_id": apply_id, "ocs": self.ocs.name, "reason": reason, "before": _pairs(current),
@@ -398,10 +420,13 @@ class OCSDriver:
         if chain:
             intent |= {"chain": chain["apply_id"], "chain_before": chain["before"], "chain_desired": chain["desired"]}
         self._journal("ocs.intent", **intent)
+        if self.device_lock is not None and self.device_journal is not None:
+            self.device_lock.note_change(apply_id, self.device_journal.path)
+        this = chain or {"apply_id": apply_id, "before": _pairs(current), "desired": _pairs(desired)}
+        self.pending = this  # until the outcome says otherwise
         commands: list[str] = []
         t0 = time.monotonic()
         readback = current
-        this = chain or {"apply_id": apply_id, "before": _pairs(current), "desired": _pairs(desired)}
         try:
             self._execute(apply_id, d, commands, confirmed=current)
             t_switch = (time.monotonic() - t0) * 1000
@@ -418,7 +443,7 @@ class OCSDriver:
             t_verify = (time.monotonic() - t1) * 1000
         except TL1Deny as e:
             e.chain = this  # the change to name in a later recovery (revert, recover)
-            self._after_deny(e, apply_id, current, desired, rollback=chain is None)
+            self._after_deny(e, apply_id, current, desired, fresh=chain is None)
             raise
         except (TL1ConnectionError, TL1Timeout, UnreachableError, UnconfirmedRead) as e:
             e.chain = this
@@ -437,36 +462,51 @@ class OCSDriver:
                                   f"run mfctl ocs recover to finish or roll back")
             err.chain = this
             raise err
+        if chain is None:
+            self.pending = None
+        elif closes:
+            self.close_chain(chain, closes, readback, changed=not d.empty)
         return res
+
+    def close_chain(self, chain: dict, mode: str, readback: dict[int, int], *, changed: bool = True) -> None:
+        """Journal that the change ``chain`` is over (``ocs.recovered``: ``complete``, ``rollback``
+        or ``superseded``) — only once a confirmed read shows the switch holding its target."""
+        self._journal("ocs.recovered", apply_id=chain["apply_id"], mode=mode, changed=changed,
+                      readback=_pairs(readback))
+        self.pending = None
 
     def revert(self, chain: dict, *, reason: str = "") -> ApplyResult:
         """Roll the failed change ``chain`` (the ``.chain`` of an exception :meth:`apply` raised)
-        back to its confirmed ``before``, as a recovery in its chain, and close the chain
-        (``ocs.recovered``) once the switch holds it: one change, one history, whoever undoes it."""
-        res = self.apply({i: o for i, o in chain["before"]}, reason=reason or f"rollback of {chain['apply_id']}",
-                         chain=chain)
-        self._journal("ocs.recovered", apply_id=chain["apply_id"], mode="rollback", changed=not res.diff.empty,
-                      readback=_pairs(res.readback))
-        return res
+        back to its confirmed ``before``, as a recovery in its chain, and close the chain: one
+        change, one history, whoever undoes it."""
+        return self.apply({i: o for i, o in chain["before"]}, reason=reason or f"rollback of {chain['apply_id']}",
+                          chain=chain, closes="rollback")
 
     def _after_deny(self, e: TL1Deny, apply_id: str, before: dict[int, int], desired: dict[int, int], *,
-                    rollback: bool) -> None:
+                    fresh: bool) -> None:
         """Journal a refused change's outcome; roll back to ``before`` when the switch no longer
-        holds it. Amends ``e``'s message with where the OCS was left."""
+        holds it (a fresh change: :meth:`revert`, closing it; a step of a chain: back to the state
+        this step found, the chain staying pending). Amends ``e``'s message with where the OCS was
+        left (``e.left``: ``unchanged``, ``rolled-back`` or ``unknown``)."""
         try:
             now = self.cross_connects()
         except (TL1Deny, TL1ConnectionError, TL1Timeout, UnreachableError, UnconfirmedRead):
             now = None
         unchanged = now == before if now is not None else None
         self._journal("ocs.outcome", apply_id=apply_id, ocs=self.ocs.name, ok=False, error=str(e), unchanged=unchanged)
+        if unchanged and fresh:
+            self.pending = None
         e.left = "unchanged" if unchanged else "unknown"
-        if unchanged or now is None or not rollback:
+        if unchanged or now is None:
             if not unchanged:
                 e.args = (f"{e.args[0]}; the OCS may be half-changed: run mfctl ocs recover",)
             return
         log.warning("OCS %s: %s refused mid-change; rolling back to the state before", self.ocs.name, e.code)
         try:
-            self.revert(e.chain, reason=f"rollback of {apply_id} after {e.code}")
+            if fresh:
+                self.revert(e.chain, reason=f"rollback of {apply_id} after {e.code}")
+            else:
+                self.apply(before, reason=f"rollback of {apply_id} after {e.code}", chain=e.chain)
         except (TL1Deny, TL1ConnectionError, TL1Timeout, UnreachableError, OperationFailed) as e2:
             e.args = (f"{e.args[0]}; the rollback failed too ({e2}): run mfctl ocs recover",)
             return
@@ -560,6 +600,49 @@ def pending_apply(records: list[dict]) -> dict | None:
             "op": "ocs.intent"}
 
 
+class JournalDamaged(OperationFailed):
+    """The journal cannot tell whether a change is unfinished: records after its last readable
+    change are damaged, or belong to a change whose intent is unreadable."""
+
+
+def journal_problems(records: list[dict]) -> list[dict]:
+    """The records after the last readable ``ocs.intent`` that make its ending unknowable: damaged
+    ones (``corrupt``/``torn``) and those of a change whose intent is not readable (orphans)."""
+    last = max((k for k, r in enumerate(records) if r.get("op") == "ocs.intent"), default=-1)
+    intents = {r.get("apply_id") for r in records if r.get("op") == "ocs.intent"}
+    return [r for r in records[last + 1:]
+            if r.get("op") in ("corrupt", "torn") or (r.get("apply_id") is not None and r.get("apply_id") not in intents)]
+
+
+def check_journal_readable(records: list[dict]) -> None:
+    """Raise :class:`JournalDamaged` when no change is pending *as far as the journal can be read*
+    but :func:`journal_problems` finds records that might be one: "nothing to recover" is never
+    said over a journal that cannot tell."""
+    bad = journal_problems(records)
+    if bad and pending_apply(records) is None:
+        seqs = [str(r.get("seq")) for r in bad if r.get("seq") is not None]
+        raise JournalDamaged(f"the OCS journal has {len(bad)} damaged or orphaned record(s) after its last readable "
+                             f"change{' (seq ' + ', '.join(seqs[:8]) + ')' if seqs else ''}: it cannot tell whether a "
+                             f"change is unfinished. Check the switch (mfctl ocs show) and set the state you want "
+                             f"(mfctl ocs apply); a completed change makes the journal readable again.")
+
+
+def check_not_superseded(driver: "OCSDriver", pending: dict, records: list[dict]) -> None:
+    """Raise :class:`Superseded` when the device's latest change (noted beside its lock, shared by
+    every state directory) is not in ``records``: a journal elsewhere changed the switch after
+    this unfinished change, and finishing or undoing it now would undo that newer change."""
+    lock = getattr(driver, "device_lock", None)
+    last = lock.last_change() if lock is not None else None
+    if last is None:
+        return
+    ours = {r.get("apply_id") for r in records if r.get("op") == "ocs.intent"}
+    if last["apply_id"] not in ours:
+        raise Superseded(f"OCS {driver.ocs.name}: change {pending['apply_id']} ({pending.get('reason')}) did not "
+                         f"finish, but the switch was changed after it (change {last['apply_id']}, journalled in "
+                         f"{last.get('journal')}): recovering it would undo that; nothing was done. Check the switch "
+                         f"(mfctl ocs show) and set the state you want (mfctl ocs apply).")
+
+
 def recover(driver: "OCSDriver", records: list[dict], *, mode: str = "complete", dry_run: bool = False) -> dict:
     """Finish (``complete``: the original change's ``desired``) or undo (``rollback``: its
     ``before``) the last interrupted change found in ``records``, however many recoveries of it
@@ -570,6 +653,7 @@ def recover(driver: "OCSDriver", records: list[dict], *, mode: str = "complete",
     p = pending_apply(records)
     if p is None:
         return {"pending": None, "action": "none"}
+    check_not_superseded(driver, p, records)
     target = {i: o for i, o in (p["desired"] if mode == "complete" else p["before"])}
     current, d = driver.plan(target)
     out = {"pending": {"apply_id": p["apply_id"], "reason": p.get("reason"), "ts": p.get("ts"),
@@ -580,10 +664,11 @@ def recover(driver: "OCSDriver", records: list[dict], *, mode: str = "complete",
         return out
     readback = current
     if not d.empty:
-        res = driver.apply(target, reason=f"recover ({mode}) of {p['apply_id']}", chain=p)
+        res = driver.apply(target, reason=f"recover ({mode}) of {p['apply_id']}", chain=p, closes=mode)
         out["result"] = res.to_dict()
         readback = res.readback
-    driver._journal("ocs.recovered", apply_id=p["apply_id"], mode=mode, changed=not d.empty, readback=_pairs(readback))
+    else:
+        driver.close_chain(p, mode, readback, changed=False)
     out["readback"] = _pairs(readback)
     out["matches"] = readback == target
     return out
@@ -614,6 +699,17 @@ def open_ocs(inv, *, purpose: str | None = None, journals: list[Journal] | tuple
             drv.device_lock = DeviceLock(drv.identity.key, purpose).__enter__()
         drv.device_journal = Journal(journal_path(drv.identity))
         drv.journals = [*journals, drv.device_journal]
+        if purpose is not None:
+            recs = drv.device_journal.records()
+            drv.pending = pending_apply(recs)
+            if drv.pending is None and not journal_problems(recs):
+                drv.device_journal.rotate_if_large()
+            if drv.pending is not None:
+                try:
+                    check_not_superseded(drv, drv.pending, recs)
+                except Superseded as e:  # overtaken elsewhere: it is history, not ours to continue
+                    log.warning("%s", e)
+                    drv.pending = None
     except BaseException:
         drv.close()
         raise

@@ -55,9 +55,41 @@ def decode_line(line: str) -> dict:
     m = _CRC_TAIL.search(line)
     if "crc" in rec:
         if not m or _crc(line[: m.start()] + "}") != rec["crc"]:
-            return {"op": "corrupt", "raw": line[:2000], "why": "checksum mismatch", "seq": rec.get("seq")}
+            return {"op": "corrupt", "raw": line[:2000], "why": "checksum mismatch"}
         del rec["crc"]
+    why = _malformed(rec)
+    if why:
+        return {"op": "corrupt", "raw": line[:2000], "why": why}
     return rec
+
+
+_PAIRS_FIELDS = ("before", "desired", "chain_before", "chain_desired", "readback")
+
+
+def _malformed(rec: dict) -> str | None:
+    """Why a record's fields cannot be what mfctl wrote (a record without ``crc`` — older, or
+    written by hand — is checked this way instead), or None."""
+    if not isinstance(rec.get("op"), str):
+        return "no op"
+    if "ts" in rec and (not isinstance(rec["ts"], (int, float)) or isinstance(rec["ts"], bool)):
+        return "ts is not a number"
+    if "seq" in rec and (not isinstance(rec["seq"], int) or isinstance(rec["seq"], bool)):
+        return "seq is not an integer"
+    for k in ("apply_id", "chain"):
+        if k in rec and rec[k] is not None and not isinstance(rec[k], str):
+            return f"{k} is not a string"
+    for k in _PAIRS_FIELDS:
+        v = rec.get(k)
+        if v is not None and not (isinstance(v, list) and all(
+                isinstance(x, list) and len(x) == 2 and all(isinstance(y, int) and not isinstance(y, bool) for y in x)
+                for x in v)):
+            return f"{k} is not a list of [input, output] port numbers"
+    return None
+
+
+#: A journal above this size is rotated (to ``<name>.1.jsonl``) when no change is pending, so that
+#: reading it (every mutating session reads it once) stays quick: 32 MiB ≈ 100 000 records.
+ROTATE_BYTES = 32 << 20
 
 
 class Journal:
@@ -65,12 +97,46 @@ class Journal:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._seq = self._last_seq()
+        self._seq: int | None = None  # read from the file's tail at the first append (reads parse nothing)
         self._fd: int | None = None
 
     def _last_seq(self) -> int:
+        """The last record's ``seq``, from the file's last 64 KiB (0 for an empty journal; the whole
+        file is read only when that tail holds no readable record)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - 65536))
+                tail = f.read().split(b"\n")
+        except FileNotFoundError:
+            return 0
+        for ln in reversed(tail):
+            rec = decode_line(ln.decode("utf-8", errors="replace")) if ln.strip() else {}
+            if isinstance(rec.get("seq"), int):
+                return rec["seq"]
+        if size <= 65536:
+            return 0
+        # the last 64 KiB hold no readable record (damage): count the whole file, once
         recs = self.records()
         return max([r["seq"] for r in recs if isinstance(r.get("seq"), int)] + [len(recs)])
+
+    def rotate_if_large(self, limit: int = ROTATE_BYTES) -> Path | None:
+        """Move the journal to ``<name>.1.jsonl`` (replacing an older one) when it is above
+        ``limit`` bytes. Call only when no change is pending in it. Returns the new path."""
+        with self._lock:
+            try:
+                if self.path.stat().st_size <= limit:
+                    return None
+            except FileNotFoundError:
+                return None
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            old = self.path.with_name(self.path.name.removesuffix(".jsonl") + ".1.jsonl")
+            os.replace(self.path, old)
+            self._seq = 0
+            return old
 
     def _open(self) -> int:
         new = not self.path.exists()
@@ -125,6 +191,8 @@ class Journal:
         (a command's completion, the read-back), never for intents or commands about to be sent.
         Raises :class:`JournalError` when the record cannot be written in full."""
         with self._lock:
+            if self._seq is None:
+                self._seq = self._last_seq()
             if self._fd is None:
                 self._fd = self._open()
             self._seq += 1

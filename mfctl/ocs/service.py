@@ -15,7 +15,12 @@ from pathlib import Path
 from mfctl.errors import ConfigError, UsageError
 from mfctl.fabric.mapping import LaneRef, region_lanes
 
-_LANE_RE = re.compile(r"^(?P<host>[^/]+)/(?P<nic>[^./]+)(?:\.(?P<lane>\d+))?$")
+_LANE_RE = re.compile(r"(?P<host>[A-Za-z0-9_.-]+)/(?P<nic>[A-Za-z0-9_-]+)(?:\.(?P<lane>[0-9]+))?")
+_PORT_RE = re.compile(r"-?[0-9]+")  # ASCII digits only: str.isdigit() also takes '１', '²', '١'
+
+
+def _is_port(text: str) -> bool:
+    return _PORT_RE.fullmatch(text) is not None
 
 
 @dataclass
@@ -50,7 +55,7 @@ class PortMap:
                    inv.ocs.size.inputs, inv.ocs.size.outputs)
 
     def lane(self, ref: str) -> LaneRef:
-        m = _LANE_RE.match(ref)
+        m = _LANE_RE.fullmatch(ref)
         if not m:
             raise UsageError(f"{ref!r} is neither an OCS port number nor a lane HOST/NIC[.LANE]")
         key = f"{m['host']}/{m['nic']}.{m['lane'] or 0}"
@@ -66,14 +71,14 @@ class PortMap:
 
 
 def parse_endpoint(pm: PortMap, text: str, role: str | None = None) -> int | LaneRef:
-    if text.lstrip("-").isdigit():
+    if _is_port(text):
         return pm.check_port(int(text), role)
     return pm.lane(text)
 
 
 def cross_connects_for(pm: PortMap, a: str, b: str) -> dict[int, int]:
     """The cross-connects that ``connect a b`` makes."""
-    if a.lstrip("-").isdigit() and b.lstrip("-").isdigit():
+    if _is_port(a) and _is_port(b):
         return {parse_endpoint(pm, a, "input"): parse_endpoint(pm, b, "output")}
     ea, eb = parse_endpoint(pm, a), parse_endpoint(pm, b)
     if isinstance(ea, LaneRef) and isinstance(eb, LaneRef):
@@ -226,12 +231,13 @@ def journal_summary(r: dict) -> str:
 
 
 def one_way(pm: PortMap, xc: dict[int, int]) -> dict[int, int]:
-    """The cross-connects of ``xc`` that are not half of a duplex circuit: lane A's TX → lane B's
-    RX without B's TX → A's RX (or on ports that belong to no lane)."""
+    """The cross-connects of ``xc`` between the inventory's lanes that are not half of a duplex
+    circuit: lane A's TX → lane B's RX without B's TX → A's RX. (A cross-connect on a port no
+    lane of the inventory uses is someone else's, not ours to judge.)"""
     out = {}
     for i, o in xc.items():
         a, b = pm.by_tx.get(i), pm.by_rx.get(o)
-        if a is None or b is None or xc.get(b.ocs_tx) != a.ocs_rx:
+        if a is not None and b is not None and xc.get(b.ocs_tx) != a.ocs_rx:
             out[i] = o
     return out
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from mfctl.errors import ConfigError
 
-CTAG_RE = re.compile(r"^[A-Za-z0-9]{1,6}$")
+CTAG_RE = re.compile(r"[A-Za-z0-9]{1,6}\Z")
 
 #: GR-833 / vendor error codes. Which code a real Polatis sends for some cases is not
 #: public (protocols.md §1.1): correct this one table against hardware.
@@ -97,10 +97,11 @@ class TL1FieldError(ConfigError, ValueError):
 #: Characters TL1 gives a meaning to (GR-831 §3: block, parameter and list separators,
 #: quoted-string delimiter, grouping) — never allowed inside a value we send.
 RESERVED = frozenset(';:,"&')
-_IDENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
-_VERB_RE = re.compile(r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+){0,2}$")
-_AID_ITEM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
-_KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,31}$")
+# matched with fullmatch: `$` would let a trailing newline through
+_IDENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
+_VERB_RE = re.compile(r"[A-Z][A-Z0-9]*(-[A-Z0-9]+){0,2}")
+_AID_ITEM_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
+_KEY_RE = re.compile(r"[A-Za-z][A-Za-z0-9_\-]{0,31}")
 
 
 def _describe_char(c: str) -> str:
@@ -131,7 +132,7 @@ def check_text(field: str, value: str, *, secret: bool = False, max_len: int = 6
 def check_ident(field: str, value: str) -> str:
     """A TL1 identifier (user id, TID, single AID): a letter or digit, then letters, digits,
     ``_ . -`` (at most 64). Returns ``value``; raises :class:`TL1FieldError`."""
-    if not isinstance(value, str) or not _IDENT_RE.match(value):
+    if not isinstance(value, str) or not _IDENT_RE.fullmatch(value):
         bad = next((c for c in str(value) if c in RESERVED or not ("!" <= c <= "~")), None)
         why = f"contains {_describe_char(bad)}" if bad else "is not 1-64 letters, digits, '_', '.', '-' (starting with a letter or digit)"
         raise TL1FieldError(field, f"{str(value)[:40]!r} {why}")
@@ -148,7 +149,7 @@ def check_aid(value: str, field: str = "AID") -> str:
         raise TL1FieldError(field, f"{value[:40]!r} has more than one ','")
     for lst in lists:
         for item in re.split(r"&&?", lst):
-            if not _AID_ITEM_RE.match(item):
+            if not _AID_ITEM_RE.fullmatch(item):
                 bad = next((c for c in item if c in RESERVED or not ("!" <= c <= "~")), None)
                 why = f"contains {_describe_char(bad)}" if bad else "has an empty or malformed item"
                 raise TL1FieldError(field, f"{value[:40]!r} {why}")
@@ -166,7 +167,7 @@ def check_params(value: str, field: str = "parameters") -> str:
         key, eq, val = part.partition("=")
         if not eq:
             raise TL1FieldError(field, f"{part[:20]!r} is not KEY=VALUE (a keyword block has only KEY=VALUE items)")
-        if not _KEY_RE.match(key):
+        if not _KEY_RE.fullmatch(key):
             raise TL1FieldError(field, f"keyword {key[:20]!r} is not a name")
         check_text(f"{field} {key}", val)
     return value
@@ -180,7 +181,7 @@ def encode(verb: str, ctag: str, *, tid: str = "", aid: str = "", params: str | 
     :class:`TL1FieldError`, never sent."""
     if not CTAG_RE.match(ctag):
         raise TL1FieldError("CTAG", f"must be 1-6 alphanumerics, got {ctag[:10]!r}")
-    if not _VERB_RE.match(verb.upper()):
+    if not _VERB_RE.fullmatch(verb.upper()):
         raise TL1FieldError("verb", f"{verb[:20]!r} is not VERB[-MOD1[-MOD2]]")
     if tid:
         check_ident("TID", tid)
