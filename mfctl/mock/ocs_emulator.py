@@ -88,6 +88,7 @@ class OCSEmulator:
         self._outbox: list[str] = []  # autonomous messages waiting to be broadcast
         self.listeners: list[Callable[[dict[int, int]], None]] = []
         self.physical_ms_total = 0.0  # modelled switching time spent, for benchmarks
+        self.busy_ms_total = 0.0  # wall time from a command's ';' to its reply written (physical included)
         self.stats = {"commands": 0}
 
     # --- helpers ------------------------------------------------------------------------
@@ -376,6 +377,7 @@ class OCSEmulator:
                 if f.timeout_verb and cmd.split(":", 1)[0].strip().upper() == f.timeout_verb:
                     f.timeout_verb = None
                     continue
+                t_cmd = time.perf_counter()
                 chunks = self.execute(cmd, sess, armed=f is self.faults)
                 if f.reply_lost:
                     f.reply_lost = False
@@ -391,6 +393,7 @@ class OCSEmulator:
                     chunks, f.drop_bytes = [text[:mid] + text[mid + f.drop_bytes:]], 0
                 for chunk in chunks:
                     sess.write(chunk)
+                self.busy_ms_total += (time.perf_counter() - t_cmd) * 1000
                 alarms = self._drain_outbox()
                 if alarms:
                     self.broadcast(alarms)
