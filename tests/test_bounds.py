@@ -208,3 +208,24 @@ def test_a_run_whose_names_and_log_lines_look_like_markup_prints_them_as_they_ar
     html = Path(rep.stdout.strip().splitlines()[-1]).read_text()
     assert rep.returncode == 0 and "<script>alert" not in html
     assert "<td>[/x] [bold]x &lt;script&gt;alert(1)&lt;/script&gt;</td>" in html
+
+
+def test_control_characters_from_users_never_reach_the_terminal(capsys):
+    """An ESC sequence in a name (a playbook, a host's log line) is shown, not obeyed: in plain
+    prints, table cells, mfctl's own markup templates and one-line errors."""
+    from rich.table import Table
+
+    from mfctl.cli.common import markup, out_console, print_error
+
+    evil = "run\x1b]0;pwned\x07\x1b[2J\x9b31m"
+    con = out_console()
+    t = Table("playbook")
+    t.add_row(evil)
+    con.print(t)
+    con.print(evil)
+    con.print(markup("[bold]{}[/]", evil))
+    print_error(evil)
+    out, err = capsys.readouterr()
+    for text in (out, err):
+        assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text
+    assert out.count("run\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m") == 3 and "\\x1b]0;pwned" in err

@@ -10,9 +10,20 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.plain import emit_json, print_error, print_heading, setup_logging  # noqa: F401 (the CLI's helpers)
+from mfctl.cli.plain import emit_json, print_error, print_heading, setup_logging, visible  # noqa: F401 (the CLI's helpers)
 
 JSON_OPT = typer.Option(False, "--json", help="Print one JSON object on stdout (for CI).", envvar="MFCTL_JSON")
+
+
+def _console(**kw):
+    """A rich Console whose every string (printed, table cell, title) goes through :func:`visible`."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def render_str(self, text, *a, **k):
+            return super().render_str(visible(text), *a, **k)
+
+    return _Console(**kw)
 
 
 def out_console():
@@ -22,10 +33,8 @@ def out_console():
     The consoles of mfctl read no markup and no ``:emoji:`` codes in the strings they are given
     (printed, or as table cells and titles): those carry names, log lines, paths and messages from
     users and hosts, printed as they are. mfctl's own styling is built with :func:`markup`."""
-    from rich.console import Console
-
     tty = sys.stdout.isatty()
-    return Console(markup=False, emoji=False) if tty else Console(width=240, soft_wrap=True, markup=False, emoji=False)
+    return _console(markup=False, emoji=False) if tty else _console(width=240, soft_wrap=True, markup=False, emoji=False)
 
 
 _FIELD = "\ue000"  # a private-use character stands for each field while markup() parses its template
@@ -50,7 +59,7 @@ def markup(template: str, *args, **kwargs):
         if field == "":
             field, auto = str(auto), auto + 1
         obj, _ = fmt.get_field(field, args, kwargs)
-        values.append(fmt.format_field(fmt.convert_field(obj, conv), spec or ""))
+        values.append(visible(fmt.format_field(fmt.convert_field(obj, conv), spec or "")))
         parts.append(_FIELD)
     text = Text.from_markup("".join(parts), emoji=False)
     cuts = sorted({i + d for i, c in enumerate(text.plain) if c == _FIELD for d in (0, 1)})
@@ -75,10 +84,8 @@ def shipped(path: Path, default: Path) -> Path:
 
 def err_console():
     """Progress and warnings on stderr; unwrapped when stderr is not a terminal (CI logs)."""
-    from rich.console import Console
-
     plain = {"markup": False, "emoji": False}  # (see out_console)
-    return Console(stderr=True, **plain) if sys.stderr.isatty() else Console(stderr=True, width=240, soft_wrap=True, **plain)
+    return _console(stderr=True, **plain) if sys.stderr.isatty() else _console(stderr=True, width=240, soft_wrap=True, **plain)
 
 
 def handle_errors(fn):

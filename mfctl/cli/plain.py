@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -18,11 +19,21 @@ def _sgr(stream, style: str, color: str = "") -> str:
     return f"\033[{style}{'' if os.environ.get('NO_COLOR') or not color else ';' + color}m"
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with control characters (ESC and the rest of C0/C1, but newline and tab) shown as
+    ``\\xNN``: a name or log line cannot move the cursor, recolour or retitle the operator's terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def print_error(message: str, prefix: str = "error") -> None:
-    """One line on stderr, never wrapped or markup-interpreted (grep-able in CI logs)."""
+    """One line on stderr, never wrapped or markup-interpreted (grep-able in CI logs); control
+    characters in it are shown, not sent to the terminal (:func:`visible`)."""
     sgr = _sgr(sys.stderr, "1", "31")
     head = f"{sgr}{prefix}:\033[0m" if sgr else f"{prefix}:"
-    sys.stderr.write(f"{head} {message}\n")
+    sys.stderr.write(f"{head} {visible(message)}\n")
     sys.stderr.flush()
 
 
