@@ -451,7 +451,9 @@ class OCSDriver:
             raise
         ok = readback == desired
         self._journal("ocs.verify", apply_id=apply_id, ocs=self.ocs.name, readback=_pairs(readback), matches=ok, sync=False)
-        self._journal("ocs.outcome", apply_id=apply_id, ocs=self.ocs.name, ok=ok, t_switch_ms=round(t_switch, 3))
+        # a good outcome is made durable by the next synced record: lost to a power cut, the change only
+        # looks pending, and recovering it finds nothing to do (its desired state is on the switch)
+        self._journal("ocs.outcome", apply_id=apply_id, ocs=self.ocs.name, ok=ok, t_switch_ms=round(t_switch, 3), sync=not ok)
         res = ApplyResult(diff=d, readback=readback, verified=ok, t_switch_ms=t_switch, t_verify_ms=t_verify,
                           commands=commands, apply_id=apply_id)
         if not ok:
