@@ -75,10 +75,8 @@ class RuntimeClient:
             sock = socket.create_connection(self.addr, timeout=self.connect_timeout)
         except OSError as e:
             raise ControllerLost(f"cannot reach controller {self.addr[0]}:{self.addr[1]}: {e}") from e
-        sock.settimeout(None)
-        self.conn = Connection(sock)
+        self.conn = Connection(sock)  # the hello and the welcome within the connect timeout too
         self._send({"type": "hello", "host": self.host, "token": self.token})
-        sock.settimeout(self.connect_timeout)
         try:
             msg = self.conn.recv()
         except (OSError, ProtocolError) as e:
