@@ -33,12 +33,12 @@ def lock_path(testbed: str) -> Path:
 
 
 def _usable(d: Path) -> bool:
-    """``d`` is a real directory (not a link) owned by root or by us, sticky if others may write
-    it (so nobody can replace our files there), and writable by us."""
+    """``d`` is a real directory (not a link) owned by root or by us, sticky if group or others may
+    write it (so nobody can remove or replace our files there), and writable by us."""
     st = os.lstat(d)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.getuid()):
         return False
-    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+    if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP) and not st.st_mode & stat.S_ISVTX:
         return False
     return os.access(d, os.W_OK | os.X_OK)
 
@@ -59,7 +59,7 @@ def lock_dir() -> Path:
                 os.chmod(d, 0o1777)
             if _usable(d):
                 return d
-            refused.append(f"{d} (a link, another user's, or world-writable without the sticky bit)")
+            refused.append(f"{d} (a link, another user's, or writable by others without the sticky bit)")
         except OSError as e:
             refused.append(f"{d} ({e.strerror or e})")
     from mfctl.errors import ConfigError

@@ -1,4 +1,5 @@
-"""Hold SIGINT/SIGTERM while hardware state changes, so a change is never half-sent."""
+"""Hold SIGINT/SIGTERM/SIGHUP while hardware state changes, so a change is never half-sent
+(a dropped SSH session sends SIGHUP)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import signal
 import threading
 
 
+HELD = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
 class DeferSignals:
-    """``with DeferSignals():`` — SIGINT/SIGTERM received inside are remembered and raised
+    """``with DeferSignals():`` — SIGINT/SIGTERM/SIGHUP received inside are remembered and raised
     as KeyboardInterrupt when the block ends (only in the main thread; elsewhere a no-op).
     The block must be bounded in time: every OCS command has a timeout."""
 
@@ -22,7 +26,7 @@ class DeferSignals:
         self.pending = None
         if threading.current_thread() is not threading.main_thread():
             return self
-        self._old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        self._old = {s: signal.getsignal(s) for s in HELD}
         def hold(signum, frame):
             self.pending = signum
             if self.on_signal:

@@ -648,3 +648,105 @@ def test_a_password_file_that_is_not_text_is_a_config_error(tmp_path):
     o2 = o.model_copy(update={"password_file": str(tmp_path / "missing")})
     with pytest.raises(ConfigError, match="cannot read"):
         o2.password()
+
+
+@pytest.mark.parametrize("line", [
+    '{"seq":9,"op":"ocs.intent","apply_id":"a","before":[],"desired":[],"diff":"lots"}',
+    "[" * 100000 + "]" * 100000,
+    '{"seq":' + "9" * 5000 + ',"op":"ocs.note"}',
+    '{"seq":9,"op":"ocs.outcome","apply_id":"a","ok":"false"}',
+    '{"seq":9,"op":"ocs.intent","op":"ocs.outcome","apply_id":"a","ok":true}',
+    '{"seq":9,"op":"ocs.intent","apply_id":"a","before":[],"desired":[[1,49],[1,50]]}',
+])
+def test_hand_written_records_are_damage_not_tracebacks_nor_trusted(tmp_path, line):
+    from mfctl.ocs.service import journal_rows
+
+    path = tmp_path / "j.jsonl"
+    path.write_text(line + "\n")
+    recs = Journal(path).records()
+    assert recs[0]["op"] == "corrupt"
+    assert journal_rows(recs, 5)[0]["summary"].startswith("DAMAGED")
+
+
+def test_a_switch_changed_by_someone_else_is_not_recovered_over_even_without_the_marker(emu, tmp_path):
+    from mfctl.ocs.driver import Superseded
+
+    e, port = emu
+    path = tmp_path / "j.jsonl"
+    assert _run_until_killed(port, path, 3, lambda d: d.apply(DESIRED, reason="A->B"))
+    e.patches[30] = 90  # another tool, another state dir, after a reboot emptied /run/lock
+    with OCSDriver(_ocs(port), command_timeout=2, journal=Journal(path)) as d:
+        with pytest.raises(Superseded, match="neither its state before nor its desired"):
+            recover(d, Journal(path).records(), mode="rollback")
+    assert e.patches[30] == 90
+
+
+def test_another_goal_over_an_interrupted_change_still_rolls_back_to_the_original(emu, tmp_path):
+    e, port = emu
+    path = tmp_path / "j.jsonl"
+    assert _run_until_killed(port, path, 3, lambda d: d.apply(DESIRED, reason="A->B"))
+
+    def other_goal(d):
+        d.pending = pending_apply(Journal(path).records())
+        d.apply({1: 49, 5: 60, 6: 61}, reason="A->C over the half of A->B")
+
+    assert _run_until_killed(port, path, 5, other_goal)
+    with OCSDriver(_ocs(port), command_timeout=2, journal=Journal(path)) as d:
+        recover(d, Journal(path).records(), mode="rollback")
+    assert e.patches == BEFORE
+
+
+def test_a_journal_cut_before_the_devices_latest_change_cannot_say_nothing_to_recover(emu, tmp_path):
+    from mfctl.ocs.driver import JournalDamaged, check_journal_readable
+
+    e, port = emu
+
+    class Inv:
+        name, base_dir = "lab", None
+        ocs = _ocs(port)
+        ssh = type("S", (), {"known_hosts": None, "host_key_policy": "strict"})()
+
+    with open_ocs(Inv, purpose="ocs apply") as d:
+        d.apply(BEFORE | {5: 60}, reason="first")
+        path = d.device_journal.path
+    a = open_ocs(Inv, purpose="ocs apply")
+    a.journals = [CrashingJournal(path, 2)]
+    a.device_journal = a.journals[0]
+    with pytest.raises(Killed):
+        a.apply(DESIRED, reason="A->B")
+    a.client.close()
+    a.client = None
+    a.close()
+    lines = path.read_text().splitlines(keepends=True)
+    k = max(i for i, ln in enumerate(lines) if '"op":"ocs.intent"' in ln)
+    path.write_text("".join(lines[:k]))  # cut on a record boundary, just before the last intent
+    with open_ocs(Inv, purpose="ocs recover") as d:
+        recs = d.device_journal.records()
+        assert pending_apply(recs) is None
+        with pytest.raises(JournalDamaged, match="lost the device's latest change"):
+            check_journal_readable(recs, d)
+
+
+def test_group_writable_lock_dirs_need_the_sticky_bit_and_sighup_is_held(tmp_path, monkeypatch):
+    import signal
+
+    from mfctl.lock import lock_dir
+    from mfctl.signals import DeferSignals
+
+    d = tmp_path / "gw"
+    d.mkdir()
+    os.chmod(d, 0o775)
+    monkeypatch.setenv("MFCTL_LOCK_DIR", str(d))
+    with pytest.raises(ConfigError, match="sticky"):
+        lock_dir()
+    with pytest.raises(KeyboardInterrupt):
+        with DeferSignals():
+            os.kill(os.getpid(), signal.SIGHUP)  # a dropped SSH session: held until the change is done
+            held = True
+    assert held
+
+
+def test_bidirectional_overrides_are_shown_not_obeyed():
+    from mfctl.cli.plain import visible
+
+    assert visible("abc\u202edcba") == "abc\\u202edcba" and visible("ok\n\t") == "ok\n\t"

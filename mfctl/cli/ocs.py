@@ -90,7 +90,14 @@ def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool,
             if json_out:
                 emit_json(result | {"changed": False, "would_change": not d.empty})
             raise typer.Exit(6 if (dry_run and not d.empty) else 0)
+        from mfctl.ocs.driver import journal_problems
+
         pend = drv.pending
+        bad = [] if pend else journal_problems(journal.records())
+        if bad:
+            print_error(f"the OCS journal has {len(bad)} damaged or orphaned record(s) after its last readable change "
+                        f"(see mfctl ocs journal): a change may be unfinished; this one starts from the switch's "
+                        f"confirmed state", "warning")
         if pend:
             print_error(f"an earlier change ({pend['apply_id']}: {pend.get('reason')}) did not finish; this one "
                         f"continues it (a later rollback returns to the state before {pend['apply_id']})", "warning")
@@ -290,7 +297,7 @@ def recover(inventory: Path = INV_OPT,
             rollback: bool = typer.Option(False, "--rollback", help="Return to the state before the interrupted apply (default: complete it)."),
             dry_run: bool = DRY_OPT, yes: bool = YES_OPT, json_out: bool = JSON_OPT):
     """Finish (default) or roll back the last interrupted OCS change found in the journal."""
-    from mfctl.ocs.driver import check_journal_readable, pending_apply, recover as do_recover
+    from mfctl.ocs.driver import check_journal_readable, last_verified, pending_apply, recover as do_recover
     from mfctl.ocs.service import one_way
 
     mode = "rollback" if rollback else "complete"
@@ -299,9 +306,15 @@ def recover(inventory: Path = INV_OPT,
         recs = j.records()
         p = pending_apply(recs)
         if p is None:
-            check_journal_readable(recs)
+            check_journal_readable(recs, drv)
+            seen, now = last_verified(recs), drv.cross_connects()
+            differs = seen is not None and seen != now
+            if differs:
+                print_error(f"the switch differs from the state the journal last verified ({len(set(seen.items()) ^ set(now.items()))} "
+                            f"cross-connect(s)): changed by something else since; check it with mfctl ocs show", "warning")
             if json_out:
-                emit_json({"schema": "mfctl.ocs.recover/v1", "pending": None, "action": "none"})
+                emit_json({"schema": "mfctl.ocs.recover/v1", "pending": None, "action": "none",
+                           "differs_from_last_verified": differs})
             else:
                 out_console().print("nothing to recover: every journalled change finished")
             return

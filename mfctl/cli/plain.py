@@ -19,13 +19,14 @@ def _sgr(stream, style: str, color: str = "") -> str:
     return f"\033[{style}{'' if os.environ.get('NO_COLOR') or not color else ';' + color}m"
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0 (but newline and tab), DEL, C1, and the bidirectional overrides/isolates that reorder what a terminal shows
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def visible(text: str) -> str:
     """``text`` with control characters (ESC and the rest of C0/C1, but newline and tab) shown as
     ``\\xNN``: a name or log line cannot move the cursor, recolour or retitle the operator's terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}", text)
 
 
 def print_error(message: str, prefix: str = "error") -> None:

@@ -186,7 +186,12 @@ class OCS(_Strict):
             if base is not None and not p.is_absolute():
                 p = base / p
             try:
-                return p.read_bytes()[:4096].decode("ascii").strip()
+                if p.exists() and not p.is_file():  # a FIFO would block, a directory is no password
+                    raise ConfigError(f"ocs.password_file {p}: not a regular file")
+                pw = p.read_bytes()[:4096].decode("ascii").strip()
+                if not pw:
+                    raise ConfigError(f"ocs.password_file {p}: empty")
+                return pw
             except UnicodeDecodeError:
                 raise ConfigError(f"ocs.password_file {p}: not ASCII text (a TL1 password is printable ASCII)") from None
             except OSError as e:

@@ -409,10 +409,14 @@ class OCSDriver:
         (in the chain), then raises :class:`TL1Deny` saying so (``e.left``); if that fails too the
         change stays pending for ``mfctl ocs recover``. Every exception raised carries ``.chain``.
         Raises :class:`OperationFailed` when the read-back still differs after the retries."""
-        if chain is None and self.pending is not None:
-            chain, closes = {**self.pending, "desired": _pairs(desired)}, "superseded"
-            log.warning("OCS %s: change %s did not finish; this one continues it", self.ocs.name, chain["apply_id"])
         current, d = self.plan(desired)
+        if chain is None and self.pending is not None:
+            if foreign(current, self.pending):  # the switch moved on since: that change is history
+                log.warning("OCS %s: change %s did not finish, but the switch holds cross-connects neither of its "
+                            "states has: not continuing it", self.ocs.name, self.pending["apply_id"])
+            else:
+                chain, closes = {**self.pending, "desired": _pairs(desired)}, "superseded"
+                log.warning("OCS %s: change %s did not finish; this one continues it", self.ocs.name, chain["apply_id"])
         apply_id = uuid.uuid4().hex[:12]
         intent = {"apply_id": apply_id, "ocs": self.ocs.name, "reason": reason, "before": _pairs(current),
                   "desired": _pairs(desired), "diff": d.to_dict(),
@@ -422,7 +426,8 @@ class OCSDriver:
         self._journal("ocs.intent", **intent)
         if self.device_lock is not None and self.device_journal is not None:
             self.device_lock.note_change(apply_id, self.device_journal.path)
-        this = chain or {"apply_id": apply_id, "before": _pairs(current), "desired": _pairs(desired)}
+        this = dict(chain or {"apply_id": apply_id, "before": _pairs(current), "desired": _pairs(desired)})
+        this["known"] = sorted({tuple(x) for x in this.get("known") or []} | set(current.items()) | set(desired.items()))
         self.pending = this  # until the outcome says otherwise
         commands: list[str] = []
         t0 = time.monotonic()
@@ -596,10 +601,11 @@ def pending_apply(records: list[dict]) -> dict | None:
         before, desired = last.get("chain_before"), last.get("chain_desired")
     else:
         before, desired = last.get("before"), last.get("desired")
-    recs = sum(1 for r in records if r.get("op") == "ocs.intent" and r.get("chain") == root_id)
+    steps = [r for r in records if r.get("op") == "ocs.intent" and (r.get("chain") or r.get("apply_id")) == root_id]
+    known = sorted({tuple(x) for r in steps for k in ("before", "desired") for x in r.get(k) or []})
     return {"apply_id": root_id, "reason": (root or last).get("reason"), "ts": (root or last).get("ts"),
-            "before": before, "desired": desired, "last_apply_id": last.get("apply_id"), "recoveries": recs,
-            "op": "ocs.intent"}
+            "before": before, "desired": desired, "last_apply_id": last.get("apply_id"),
+            "recoveries": len(steps) - (root is not None), "known": [list(x) for x in known], "op": "ocs.intent"}
 
 
 class JournalDamaged(OperationFailed):
@@ -616,10 +622,19 @@ def journal_problems(records: list[dict]) -> list[dict]:
             if r.get("op") in ("corrupt", "torn") or (r.get("apply_id") is not None and r.get("apply_id") not in intents)]
 
 
-def check_journal_readable(records: list[dict]) -> None:
+def check_journal_readable(records: list[dict], driver: "OCSDriver | None" = None) -> None:
     """Raise :class:`JournalDamaged` when no change is pending *as far as the journal can be read*
-    but :func:`journal_problems` finds records that might be one: "nothing to recover" is never
-    said over a journal that cannot tell."""
+    but :func:`journal_problems` finds records that might be one, or the device's latest change
+    (noted beside its lock) was journalled here and is gone from it (cut off at a record
+    boundary): "nothing to recover" is never said over a journal that cannot tell."""
+    lock = getattr(driver, "device_lock", None)
+    last = lock.last_change() if lock is not None else None
+    journal = getattr(getattr(driver, "device_journal", None), "path", None)
+    if (last and journal is not None and last.get("journal") == str(journal)
+            and last["apply_id"] not in {r.get("apply_id") for r in records if r.get("op") == "ocs.intent"}):
+        raise JournalDamaged(f"the OCS journal {journal} has lost the device's latest change ({last['apply_id']}, noted "
+                             f"beside its lock): it cannot tell whether that change finished. Check the switch (mfctl "
+                             f"ocs show) and set the state you want (mfctl ocs apply).")
     bad = journal_problems(records)
     if bad and pending_apply(records) is None:
         seqs = [str(r.get("seq")) for r in bad if r.get("seq") is not None]
@@ -627,6 +642,23 @@ def check_journal_readable(records: list[dict]) -> None:
                              f"change{' (seq ' + ', '.join(seqs[:8]) + ')' if seqs else ''}: it cannot tell whether a "
                              f"change is unfinished. Check the switch (mfctl ocs show) and set the state you want "
                              f"(mfctl ocs apply); a completed change makes the journal readable again.")
+
+
+def foreign(current: dict[int, int], chain: dict) -> dict[int, int]:
+    """The cross-connects of ``current`` in neither the ``before`` nor the ``desired`` of the
+    change ``chain``, nor of any step of it (``known``). Mid-change the switch only ever holds a
+    mix of these (deletions of one, additions of another), so any other cross-connect was made
+    by someone else since."""
+    allowed = {tuple(x) for k in ("before", "desired", "known") for x in chain.get(k) or []}
+    return {i: o for i, o in current.items() if (i, o) not in allowed}
+
+
+def last_verified(records: list[dict]) -> dict[int, int] | None:
+    """The switch's state as the journal last verified it (the latest read-back), or None."""
+    for r in reversed(records):
+        if r.get("op") in ("ocs.verify", "ocs.recovered") and r.get("readback") is not None:
+            return {i: o for i, o in r["readback"]}
+    return None
 
 
 def check_not_superseded(driver: "OCSDriver", pending: dict, records: list[dict]) -> None:
@@ -658,6 +690,13 @@ def recover(driver: "OCSDriver", records: list[dict], *, mode: str = "complete",
     check_not_superseded(driver, p, records)
     target = {i: o for i, o in (p["desired"] if mode == "complete" else p["before"])}
     current, d = driver.plan(target)
+    other = foreign(current, p)
+    if other:
+        raise Superseded(f"OCS {driver.ocs.name}: change {p['apply_id']} ({p.get('reason')}) did not finish, but the "
+                         f"switch holds {len(other)} cross-connect(s) that neither its state before nor its desired "
+                         f"state has ({_pairs(other)[:4]}{'…' if len(other) > 4 else ''}): it was changed since, by "
+                         f"someone else; recovering would undo that. Nothing was done: check the switch (mfctl ocs "
+                         f"show) and set the state you want (mfctl ocs apply).")
     out = {"pending": {"apply_id": p["apply_id"], "reason": p.get("reason"), "ts": p.get("ts"),
                        "recoveries": p["recoveries"], "last_apply_id": p["last_apply_id"]},
            "mode": mode, "target": _pairs(target), "current": _pairs(current),
