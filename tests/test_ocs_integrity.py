@@ -750,3 +750,9 @@ def test_bidirectional_overrides_are_shown_not_obeyed():
     from mfctl.cli.plain import visible
 
     assert visible("abc\u202edcba") == "abc\\u202edcba" and visible("ok\n\t") == "ok\n\t"
+
+
+def test_other_journals_records_keep_their_own_fields(tmp_path):
+    j = Journal(tmp_path / "provision.jsonl")
+    j.append("provision.action", host="gpu01", before={"LINK_TYPE_P1": "ETH"}, after="2x100G", state="start")
+    assert Journal(tmp_path / "provision.jsonl").records()[0]["op"] == "provision.action"

@@ -76,14 +76,17 @@ _PAIRS_FIELDS = ("before", "desired", "chain_before", "chain_desired", "readback
 
 
 def _malformed(rec: dict) -> str | None:
-    """Why a record's fields cannot be what mfctl wrote (a record without ``crc`` — older, or
-    written by hand — is checked this way instead), or None."""
+    """Why a record's fields cannot be what mfctl wrote, or None: ``op``, ``ts`` and ``seq`` of any
+    record, and the fields of the OCS's (``ocs.*``) records. Checked for every record, and the
+    only check of one without ``crc`` (older, or written by hand)."""
     if not isinstance(rec.get("op"), str):
         return "no op"
     if "ts" in rec and (not isinstance(rec["ts"], (int, float)) or isinstance(rec["ts"], bool)):
         return "ts is not a number"
     if "seq" in rec and (not isinstance(rec["seq"], int) or isinstance(rec["seq"], bool)):
         return "seq is not an integer"
+    if not rec["op"].startswith("ocs."):  # the fields below are the OCS records' (run and provision journals differ)
+        return None
     for k in ("apply_id", "chain"):
         if k in rec and rec[k] is not None and not isinstance(rec[k], str):
             return f"{k} is not a string"
