@@ -63,6 +63,14 @@ def _ocs(port, **kw):
                transports=[{"kind": "tcp", "address": "127.0.0.1", "port": port}], password_env="OCS_PW", **kw)
 
 
+def _inv(port, name="lab", transports=None):
+    """The little of an inventory that open_ocs reads: name, base_dir, ssh and the OCS."""
+    ocs = OCS(name="ocs1", size={"inputs": 48, "outputs": 48}, password_env="OCS_PW",
+              transports=transports or [{"kind": "tcp", "address": "127.0.0.1", "port": port}])
+    return type("Inv", (), {"name": name, "base_dir": None, "ocs": ocs,
+                            "ssh": type("S", (), {"known_hosts": None, "host_key_policy": "strict"})()})
+
+
 # --- 1. TL1 injection ---------------------------------------------------------------------
 @pytest.mark.parametrize("c", RESERVED_AND_CONTROL)
 def test_every_reserved_character_through_every_field_is_refused_and_never_sent(c):
@@ -341,18 +349,8 @@ def test_lock_and_journal_follow_the_device_not_the_inventory(emu, tmp_path, mon
     e, port = emu
     pty = PtyServer(e)
     try:
-        from mfctl.inventory.models import Inventory  # noqa: F401  (the OCS model is what matters)
-
-        class Inv:
-            def __init__(self, name, transports):
-                self.name = name
-                self.ocs = OCS(name="ocs1", size={"inputs": 48, "outputs": 48}, transports=transports,
-                               password_env="OCS_PW")
-                self.base_dir = None
-                self.ssh = type("S", (), {"known_hosts": None, "host_key_policy": "strict"})()
-
-        a = Inv("lab", [{"kind": "tcp", "address": "127.0.0.1", "port": port}])
-        b = Inv("lab-renamed", [{"kind": "serial", "device": pty.slave_path, "baudrate": 115200}])
+        a = _inv(port, "lab")
+        b = _inv(port, "lab-renamed", [{"kind": "serial", "device": pty.slave_path, "baudrate": 115200}])
         first = open_ocs(a, purpose="ocs apply")
         try:
             monkeypatch.setenv("MFCTL_STATE_DIR", str(tmp_path / "other-state"))
@@ -591,10 +589,7 @@ def test_an_unfinished_change_overtaken_from_another_state_dir_is_not_resurrecte
 
     e, port = emu
 
-    class Inv:
-        name, base_dir = "lab", None
-        ocs = _ocs(port)
-        ssh = type("S", (), {"known_hosts": None, "host_key_policy": "strict"})()
+    Inv = _inv(port)
 
     monkeypatch.setenv("MFCTL_STATE_DIR", str(tmp_path / "A"))
     a = open_ocs(Inv, purpose="ocs apply (A)")
@@ -701,10 +696,7 @@ def test_a_journal_cut_before_the_devices_latest_change_cannot_say_nothing_to_re
 
     e, port = emu
 
-    class Inv:
-        name, base_dir = "lab", None
-        ocs = _ocs(port)
-        ssh = type("S", (), {"known_hosts": None, "host_key_policy": "strict"})()
+    Inv = _inv(port)
 
     with open_ocs(Inv, purpose="ocs apply") as d:
         d.apply(BEFORE | {5: 60}, reason="first")
@@ -756,3 +748,10 @@ def test_other_journals_records_keep_their_own_fields(tmp_path):
     j = Journal(tmp_path / "provision.jsonl")
     j.append("provision.action", host="gpu01", before={"LINK_TYPE_P1": "ETH"}, after="2x100G", state="start")
     assert Journal(tmp_path / "provision.jsonl").records()[0]["op"] == "provision.action"
+
+
+def test_an_ssh_targets_password_is_in_no_repr():
+    from mfctl.transport.ssh import SSHTarget
+
+    t = SSHTarget(name="ocs1", address="127.0.0.1", password=PW)
+    assert PW not in repr(t) and PW not in str(t) and t.password == PW

@@ -10,26 +10,15 @@ import threading
 import time
 from pathlib import Path
 
-import yaml
 
 from conftest import DATA, live_processes, mfctl_cmd
+from test_slurm import _playbook  # one way to vary the short playbook
 from mfctl.runtime.job import Job
 from mfctl.runtime.playbook import load_playbook
 from mfctl.runtime.render import render_slurm
 from mfctl.settings import Setting
 
 SHORT = DATA / "playbooks" / "short.yaml"
-
-
-def _playbook(tmp_path, launcher: str, **changes) -> Path:
-    doc = yaml.safe_load(SHORT.read_text())
-    doc["inventory"] = str((SHORT.parent / doc["inventory"]).resolve())
-    doc["runtime"] = {"launcher": launcher, "script": "mfctl-simrt", "script_mode": "executable", "health_interval_s": 0}
-    for k, v in changes.items():
-        doc.setdefault(k, {}).update(v)
-    p = tmp_path / "pb.yaml"
-    p.write_text(yaml.safe_dump(doc))
-    return p
 
 
 class Watch:

@@ -93,7 +93,7 @@ def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool,
         from mfctl.ocs.driver import journal_problems
 
         pend = drv.pending
-        bad = [] if pend else journal_problems(journal.records())
+        bad = [] if pend else journal_problems(drv.device_records)
         if bad:
             print_error(f"the OCS journal has {len(bad)} damaged or orphaned record(s) after its last readable change "
                         f"(see mfctl ocs journal): a change may be unfinished; this one starts from the switch's "
@@ -303,7 +303,7 @@ def recover(inventory: Path = INV_OPT,
     mode = "rollback" if rollback else "complete"
     # the device lock even for --dry-run: a change in progress is not "unfinished", it is running
     with _driver(inventory, mutating=True, purpose=f"ocs recover{' --dry-run' if dry_run else ''}") as (inv, drv, pm, j):
-        recs = j.records()
+        recs = drv.device_records
         p = pending_apply(recs)
         if p is None:
             check_journal_readable(recs, drv)

@@ -110,9 +110,9 @@ class OCSDriver:
         self.device_lock = None  # mfctl.lock.DeviceLock while held (open_ocs)
         self.device_journal: Journal | None = None
         self.pending: dict | None = None  # the device's unfinished change (pending_apply), joined by apply()
+        self.device_records: list[dict] = []  # the device journal as open_ocs read it (once per session)
         self.size: tuple[int, int] | None = None
         self.read_attempts = read_attempts
-        self.reads = 0  # RTRV-PATCH commands sent (confirmation costs included), for benchmarks
 
     # --- connection -------------------------------------------------------------------
     def _open(self, t):
@@ -286,7 +286,6 @@ class OCSDriver:
         """One ``RTRV-PATCH`` as ``{input: output}``, checked for consistency: every line
         ``in,out``, inputs within 1..N and outputs within N+1..N+M of this switch, no port twice.
         Raises :class:`UnconfirmedRead` on a reply that breaks any of these (a garbled wire)."""
-        self.reads += 1
         r = self._read("RTRV-PATCH")
         n, m = self.size or (self.ocs.size.inputs, self.ocs.size.outputs)
         out: dict[int, int] = {}
@@ -741,7 +740,7 @@ def open_ocs(inv, *, purpose: str | None = None, journals: list[Journal] | tuple
         drv.device_journal = Journal(journal_path(drv.identity))
         drv.journals = [*journals, drv.device_journal]
         if purpose is not None:
-            recs = drv.device_journal.records()
+            recs = drv.device_records = drv.device_journal.records()
             drv.pending = pending_apply(recs)
             if drv.pending is None and not journal_problems(recs):
                 drv.device_journal.rotate_if_large()

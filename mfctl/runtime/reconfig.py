@@ -417,7 +417,7 @@ class Reconfigurator:
         res = None
         try:
             with self.guard():
-                if self._apply_chain and hasattr(self.ocs, "revert"):  # one journal chain: recover sees it whole
+                if self._apply_chain:  # the driver's failed change: undone in its journal chain, recover sees it whole
                     res = self.ocs.revert(self._apply_chain, reason=f"epoch {p.epoch} rollback")
                 else:
                     res = self.ocs.apply(p.ocs_before, reason=f"epoch {p.epoch} rollback")

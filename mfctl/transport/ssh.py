@@ -16,7 +16,7 @@ import shlex
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
@@ -57,7 +57,7 @@ class SSHTarget:
     user: str = "root"
     key_file: str | None = None
     agent: bool = True
-    password: str | None = None  # only ever from the environment / a secret file
+    password: str | None = field(default=None, repr=False)  # only ever from the environment / a secret file; never in a repr
     known_hosts: str = "~/.ssh/known_hosts"
     host_key_policy: str = "strict"
 
