@@ -41,6 +41,15 @@ class LinkRates:
     eps_Bps: float | np.ndarray = 11.5e9
 
 
+#: RoCEv2 goodput / line rate: 100 Gbit/s → ~11.5 GB/s (DESIGN §8)
+GOODPUT = 0.92
+
+
+def link_rates(lane_gbps: float, eps_gbps: float) -> LinkRates:
+    """Rates from line rates in Gbit/s: one OCS lane (a circuit) and a server's EPS NICs together."""
+    return LinkRates(circuit_Bps=lane_gbps * 1e9 / 8 * GOODPUT, eps_Bps=eps_gbps * 1e9 / 8 * GOODPUT)
+
+
 def a2a_time(B: np.ndarray, C: np.ndarray, rates: LinkRates) -> np.ndarray:
     """Inter-server time of all-to-alls ``B`` ``[L, n, n]`` under candidates ``C`` ``[K, n, n]``.
 

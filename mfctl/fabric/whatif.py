@@ -31,11 +31,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mfctl.fabric.planner import LinkRates, plan
+from mfctl.fabric.planner import GOODPUT, LinkRates, plan
 from mfctl.fabric.stepmodel import StepSpec, layer_time
 from mfctl.fabric.traffic import expert_to_rank, load_routing, rank_matrix, rank_to_server, server_matrix
 
-GOODPUT = 0.92
 NICS_PER_SERVER = 8
 GPUS_PER_SERVER = 8
 

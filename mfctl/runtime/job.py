@@ -50,7 +50,7 @@ from mfctl.transport.ssh import SSHPool, targets_from_inventory
 
 log = logging.getLogger(__name__)
 
-GOODPUT = 0.92  # RoCEv2 goodput / line rate: 100G → ~11.5 GB/s (DESIGN §8)
+from mfctl.fabric.planner import GOODPUT  # noqa: E402,F401 (re-exported for older importers)
 
 
 class Observer:

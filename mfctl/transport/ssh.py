@@ -18,12 +18,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence, TypeVar
 
-from mfctl.errors import UnreachableError
+from mfctl.errors import ExitCode, UnreachableError
 
 if TYPE_CHECKING:
     import paramiko
+
+    from mfctl.observer import Observer
+    from mfctl.transport.results import Results
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +178,14 @@ class CommandResult:
         return self.error is None and self.rc == 0
 
     @property
+    def exit_code(self):
+        """This host's outcome (DESIGN §9): UNREACHABLE (4) when it could not be reached or the
+        command timed out or was abandoned, FAILED (1) for a non-zero exit, else OK."""
+        from mfctl.errors import ExitCode
+
+        return ExitCode.UNREACHABLE if self.error else (ExitCode.FAILED if self.rc != 0 else ExitCode.OK)
+
+    @property
     def truncated(self) -> bool:
         """Whether stdout or stderr is only the first ``max_output_bytes`` of what the command wrote."""
         return bool(self.stdout_dropped or self.stderr_dropped)
@@ -296,6 +309,61 @@ class SSHPool:
         ``close``: end each host's session as soon as its command is done (one-shot callers such
         as ``mfctl exec``: the goodbyes then overlap the other hosts' work instead of following it)."""
         return self.start_many(hosts, close=close).run(argv_for, timeout=timeout, on_done=on_done)
+
+    def map(self, hosts: Sequence[str], fn: Callable[[str], T], *, observer: "Observer | None" = None,
+            phase: str | None = None) -> "Results[T]":
+        """Call ``fn(host)`` for every host, at most ``fanout`` at once, and return their
+        :class:`~mfctl.transport.results.Results` in host order.
+
+        ``fn`` may run any number of commands on its host (``self.run``…) and returns anything; a
+        value with an ``exit_code`` (a CommandResult) gives its host's outcome. ``fn`` raising an
+        :class:`~mfctl.errors.MfctlError` is that host's outcome (UnreachableError → unreachable,
+        with its message as the error); any other exception is a bug and is raised here, after the
+        hosts under way have finished (no new host starts). ``observer`` hears ``phase`` (with the
+        number of hosts), then ``host_started``/``host_done`` per host, from the worker threads.
+        Ctrl-C: no host that has not begun is started; KeyboardInterrupt is raised at once."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from mfctl.errors import MfctlError
+        from mfctl.observer import NullObserver
+        from mfctl.transport.results import HostResult, Results, outcome_of
+
+        obs = observer or NullObserver()
+        if phase is not None:
+            obs.phase(phase, total=len(hosts))
+        stop = threading.Event()
+
+        def one(host: str) -> HostResult:
+            if stop.is_set():
+                return HostResult(host, error="not started: the operation stopped", exit_code=ExitCode.INTERRUPTED)
+            obs.host_started(host)
+            try:
+                v = fn(host)
+                r = HostResult(host, v, getattr(v, "error", None), outcome_of(v))
+            except UnreachableError as e:
+                r = HostResult(host, error=str(e).removeprefix(f"{host}: "), exit_code=ExitCode.UNREACHABLE)
+            except MfctlError as e:
+                r = HostResult(host, error=str(e).removeprefix(f"{host}: "), exit_code=e.exit_code)
+            except BaseException:
+                stop.set()
+                raise
+            obs.host_done(host, r)
+            return r
+
+        if not hosts:
+            return Results([])
+        ex = ThreadPoolExecutor(max_workers=min(self.fanout, len(hosts)), thread_name_prefix="mfctl-map")
+        futures = [ex.submit(one, h) for h in hosts]
+        try:
+            out = [f.result() for f in futures]
+        except BaseException:
+            stop.set()
+            for f in futures:
+                f.cancel()
+            ex.shutdown(wait=False, cancel_futures=True)
+            raise
+        ex.shutdown(wait=True)
+        return Results(out)
 
     def start_many(self, hosts: Sequence[str], *, close: bool = False) -> "Batch":
         """Begin a :meth:`run_many` before its command is known: up to ``fanout`` hosts are
