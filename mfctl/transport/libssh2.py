@@ -6,10 +6,11 @@ long-lived interactive sessions (runtime launch with a pty, log following, the O
 libssh2 does the handshake in C with the GIL released, so 128 hosts connect in parallel
 threads at a fraction of paramiko's CPU cost (``benchmarks/fanout.py``).
 
-The security rules are those of :mod:`mfctl.transport.ssh`: the host key is checked
-against the inventory's ``known_hosts`` (libssh2's OpenSSH-format parser: plain, hashed
-and ``[host]:port`` entries); ``strict`` refuses an unknown host, ``accept-new`` records a
-first-seen key and still refuses a changed one; authentication by key file, SSH agent, or a
+The security rules are those of :mod:`mfctl.transport.ssh`: the host key libssh2 got in the
+key exchange (type and blob) is judged by :class:`mfctl.transport.hostkeys.HostKeyPolicy`
+against the inventory's ``known_hosts`` (plain, hashed and ``[host]:port`` entries); ``strict``
+refuses an unknown host, ``accept-new`` records a first-seen key and still refuses a changed one;
+authentication by key file, SSH agent, or a
 password handed in by the caller from the environment.
 
 Every call is bounded: ``connect_timeout`` (s) for TCP, handshake and authentication;
@@ -18,7 +19,6 @@ Every call is bounded: ``connect_timeout`` (s) for TCP, handshake and authentica
 
 from __future__ import annotations
 
-import base64
 import logging
 import select
 import socket
@@ -27,24 +27,23 @@ import time
 from pathlib import Path
 
 from ssh2 import exceptions as E
-from ssh2 import knownhost as KH
 from ssh2 import session as S
 from ssh2.error_codes import LIBSSH2_ERROR_EAGAIN
 
 from mfctl.errors import UnreachableError
+from mfctl.transport.hostkeys import HostKeyPolicy
 
 log = logging.getLogger(__name__)
 
-# libssh2 host key type → (known_hosts key name, knownhost type mask)
+# libssh2 host key type → its name in known_hosts
 _KEYTYPES = {
-    S.LIBSSH2_HOSTKEY_TYPE_RSA: ("ssh-rsa", KH.LIBSSH2_KNOWNHOST_KEY_SSHRSA),
-    S.LIBSSH2_HOSTKEY_TYPE_DSS: ("ssh-dss", KH.LIBSSH2_KNOWNHOST_KEY_SSHDSS),
-    S.LIBSSH2_HOSTKEY_TYPE_ECDSA_256: ("ecdsa-sha2-nistp256", KH.LIBSSH2_KNOWNHOST_KEY_ECDSA_256),
-    S.LIBSSH2_HOSTKEY_TYPE_ECDSA_384: ("ecdsa-sha2-nistp384", KH.LIBSSH2_KNOWNHOST_KEY_ECDSA_384),
-    S.LIBSSH2_HOSTKEY_TYPE_ECDSA_521: ("ecdsa-sha2-nistp521", KH.LIBSSH2_KNOWNHOST_KEY_ECDSA_521),
-    S.LIBSSH2_HOSTKEY_TYPE_ED25519: ("ssh-ed25519", KH.LIBSSH2_KNOWNHOST_KEY_ED25519),
+    S.LIBSSH2_HOSTKEY_TYPE_RSA: "ssh-rsa",
+    S.LIBSSH2_HOSTKEY_TYPE_DSS: "ssh-dss",
+    S.LIBSSH2_HOSTKEY_TYPE_ECDSA_256: "ecdsa-sha2-nistp256",
+    S.LIBSSH2_HOSTKEY_TYPE_ECDSA_384: "ecdsa-sha2-nistp384",
+    S.LIBSSH2_HOSTKEY_TYPE_ECDSA_521: "ecdsa-sha2-nistp521",
+    S.LIBSSH2_HOSTKEY_TYPE_ED25519: "ssh-ed25519",
 }
-_KH_WRITE = threading.Lock()
 _READ_SIZE = 65536  # per read call (libssh2's window is 2 MiB; ssh2-python's default of 1 KiB costs CPU on big outputs)
 
 
@@ -93,35 +92,13 @@ class ExecSession:
 
     # --- connection -------------------------------------------------------------------------
     def _check_host_key(self) -> None:
+        """The server's key, judged by the one host-key policy (:mod:`mfctl.transport.hostkeys`)."""
         t = self.target
         key, ktype = self.session.hostkey()
-        name, mask = _KEYTYPES.get(ktype, (None, None))
+        name = _KEYTYPES.get(ktype)
         if name is None:
             raise UnreachableError(f"{t.name}: unsupported host key type {ktype}")
-        kh_path = Path(t.known_hosts).expanduser()
-        kh = self.session.knownhost_init()
-        hostname = t.address if t.port == 22 else f"[{t.address}]:{t.port}"
-        for line in _known_hosts_lines(kh_path, hostname):
-            try:
-                kh.readline(line)
-            except E.KnownHostReadLineError:
-                pass  # like OpenSSH: a line libssh2 cannot use (a marker, an unknown key type) is skipped
-        typemask = KH.LIBSSH2_KNOWNHOST_TYPE_PLAIN | KH.LIBSSH2_KNOWNHOST_KEYENC_RAW | mask
-        try:
-            kh.checkp(t.address.encode(), t.port, key, typemask)
-            return
-        except E.KnownHostCheckMisMatchError as e:
-            raise UnreachableError(f"{t.name}: host key CHANGED for {t.address}:{t.port} — refusing to connect") from e
-        except E.KnownHostCheckNotFoundError:
-            pass
-        if t.host_key_policy != "accept-new":
-            raise UnreachableError(f"{t.name}: host key of {hostname} is not in {kh_path} "
-                                   "(add it, or set host_key_policy: accept-new)")
-        with _KH_WRITE:
-            kh_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(kh_path, "a") as f:
-                f.write(f"{hostname} {name} {base64.b64encode(key).decode()}\n")
-        log.warning("accepted new host key for %s (%s)", hostname, name)
+        HostKeyPolicy.of(t).check(t.name, t.address, t.port, name, key)
 
     def _authenticate(self) -> None:
         t = self.target
@@ -292,34 +269,3 @@ def _describe(e: Exception) -> str:
     is SocketRecvError or SocketDisconnectError by timing), so that hosts fold together."""
     name = type(e).__name__
     return f"{_WHAT[name]}{f' ({e})' if str(e) else ''}" if name in _WHAT else (str(e) or name)
-
-
-_KH_LINES: dict[str, tuple[float, list[tuple[bytes | None, bytes]]]] = {}
-
-
-def _known_hosts_lines(path: Path, hostname: str) -> list[bytes]:
-    """The known_hosts lines that can match ``hostname``: every hashed entry (``|1|…``) and
-    the plain entries naming it (``host`` or ``[host]:port``, comma-separated patterns).
-    The file is read once per process and modification time; comments, blank lines and
-    markers (``@cert-authority``, ``@revoked``: not used by mfctl) are left out."""
-    try:
-        mtime = path.stat().st_mtime
-    except OSError:
-        return []
-    with _KH_WRITE:
-        hit = _KH_LINES.get(str(path))
-        if hit is None or hit[0] != mtime:
-            entries = []
-            try:
-                raw = path.read_bytes()
-            except OSError as e:
-                raise UnreachableError(f"cannot read known_hosts {path}: {e.strerror or e}") from e
-            for line in raw.splitlines():
-                line = line.strip()
-                if not line or line.startswith((b"#", b"@")):
-                    continue
-                hosts = line.split(None, 1)[0]
-                entries.append((None if hosts.startswith(b"|") else hosts, line))
-            _KH_LINES[str(path)] = hit = (mtime, entries)
-    name = hostname.encode()
-    return [line for hosts, line in hit[1] if hosts is None or name in hosts.split(b",")]

@@ -1,10 +1,10 @@
 """SSH to hosts and devices: strict host keys, timeouts, pooling, fan-out (paramiko for
 interactive sessions, libssh2 for commands: :class:`SSHPool`).
 
-Host keys are checked against the inventory's ``known_hosts`` file. The default policy is
-``strict`` (unknown host → :class:`UnreachableError`); ``accept-new`` records a key seen
-for the first time and still rejects a *changed* key (like OpenSSH's
-``StrictHostKeyChecking=accept-new``). Authentication: a key file or the SSH agent, or a
+Host keys are checked against the inventory's ``known_hosts`` file by one policy for both stacks
+(:mod:`mfctl.transport.hostkeys`): ``strict`` by default (unknown host → :class:`UnreachableError`);
+``accept-new`` records a key seen for the first time and still rejects a *changed* key (like
+OpenSSH's ``StrictHostKeyChecking=accept-new``). Authentication: a key file or the SSH agent, or a
 password passed in by the caller from the environment — never from an inventory.
 """
 
@@ -36,22 +36,6 @@ log = logging.getLogger(__name__)
 # libssh2 only and do not pay paramiko's import (~0.1 s of every cold start).
 
 
-def _accept_new_policy(known_hosts: Path):
-    """A paramiko policy recording an unknown host's key in known_hosts (opt-in,
-    ``host_key_policy: accept-new``)."""
-    import paramiko
-
-    class AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
-        def missing_host_key(self, client, hostname, key):  # noqa: D401 - paramiko API
-            client.get_host_keys().add(hostname, key.get_name(), key)
-            known_hosts.parent.mkdir(parents=True, exist_ok=True)
-            with open(known_hosts, "a") as f:
-                f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-            log.warning("accepted new host key for %s (%s)", hostname, key.get_name())
-
-    return AcceptNewPolicy()
-
-
 @dataclass
 class SSHTarget:
     """Where and how to log in. ``name`` is the inventory name used in results."""
@@ -67,28 +51,8 @@ class SSHTarget:
     host_key_policy: str = "strict"
 
 
-_KH_CACHE: dict[str, tuple[float, "paramiko.HostKeys"]] = {}
-_KH_LOCK = threading.Lock()
-
-
-def _known_hosts(path: Path) -> paramiko.HostKeys | None:
-    """Parsed known_hosts, cached per path and modification time (thread-safe)."""
-    import paramiko
-
-    try:
-        mtime = path.stat().st_mtime
-    except FileNotFoundError:
-        return None
-    with _KH_LOCK:
-        hit = _KH_CACHE.get(str(path))
-        if hit and hit[0] == mtime:
-            return hit[1]
-        hk = paramiko.HostKeys(str(path))
-        _KH_CACHE[str(path)] = (mtime, hk)
-        return hk
-
-
 _PKEY_CACHE: dict[str, "paramiko.PKey"] = {}
+_PKEY_LOCK = threading.Lock()
 
 
 def _private_key(path: str) -> paramiko.PKey:
@@ -97,7 +61,7 @@ def _private_key(path: str) -> paramiko.PKey:
     import paramiko
 
     p = str(Path(path).expanduser())
-    with _KH_LOCK:
+    with _PKEY_LOCK:
         if p not in _PKEY_CACHE:
             try:
                 _PKEY_CACHE[p] = paramiko.PKey.from_path(p)
@@ -107,21 +71,26 @@ def _private_key(path: str) -> paramiko.PKey:
 
 
 def connect(target: SSHTarget, timeout: float) -> paramiko.SSHClient:
-    """Open an authenticated SSH connection. Raises UnreachableError (exit 4)."""
+    """Open an authenticated SSH connection. Raises UnreachableError (exit 4). The host key is
+    judged by :class:`~mfctl.transport.hostkeys.HostKeyPolicy`, as on the command path."""
     import paramiko
 
-    client = paramiko.SSHClient()
-    kh = Path(target.known_hosts).expanduser()
-    known = _known_hosts(kh)
-    if known is not None:
-        # only this host's entries: parsing a large known_hosts file per connection is O(hosts²)
-        name = target.address if target.port == 22 else f"[{target.address}]:{target.port}"
-        for keytype, key in (known.lookup(name) or {}).items():
-            client.get_host_keys().add(name, keytype, key)
-    if target.host_key_policy == "accept-new":
-        client.set_missing_host_key_policy(_accept_new_policy(kh))
-    else:
-        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    from mfctl.transport.hostkeys import HostKeyPolicy
+
+    policy = HostKeyPolicy.of(target)
+    client = paramiko.SSHClient()  # knows no key itself: every key goes to the policy
+    client.set_missing_host_key_policy(_judge(policy, target))
+    known = policy.known_types(target.address, target.port, host=target.name)  # read (and refused if unreadable) before any socket
+    pkey = _private_key(target.key_file) if target.key_file else None
+
+    def transport(sock, **kw) -> paramiko.Transport:
+        t = paramiko.Transport(sock, **kw)
+        if known:  # ask for a key type the host is known by first (paramiko's own habit with known keys)
+            opts = t.get_security_options()
+            first = [k for k in opts.key_types if k in known or ("ssh-rsa" in known and k.startswith("rsa-sha2-"))]
+            opts.key_types = first + [k for k in opts.key_types if k not in first]
+        return t
+
     try:
         sock = socket.create_connection((target.address, target.port), timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -130,7 +99,7 @@ def connect(target: SSHTarget, timeout: float) -> paramiko.SSHClient:
             sock=sock,
             port=target.port,
             username=target.user,
-            pkey=_private_key(target.key_file) if target.key_file else None,
+            pkey=pkey,
             password=target.password,
             allow_agent=target.agent and not target.password,
             look_for_keys=False,
@@ -138,16 +107,13 @@ def connect(target: SSHTarget, timeout: float) -> paramiko.SSHClient:
             banner_timeout=timeout,
             auth_timeout=timeout,
             channel_timeout=timeout,
+            transport_factory=transport,
         )
-    except paramiko.BadHostKeyException as e:
+    except UnreachableError:  # the host key policy's verdict
         client.close()
-        raise UnreachableError(f"{target.name}: host key CHANGED for {target.address}:{target.port} — refusing to connect") from e
+        raise
     except paramiko.SSHException as e:
         client.close()
-        if "not found in known_hosts" in str(e):
-            raise UnreachableError(
-                f"{target.name}: host key of [{target.address}]:{target.port} is not in {kh} "
-                "(add it, or set host_key_policy: accept-new)") from e
         raise UnreachableError(f"{target.name}: SSH to {target.address}:{target.port} failed: {e}") from e
     except (socket.timeout, TimeoutError) as e:
         client.close()
@@ -156,6 +122,18 @@ def connect(target: SSHTarget, timeout: float) -> paramiko.SSHClient:
         client.close()
         raise UnreachableError(f"{target.name}: cannot connect to {target.address}:{target.port}: {e.strerror or e}") from e
     return client
+
+
+def _judge(policy, target: SSHTarget):
+    """paramiko's hook after the key exchange (called for every key: the client knows none),
+    handing the key to ``policy``."""
+    import paramiko
+
+    class Judge(paramiko.MissingHostKeyPolicy):
+        def missing_host_key(self, client, hostname, key):  # noqa: D401 - paramiko API
+            policy.check(target.name, target.address, target.port, key.get_name(), key.asbytes())
+
+    return Judge()
 
 
 @dataclass
