@@ -10,6 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 PROTOTYPE = ROOT / "inventory" / "mfabric-prototype.yaml"
+GOLDEN = ROOT / "tests" / "golden"  # <tool>/<case>/{output.txt, expected.json}: tests/unit/hosts/test_hosts_golden.py
 
 
 @pytest.fixture(autouse=True)

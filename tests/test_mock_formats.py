@@ -318,23 +318,6 @@ def test_mig_mode_reports_missing_data_not_values(mock):
         assert pool.run("gpu04", ["nvidia-smi", "-mig", "0"]).ok
 
 
-def test_gpu_status_treats_na_as_missing_and_reads_the_real_capture():
-    hdr = ("index, name, temperature.gpu, remapped_rows.pending, remapped_rows.failure, clocks.current.sm [MHz], "
-           "clocks.max.sm [MHz], clocks_event_reasons.gpu_idle, clocks_event_reasons.hw_slowdown")
-    [g] = [nvidia_smi.GPUStatus.from_row(r) for r in nvidia_smi.parse_query_csv(
-        hdr + "\n0, NVIDIA A10G, 30, [N/A], [N/A], [N/A], [N/A], [Not Supported], [N/A]\n")]
-    assert (g.remap_pending, g.remap_failure, g.sm_clock_mhz, g.sm_clock_max_mhz, g.idle, g.clock_events) == (None,) * 6
-    [g] = [nvidia_smi.GPUStatus.from_row(r) for r in nvidia_smi.parse_query_csv(
-        hdr + "\n0, NVIDIA A100-SXM4-80GB, 30, No, No, 210 MHz, 1410 MHz, Active, Not Active\n")]
-    assert (g.remap_pending, g.sm_clock_mhz, g.idle, g.clock_events) == (False, 210, True, [])  # idle: low clocks are fine
-    from conftest import DATA
-
-    [h] = [nvidia_smi.GPUStatus.from_row(r) for r in nvidia_smi.parse_query_csv(
-        (DATA / "nvidia-smi" / "h100-query-gpu-csv-load-drv590.txt").read_text())]
-    assert (h.remap_pending, h.remap_failure, h.sm_clock_mhz, h.sm_clock_max_mhz, h.idle, h.clock_events) == \
-        (False, False, 1980, 1980, False, [])
-
-
 def test_sweep_falls_back_to_an_older_drivers_field_names(mock):
     """Before R535 the clock reasons are clocks_throttle_reasons.*: nvidia-smi rejects the whole
     query for one unknown field, so the sweep asks again with the names the driver knows."""

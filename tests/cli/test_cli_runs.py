@@ -1,0 +1,26 @@
+"""mfctl runs: a training log imported as a run (its parser: tests/golden/train-log)."""
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import DATA, mfctl_cmd
+
+
+def test_import_a_training_log_as_a_run(tmp_path, cli_env):
+    log = DATA / "train-logs" / "megatron-core-moe-64e-top1-ep4-8gpu.txt"
+    r = subprocess.run(mfctl_cmd("runs", "import-log", log, "--json"), capture_output=True, text=True, env=cli_env)
+    s = json.loads(r.stdout)
+    # 15 logged lines, one every 20 iterations: 300 iterations; no 'consumed tokens' → 64 x 4096 per iteration
+    assert r.returncode == 0 and s["iterations"] == 300 and s["logged_lines"] == 15
+    assert s["iteration_time_s"]["max"] == pytest.approx(1.639) and s["tokens"] == 300 * 64 * 4096
+    assert "--seq-len" in s["note"]
+    ds = json.loads(subprocess.run(mfctl_cmd("runs", "import-log", DATA / "train-logs" / "deepspeed-moe-gpt125m-64experts-ep4-4gpu.txt",
+                                             "--json"), capture_output=True, text=True, env=cli_env).stdout)
+    assert ds["iterations"] == 180 and ds["tokens"] == 180 * 524288  # consumed tokens: 524,288 per iteration
+    bad = tmp_path / "bad.log"
+    bad.write_text("nothing here\n")
+    assert subprocess.run(mfctl_cmd("runs", "import-log", bad), capture_output=True, env=cli_env).returncode == 3
+    r = subprocess.run(mfctl_cmd("metrics", "export", s["run_id"], "--format", "json"), capture_output=True, text=True, env=cli_env)
+    assert len(json.loads(r.stdout)["iterations"]) == 15
