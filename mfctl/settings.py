@@ -1,10 +1,14 @@
-"""Settings declared once: name, default, ``MFCTL_*`` environment twin and help.
+"""Settings declared once: name, type, default, limits, ``MFCTL_*`` environment twin and help.
 
-Read a setting with :func:`get`; the CLI shows the table with ``mfctl version --settings``.
+Read a setting with :func:`get` (the raw string), :func:`get_float` / :func:`get_int` (a number
+checked against the declared limits) or :func:`value` (the declared type); the CLI builds its
+options from the same declarations (:func:`mfctl.cli.common.option`) and shows the table with
+``mfctl version --settings``.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,13 +17,23 @@ from pathlib import Path
 #: words of a setting's name that make it a secret (``ocs_password``, ``*_token``, ``api_key``)
 SECRET_WORDS = {"password", "passwd", "token", "secret"}
 
+#: What Typer (pydantic) reads as true / false in a flag's environment variable (``MFCTL_JSON=yes``); :func:`value` too.
+TRUE_WORDS = frozenset({"1", "true", "yes", "on", "t", "y"})
+FALSE_WORDS = frozenset({"", "0", "false", "no", "off", "f", "n"})
+
 
 @dataclass(frozen=True)
 class Setting:
+    """One setting. ``default`` is the string its variable would hold; ``type`` is what it means
+    (str, int, float, bool or Path); ``min``/``max`` bound a number (inclusive, in its unit)."""
+
     name: str
     default: str
     help: str
     secret: bool = False  #: never shown (``mfctl version --settings`` says only whether it is set)
+    type: type = str
+    min: float | None = None
+    max: float | None = None
 
     @property
     def env(self) -> str:
@@ -32,29 +46,81 @@ class Setting:
         words = self.name.lower().split("_")
         return self.secret or bool(SECRET_WORDS & set(words)) or words[-1] == "key"
 
+    @property
+    def limits(self) -> tuple[float, float]:
+        """(lowest, highest) accepted; ±inf where the declaration sets none."""
+        return (-math.inf if self.min is None else self.min, math.inf if self.max is None else self.max)
+
+    def limits_text(self) -> str:
+        """``"from 1 to 4096"``, ``"at least 0.05"``, or "" for a setting without limits."""
+        lo, hi = (_num(x) for x in (self.min, self.max))
+        if self.min is not None and self.max is not None:
+            return f"from {lo} to {hi}"
+        return f"at least {lo}" if self.min is not None else (f"at most {hi}" if self.max is not None else "")
+
+    def number(self, raw: str) -> float:
+        """``raw`` as a number within the limits; raises UsageError (exit 2) naming the variable."""
+        try:
+            v = float(raw)
+        except ValueError:
+            v = math.nan
+        lo, hi = self.limits
+        if not (math.isfinite(v) and lo <= v <= hi):
+            from mfctl.errors import UsageError
+
+            raise UsageError(f"{self.env}={raw!r}: expected a number {self.limits_text() or '(finite)'}")
+        return v
+
+    def parse(self, raw: str):
+        """``raw`` (a variable's value, or the default) as the declared type: None for an empty
+        path or number, False for an empty flag; an int is truncated (``8.5`` is 8). Raises
+        UsageError (exit 2) naming the variable for a number out of its limits."""
+        if self.type is str:
+            return raw
+        if raw == "":
+            return False if self.type is bool else None
+        if self.type is bool:
+            return raw.strip().lower() in TRUE_WORDS
+        if self.type is Path:
+            return Path(raw)
+        v = self.number(raw)
+        return int(v) if self.type is int else v
+
+
+def _num(x: float | None) -> str:
+    """1099511627776, not 1.09951e+12; 0.05, not 0.05000."""
+    if x is None:
+        return ""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+_DAY = 86400.0  # a timeout beyond a day is a typo, not a wish
 
 SETTINGS: dict[str, Setting] = {
     s.name: s
     for s in [
-        Setting("state_dir", "~/.local/state/mfctl", "Where locks, the mock testbed and logs live."),
+        Setting("state_dir", "~/.local/state/mfctl", "Where locks, the mock testbed and logs live.", type=Path),
         Setting("lock_dir", "", "Where device locks live, shared by every state directory and user of this machine "
-                "(default: /run/lock/mfctl if writable, else <tmp>/mfctl-locks)."),
-        Setting("runs_dir", "runs", "Where run directories (metrics DB, journal, logs) are written."),
-        Setting("connect_timeout", "10", "SSH / OCS connect timeout, seconds."),
-        Setting("command_timeout", "30", "Per-command timeout on hosts and the OCS, seconds."),
-        Setting("fanout", "32", "Maximum number of hosts contacted at once."),
+                "(default: /run/lock/mfctl if writable, else <tmp>/mfctl-locks).", type=Path),
+        Setting("runs_dir", "runs", "Where run directories (metrics DB, journal, logs) are written.", type=Path),
+        Setting("connect_timeout", "10", "SSH / OCS connect timeout, seconds.", type=float, min=0.05, max=_DAY),
+        Setting("command_timeout", "30", "Per-command timeout on hosts and the OCS, seconds.", type=float,
+                min=0.05, max=_DAY),
+        Setting("fanout", "32", "Maximum number of hosts contacted at once.", type=int, min=1, max=4096),
         Setting("max_output_bytes", "4194304", "Bytes of a host command's stdout and of its stderr kept (each; 4 MiB): "
-                "the rest is read and dropped, and the result says it was truncated."),
+                "the rest is read and dropped, and the result says it was truncated.", type=int, min=1, max=1 << 40),
         Setting("host_key_policy", "strict", "SSH host keys: 'strict' (known_hosts only) or 'accept-new'."),
-        Setting("log_file", "", "Log file (default: <state_dir>/mfctl.log)."),
-        Setting("ocs_password", "", "OCS TL1 password (never stored in inventories).", secret=True),
-        # environment twins of command-line options (read by the CLI, listed here for reference)
-        Setting("inventory", "", "--inventory/-i of every command that takes one."),
-        Setting("json", "", "--json: one JSON object on stdout."),
-        Setting("yes", "", "--yes: do not ask for confirmation."),
-        Setting("skip_health", "", "mfctl run --skip-health."),
-        Setting("mock_state_dir", "", "mfctl mock --state-dir (default: <state_dir>/mock)."),
-        Setting("mock_time_scale", "1", "mfctl mock up --time-scale."),
+        Setting("log_file", "", "Log file (default: <state_dir>/mfctl.log).", type=Path),
+        Setting("ocs_password", "", "OCS TL1 password, read from this variable by every inventory whose "
+                "ocs.password_env is left at its default (an ocs.password_file wins; never stored in inventories).",
+                secret=True),
+        # environment twins of command-line options (the CLI's options are built from these: mfctl.cli.common.option)
+        Setting("inventory", "", "Inventory YAML (--inventory/-i of every command that takes one).", type=Path),
+        Setting("json", "", "Print one JSON object on stdout (--json, for CI).", type=bool),
+        Setting("yes", "", "Do not ask for confirmation (--yes/-y).", type=bool),
+        Setting("skip_health", "", "mfctl run --skip-health.", type=bool),
+        Setting("mock_state_dir", "", "mfctl mock --state-dir (default: <state_dir>/mock).", type=Path),
+        Setting("mock_time_scale", "1", "mfctl mock up --time-scale: simulated seconds per wall second.", type=float),
     ]
 }
 
@@ -67,31 +133,19 @@ def get(name: str) -> str:
     return os.environ.get(s.env) or s.default
 
 
-#: (lowest, highest) accepted for numeric settings; a timeout beyond a day is a typo, not a wish
-LIMITS = {"connect_timeout": (0.05, 86400.0), "command_timeout": (0.05, 86400.0), "fanout": (1, 4096),
-          "max_output_bytes": (1, 1 << 40)}
+def value(name: str):
+    """The setting ``name`` as its declared type (:meth:`Setting.parse` of :func:`get`)."""
+    return SETTINGS[name].parse(get(name))
 
 
 def get_float(name: str) -> float:
     """A numeric setting. Raises UsageError (exit 2) naming the variable when it is not a
-    finite number within :data:`LIMITS`."""
-    import math
-
-    from mfctl.errors import UsageError
-
-    raw = get(name)
-    try:
-        v = float(raw)
-    except ValueError:
-        v = math.nan
-    lo, hi = LIMITS.get(name, (-math.inf, math.inf))
-    if not (math.isfinite(v) and lo <= v <= hi):
-        shown = [str(int(x)) if float(x).is_integer() else f"{x:g}" for x in (lo, hi)]  # 1099511627776, not 1.09951e+12
-        raise UsageError(f"{SETTINGS[name].env}={raw!r}: expected a number from {shown[0]} to {shown[1]}")
-    return v
+    finite number within the declared limits."""
+    return SETTINGS[name].number(get(name))
 
 
 def get_int(name: str) -> int:
+    """A numeric setting, truncated to an int (``MFCTL_FANOUT=8.5`` is 8, as it always was)."""
     return int(get_float(name))
 
 

@@ -424,12 +424,10 @@ def test_an_interrupt_before_any_command_ran_is_still_reported(argv, started, ou
 
     def typer_like():  # what Typer does with a KeyboardInterrupt while it parses: exit 130, silently
         if started:
-            plain.COMMAND_STARTED = True
+            plain.begin(command=True)  # what handle_errors does
         raise SystemExit(130)
 
-    monkeypatch.setattr(plain, "COMMAND_STARTED", False)
-    monkeypatch.setattr(plain, "INTERRUPT_REPORTED", False)
-    monkeypatch.setattr(plain, "JSON_EMITTED", False)
+    plain.begin(command=True).interrupt_reported = True  # an earlier invocation in this process: main() starts anew
     monkeypatch.setattr(app, "build", lambda only=None: typer_like)
     monkeypatch.setattr(ahead, "start", lambda args: None)
     monkeypatch.setattr("sys.argv", argv)

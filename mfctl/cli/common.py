@@ -12,7 +12,43 @@ import typer
 
 from mfctl.cli.plain import emit_json, print_error, print_heading, setup_logging, visible  # noqa: F401 (the CLI's helpers)
 
-JSON_OPT = typer.Option(False, "--json", help="Print one JSON object on stdout (for CI).", envvar="MFCTL_JSON")
+_DECLARED = object()  # option()'s default: the setting's own
+
+
+def option(name: str, *flags: str, default=_DECLARED, help: str | None = None, **kw):
+    """A ``typer.Option`` for the setting ``name`` (:data:`mfctl.settings.SETTINGS`): its ``MFCTL_*``
+    variable as ``envvar`` and its limits as ``min``/``max`` (Typer checks both sources against them
+    and shows the variable and the range in ``--help``), its help unless ``help`` is given, and its
+    declared default — or ``default``: ``...`` for a required option, ``None`` for "not given" (the
+    command then asks :mod:`mfctl.settings`; ``--help`` still shows the declared default). ``kw``
+    goes to ``typer.Option`` as it is. One declaration, so an option, its variable and ``mfctl
+    version --settings`` never disagree::
+
+        fanout: int = option("fanout", "--fanout", default=None)
+    """
+    from mfctl import settings
+
+    s = settings.SETTINGS[name]
+    if default is _DECLARED:
+        default = s.parse(s.default)
+    kw.setdefault("show_default", s.default if default is None and s.default else True)
+    if s.min is not None:
+        kw.setdefault("min", s.min)
+    if s.max is not None:
+        kw.setdefault("max", s.max)
+    return typer.Option(default, *flags, envvar=s.env, help=help or s.help, **kw)
+
+
+def argument(name: str, default=..., help: str | None = None, **kw):
+    """A ``typer.Argument`` for the setting ``name``: its ``MFCTL_*`` variable when not given
+    (``mfctl inventory validate`` with ``MFCTL_INVENTORY`` set)."""
+    from mfctl import settings
+
+    s = settings.SETTINGS[name]
+    return typer.Argument(default, help=help or s.help, envvar=s.env, **kw)
+
+
+JSON_OPT = option("json", "--json", help="Print one JSON object on stdout (for CI).")
 
 
 def _console(**kw):
@@ -96,7 +132,7 @@ def handle_errors(fn):
         from mfctl.cli import plain
         from mfctl.errors import ExitCode, MfctlError
 
-        plain.COMMAND_STARTED = True
+        plain.begin(command=True)  # this command's own state (CliRunner may call the app again in this process)
         setup_logging()
         def fail(e: MfctlError):
             logging.getLogger("mfctl").error("%s", e)

@@ -15,6 +15,9 @@ def main() -> None:
     if sys.stdout is None:  # started with `>&-`: results cannot be given (like coreutils' "write error")
         sys.stderr.write("mfctl: standard output is closed\n")
         sys.exit(1)
+    from mfctl.cli import plain
+
+    plain.begin()
     ahead = None
     try:
         if sys.argv[1:2] == ["exec"]:
@@ -25,9 +28,7 @@ def main() -> None:
 
         build(sys.argv[1] if len(sys.argv) > 1 else None)()
     except (KeyboardInterrupt, SystemExit) as e:  # Ctrl-C before a command ran: Typer exits 130 saying nothing
-        from mfctl.cli import plain
-
-        if isinstance(e, SystemExit) and (e.code != 130 or plain.COMMAND_STARTED):
+        if isinstance(e, SystemExit) and (e.code != 130 or plain.current().command_started):
             raise
         words = sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
         plain.report_interrupt("--json" in words or os.environ.get("MFCTL_JSON", "").strip().lower() in plain.TRUE_WORDS)

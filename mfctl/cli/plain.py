@@ -8,7 +8,10 @@ import logging
 import os
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+from mfctl.settings import FALSE_WORDS, TRUE_WORDS  # noqa: F401 (re-exported: how the CLI reads a flag's variable)
 
 
 def _sgr(stream, style: str, color: str = "") -> str:
@@ -46,8 +49,9 @@ def print_heading(text: str) -> None:
 
 
 def emit_json(obj) -> None:
-    global JSON_EMITTED
-    JSON_EMITTED = True
+    """``obj`` as one indented JSON object on stdout (what ``--json`` prints), noted in this
+    invocation (:class:`Invocation`: an interrupt after it adds no second object)."""
+    current().json_emitted = True
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
     sys.stdout.flush()
 
@@ -82,26 +86,49 @@ def setup_logging() -> None:
     root.setLevel(logging.INFO)
 
 
-#: Set when a command starts (mfctl.cli.common.handle_errors): from then on the command reports its
-#: own interruption (``mfctl run`` with its summary), and mfctl.cli.main only one before it (loading).
-#: What Typer (pydantic) reads as true / false in a flag's environment variable (MFCTL_JSON=…).
-TRUE_WORDS = frozenset({"1", "true", "yes", "on", "t", "y"})
-FALSE_WORDS = frozenset({"", "0", "false", "no", "off", "f", "n"})
-COMMAND_STARTED = False
-INTERRUPT_REPORTED = False
-JSON_EMITTED = False  # a command's JSON result is out: an interrupt after it adds no second object
+@dataclass
+class Invocation:
+    """What one call of the CLI has done so far (a new one per ``mfctl`` process, per command, and
+    per ``CliRunner.invoke`` in tests — never a process-global flag reset by hand).
+
+    ``command_started``: a command began (:func:`mfctl.cli.common.handle_errors`); from then on it
+    reports its own interruption (``mfctl run`` with its summary), and :func:`mfctl.cli.main.main`
+    only one before it (while the CLI loads). ``interrupt_reported``: said once, never twice.
+    ``json_emitted``: the command's JSON result is out; an interrupt after it adds no second object.
+
+    Held in a module attribute, not a ``contextvars.ContextVar``: a thread starts with an empty
+    context, so a result emitted from a worker thread would be noted in no invocation."""
+
+    command_started: bool = False
+    interrupt_reported: bool = False
+    json_emitted: bool = False
+
+
+_current = Invocation()
+
+
+def current() -> Invocation:
+    """The invocation under way."""
+    return _current
+
+
+def begin(*, command: bool = False) -> Invocation:
+    """Start a new invocation (``command``: of a command, already started) and return it."""
+    global _current
+    _current = Invocation(command_started=command)
+    return _current
 
 
 def report_interrupt(json_out: bool) -> None:
     """Say on stderr (and with ``json_out``, as one JSON error object on stdout) that the command
-    was interrupted; once per process."""
-    global INTERRUPT_REPORTED
-    if INTERRUPT_REPORTED:
+    was interrupted; once per invocation."""
+    inv = current()
+    if inv.interrupt_reported:
         return
-    INTERRUPT_REPORTED = True
+    inv.interrupt_reported = True
     if logging.getLogger("mfctl").handlers:  # (not yet set up while the CLI loads: no stray line on stderr)
         logging.getLogger("mfctl").warning("interrupted")
-    if json_out and not JSON_EMITTED:  # CI reads one JSON object whatever happened (and never two)
+    if json_out and not inv.json_emitted:  # CI reads one JSON object whatever happened (and never two)
         try:
             from mfctl.errors import Interrupted
 
