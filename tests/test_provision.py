@@ -156,6 +156,11 @@ class FakePool:
         self.fail_host, self.fail_prog = fail_host, fail_prog
         self.seen = {}
 
+    def map(self, hosts, fn, **kw):  # the real fan-out, over this fake's run()
+        from mfctl.transport.ssh import SSHPool
+
+        return SSHPool.map(self, hosts, fn, **kw)
+
     def run(self, host, argv, timeout=None):
         self.seen.setdefault(host, []).append(list(argv))
         bad = host == self.fail_host and argv[0] == self.fail_prog

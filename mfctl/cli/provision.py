@@ -21,11 +21,10 @@ HOSTS_OPT = typer.Option(None, "--hosts", help="Only these hosts (comma-separate
 @contextmanager
 def _ctx(spec_path: Path, inventory: Path | None, hosts: str | None):
     spec_path = shipped(spec_path, Path("playbooks/provision.yaml"))
-    from mfctl import settings
+    from mfctl.context import Context
     from mfctl.errors import UsageError
     from mfctl.inventory import load_inventory
     from mfctl.provision.models import load_manifest, load_spec
-    from mfctl.transport.ssh import SSHPool, targets_from_inventory
 
     spec = load_spec(spec_path)
     inv = load_inventory(inventory or spec.path(spec.inventory))
@@ -39,9 +38,16 @@ def _ctx(spec_path: Path, inventory: Path | None, hosts: str | None):
     unknown = [h for h in names or [] if h not in {x.name for x in inv.hosts}]
     if unknown:
         raise UsageError(f"unknown host(s): {', '.join(unknown)}; the inventory has {', '.join(h.name for h in inv.hosts)}")
-    with SSHPool(targets_from_inventory(inv), connect_timeout=settings.get_float("connect_timeout"),
-                 command_timeout=settings.get_float("command_timeout"), fanout=settings.get_int("fanout")) as pool:
-        yield spec, inv, manifest, names, pool
+    ctx = Context.from_settings(inv)
+    with ctx.pool() as pool:
+        yield spec, inv, manifest, names or [h.name for h in inv.hosts], pool, ctx
+
+
+def _progress(json_out: bool):
+    """The progress display (stderr, a terminal only; nothing with --json)."""
+    from mfctl.cli.progress import ProgressObserver
+
+    return ProgressObserver(enabled=False) if json_out else ProgressObserver()
 
 
 def _render_plan(plans) -> None:
@@ -68,17 +74,16 @@ def _render_plan(plans) -> None:
 def plan_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOSTS_OPT, json_out: bool = JSON_OPT):
     """Read every host and show what apply would change. Exit 6 if anything would, 0 if not."""
     from mfctl.provision import service
+    from mfctl.transport.results import Results
 
-    with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool):
-        plans = service.plan(pool, inv, sp, manifest, names)
+    with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool, _), _progress(json_out) as obs:
+        plans = service.plan(pool, inv, sp, manifest, names, observer=obs)
     changes = sum(len(p.actions) for p in plans)
     if json_out:
         emit_json({"schema": "mfctl.provision.plan/v1", "changes": changes, "hosts": [p.to_dict() for p in plans]})
     else:
         _render_plan(plans)
-    if any(p.error for p in plans):
-        raise typer.Exit(4)
-    raise typer.Exit(6 if changes else 0)
+    raise typer.Exit(Results.of(plans).exit_code())  # 4 a host not read, else 6 drift, else 0
 
 
 @app.command("apply")
@@ -89,24 +94,27 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
               json_out: bool = JSON_OPT):
     """Apply the plan: hosts in parallel, each in the safe order, stopping a host at its first failure; then verify."""
     from mfctl import settings
+    from mfctl.errors import ExitCode
     from mfctl.lock import TestbedLock
     from mfctl.ocs.journal import Journal
     from mfctl.provision import service
+    from mfctl.transport.results import Results
 
     import contextlib
     import signal
     import threading
 
-    with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool), (
+    with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool, _), (
             contextlib.nullcontext() if dry_run else TestbedLock(inv.name, "provision apply")):
-        plans = service.plan(pool, inv, sp, manifest, names)  # under the lock: never a stale plan
+        with _progress(json_out) as obs:
+            plans = service.plan(pool, inv, sp, manifest, names, observer=obs)  # under the lock: never a stale plan
         if not json_out:
             _render_plan(plans)
         changes = sum(len(p.actions) for p in plans)
         if dry_run:  # the same answer as `provision plan`: an unreachable host is not "no drift"
             if json_out:
                 emit_json({"schema": "mfctl.provision.plan/v1", "changes": changes, "hosts": [p.to_dict() for p in plans]})
-            raise typer.Exit(4 if any(p.error for p in plans) else 6 if changes else 0)
+            raise typer.Exit(Results.of(plans).exit_code())
         if changes:
             from mfctl.cli.ocs import _confirm
 
@@ -117,14 +125,13 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
         stop = threading.Event()
         old = signal.signal(signal.SIGINT, lambda *a: stop.set())
         try:
-            results = service.apply(pool, plans, journal, stop=stop)
+            with _progress(json_out) as obs:
+                results = service.apply(pool, plans, journal, stop=stop, observer=obs)
+                service.verify(pool, inv, sp, manifest, results, names, observer=obs)
         finally:
             signal.signal(signal.SIGINT, old)
-        verify = service.plan(pool, inv, sp, manifest, names)
-    left = {v.host: [a.to_dict() for a in v.actions] for v in verify if v.actions or v.error}
     out = {"schema": "mfctl.provision.apply/v1", "changes_planned": changes,
-           "hosts": [r.to_dict() | {"left_after_verify": left.get(r.host, [])} for r in results]}
-    failed = [r for r in results if r.failed]
+           "hosts": [r.to_dict() | {"left_after_verify": r.left} for r in results]}
     if json_out:
         emit_json(out)
     else:
@@ -133,14 +140,14 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
             if r.failed:
                 con.print(markup("[red]{}: FAILED at {}[/]: {}", r.host, r.failed["step"], r.failed["error"]), highlight=False)
             else:
-                extra = markup(", [yellow]{} left after verify[/]", len(left[r.host])) if left.get(r.host) else ", verified"
+                extra = markup(", [yellow]{} left after verify[/]", len(r.left)) if r.left else (
+                    markup(", [yellow]not verified[/]: {}", r.verify_error) if r.verify_error else ", verified")
                 con.print(markup("[green]{}[/]: {} change(s) applied", r.host, len(r.applied)) + extra, highlight=False)
     if stop.is_set():
         print_error("interrupted: every host stopped after its current action (see above); re-run apply to finish",
                     "interrupted")
-        raise typer.Exit(130)
-    if failed or left:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.INTERRUPTED)
+    raise typer.Exit(Results.of(results).exit_code())  # 1 a host failed or is not in the desired state after verify
 
 
 @app.command("optics")
@@ -150,16 +157,15 @@ def optics_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, json_out: bool 
     and the lane-to-OCS-port wiring against the OCS's per-port power. Exit 1 on any finding."""
     from rich.table import Table
 
-    from mfctl import settings
-    from mfctl.ocs.driver import driver_from_inventory
+    from mfctl.errors import ExitCode
     from mfctl.provision import service
 
-    with _ctx(spec, inventory, None) as (sp, inv, manifest, names, pool):
-        with driver_from_inventory(inv, connect_timeout=settings.get_float("connect_timeout"),
-                                   command_timeout=settings.get_float("command_timeout")) as drv:
+    with _ctx(spec, inventory, None) as (sp, inv, manifest, names, pool, ctx):
+        with ctx.ocs() as drv:
             xc = drv.cross_connects()
             power = drv.power(sorted(set(xc.values()))) if xc else {}
-        rows = service.check_optics(pool, inv, sp, power, xc)
+        with _progress(json_out) as obs:
+            rows = service.check_optics(pool, inv, sp, power, xc, observer=obs)
     bad = [r for r in rows if r["status"] == "bad"]
     if json_out:
         emit_json({"schema": "mfctl.provision.optics/v1", "lanes": rows, "bad": len(bad)})
@@ -169,8 +175,7 @@ def optics_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, json_out: bool 
             t.add_row(r["host"], r["lane"], r["netdev"], str(r["ocs_rx"]), str(r.get("rx_total_dbm", "—")),
                       str(r.get("ocs_dbm", "—")), r["status"] if not r["findings"] else "; ".join(r["findings"]))
         out_console().print(t)
-    if bad:
-        raise typer.Exit(1)
+    raise typer.Exit(ExitCode.FAILED if bad else ExitCode.OK)
 
 
 @firmware_app.command("check")
@@ -180,35 +185,22 @@ def firmware_check(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str 
     from rich.table import Table
 
     from mfctl.errors import ConfigError
-    from mfctl.hosts import mellanox
+    from mfctl.provision import service
+    from mfctl.transport.results import Results
 
-    with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool):
+    with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool, _):
         if manifest is None:
             raise ConfigError("the recipe names no firmware_manifest", path=sp.source)
-        from mfctl.errors import MfctlError
-
-        rows = []
-        for h in names or [x.name for x in inv.hosts]:
-            try:
-                devs = mellanox.parse_mlxfwmanager(pool.run_checked(h, mellanox.mlxfwmanager_query_argv()))
-            except MfctlError as e:
-                rows.append({"host": h, "pci": None, "part_number": None, "psid": None, "running": None, "burnt": None,
-                             "pinned": None, "status": "unreachable", "error": str(e)})
-                continue
-            for d in devs:
-                im = manifest.for_nic(d.part_number or "", d.psid)
-                want = im.version if im else None
-                status = "no pinned version" if not im else ("ok" if d.running == want and d.fw_current == want else
-                                                            "reset needed" if d.fw_current == want else "drift")
-                rows.append({"host": h, "pci": d.pci, "part_number": d.part_number, "psid": d.psid,
-                             "running": d.running, "burnt": d.fw_current, "pinned": want, "status": status})
+        with _progress(json_out) as obs:
+            checked = service.firmware_check(pool, manifest, names, observer=obs)
+    rows = [r for h in checked for r in h.rows()]
     drift = [r for r in rows if r["status"] in ("drift", "reset needed")]
-    for r in rows:
-        if r["status"] == "unreachable" and not json_out:
-            print_error(r["error"])
     if json_out:
         emit_json({"schema": "mfctl.firmware.check/v1", "nics": rows, "drift": len(drift)})
     else:
+        for h in checked:
+            if h.error:
+                print_error(h.error)
         t = Table("host", "PCI", "part", "running", "burnt", "pinned", "status")
         for c in t.columns:
             c.no_wrap = True
@@ -216,7 +208,4 @@ def firmware_check(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str 
             t.add_row(r["host"], r["pci"] or "", r["part_number"] or "", r["running"] or "", r["burnt"] or "",
                       r["pinned"] or "—", r["status"])
         out_console().print(t)
-    if any(r["status"] == "unreachable" for r in rows):
-        raise typer.Exit(4)
-    if drift:
-        raise typer.Exit(6)
+    raise typer.Exit(Results.of(checked).exit_code())  # 4 a host not read, else 6 drift, else 0

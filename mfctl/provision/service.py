@@ -5,17 +5,25 @@ Plan order per host (safe order): firmware → firmware settings → firmware re
 before → after, the commands, and what it needs (``reset``). Apply runs hosts in parallel,
 each host's actions in order, stopping that host at its first failed action; then every
 host is re-read and re-planned: anything left is a verification failure.
+
+Every fan-out goes through :meth:`mfctl.transport.ssh.SSHPool.map` (at most ``fanout`` hosts at
+once) and reports to an :class:`mfctl.observer.Observer` (a phase — ``plan``, ``apply``,
+``verify``, ``optics``, ``firmware`` — then each host started and done); the per-host results
+carry an ``exit_code``, so :meth:`mfctl.transport.results.Results.of` gives the command's.
 """
 
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from mfctl.errors import MfctlError, ParseError
+from mfctl.errors import ExitCode, MfctlError, ParseError
 from mfctl.hosts import ethtool, iproute, mellanox, nvidia_smi
 from mfctl.provision.models import FirmwareManifest, ProvisionSpec
+
+if TYPE_CHECKING:
+    from mfctl.observer import Observer
 
 PHASES = ["firmware", "firmware-settings", "firmware-reset", "links", "addresses", "qos", "gpu"]
 
@@ -43,6 +51,11 @@ class HostPlan:
     host: str
     actions: list[Action] = field(default_factory=list)
     error: str | None = None  # could not read the host
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """UNREACHABLE (4) when the host could not be read, DRIFT (6) when it has actions, else OK."""
+        return ExitCode.UNREACHABLE if self.error else ExitCode.DRIFT if self.actions else ExitCode.OK
 
     def to_dict(self) -> dict:
         return {"host": self.host, "error": self.error, "actions": [a.to_dict() for a in self.actions]}
@@ -171,139 +184,228 @@ def _pfc(v: list[int]) -> str:
     return f"PFC on prio {','.join(on)}" if on else "PFC off"
 
 
-def plan(pool, inv, spec: ProvisionSpec, manifest: FirmwareManifest | None, hosts: list[str] | None = None) -> list[HostPlan]:
-    """Read every host in parallel and plan it. A host that cannot be read gets ``error``."""
+def plan(pool, inv, spec: ProvisionSpec, manifest: FirmwareManifest | None, hosts: list[str] | None = None, *,
+         observer: Observer | None = None, phase: str = "plan") -> list[HostPlan]:
+    """Read every host (``hosts``: these only) in parallel and plan it, in host order. A host that
+    cannot be read gets ``error`` (the message names it). ``phase``: what the observer hears
+    (``verify`` for the re-read after apply)."""
     names = hosts or [h.name for h in inv.hosts]
     index = {h.name: i for i, h in enumerate(inv.hosts)}
 
     def one(name: str) -> HostPlan:
         try:
             act = read_actual(pool, inv.host(name))
-        except (MfctlError, ParseError) as e:
+        except MfctlError as e:  # (ParseError is one)
             return HostPlan(name, error=str(e))
         return HostPlan(name, plan_host(inv, index[name], inv.host(name), spec, manifest, act))
 
-    with ThreadPoolExecutor(max_workers=min(pool.fanout, max(1, len(names)))) as ex:
-        return list(ex.map(one, names))
+    return pool.map(names, one, observer=observer, phase=phase).values()
 
 
 @dataclass
 class HostResult:
+    """What apply did on one host: the actions applied in order, the one that failed (``step``,
+    ``error``), and what the re-read found left (:func:`verify`)."""
+
     host: str
     applied: list[dict] = field(default_factory=list)
     failed: dict | None = None
     elapsed_s: float = 0.0
+    left: list[dict] = field(default_factory=list)  #: actions the verification still finds
+    verify_error: str | None = None  #: the host could not be re-read
+
+    @property
+    def error(self) -> str | None:
+        return self.failed["error"] if self.failed else self.verify_error
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """FAILED (1) when an action failed or the verification found anything left (or could not
+        read the host), else OK."""
+        return ExitCode.FAILED if self.failed or self.left or self.verify_error else ExitCode.OK
 
     def to_dict(self) -> dict:
         return {"host": self.host, "ok": self.failed is None, "applied": self.applied, "failed": self.failed,
                 "elapsed_s": round(self.elapsed_s, 3)}
 
 
-def apply(pool, plans: list[HostPlan], journal=None, stop=None) -> list[HostResult]:
+def apply(pool, plans: list[HostPlan], journal=None, stop=None, *, observer: Observer | None = None) -> list[HostResult]:
     """Run each host's actions in order (hosts in parallel); a host stops at its first
     failure. A host with an action that cannot be automated is refused before anything is
     touched. ``stop`` (a threading.Event, set on Ctrl-C) stops every host after its current
-    action."""
+    action. Results in the plans' order."""
+    by_host = {hp.host: hp for hp in plans}
 
-    def one(hp: HostPlan) -> HostResult:
-        t0 = time.monotonic()
-        res = HostResult(hp.host)
-        if hp.error:
-            res.failed = {"step": "read", "error": hp.error}
-            return res
-        manual = [a for a in hp.actions if a.manual]
-        if manual:
-            res.failed = {"step": f"{manual[0].phase}: {manual[0].what} on {manual[0].target}",
-                          "error": f"cannot be automated ({manual[0].manual}); nothing was changed on this host"}
-            return res
-        for a in hp.actions:
-            if stop is not None and stop.is_set():
-                res.failed = {"step": f"{a.phase}: {a.what} on {a.target}", "error": "interrupted before this step"}
-                break
-            if journal:
-                journal.append("provision.action", host=hp.host, **a.to_dict(), state="start")
-            err = a.manual
-            if err is None:
-                for argv in a.argvs:
-                    r = pool.run(hp.host, argv)
-                    if not r.ok:
-                        err = f"{' '.join(argv)}: " + (r.error or f"exit {r.rc}: {(r.stderr or r.stdout).strip()[:300]}")
-                        break
-                    if a.expect and argv[0] == "sha256sum" and not r.stdout.startswith(a.expect["sha256"]):
-                        err = f"image checksum mismatch: {r.stdout.split()[0] if r.stdout else '?'} != manifest {a.expect['sha256']}"
-                        break
-            if journal:
-                journal.append("provision.action", host=hp.host, phase=a.phase, target=a.target, what=a.what,
-                               state="failed" if err else "done", error=err)
-            if err:
-                res.failed = {"step": f"{a.phase}: {a.what} on {a.target}", "error": err}
-                break
-            res.applied.append(a.to_dict())
-        res.elapsed_s = time.monotonic() - t0
+    def one(host: str) -> HostResult:
+        return _apply_host(pool, by_host[host], journal, stop)
+
+    return pool.map(list(by_host), one, observer=observer, phase="apply").values()
+
+
+def verify(pool, inv, spec: ProvisionSpec, manifest: FirmwareManifest | None, results: list[HostResult],
+           hosts: list[str] | None = None, *, observer: Observer | None = None) -> list[HostResult]:
+    """Re-read and re-plan every host after :func:`apply`; what is left (or a host that cannot be
+    read) goes into its result's ``left`` / ``verify_error``. Returns ``results``."""
+    again = {v.host: v for v in plan(pool, inv, spec, manifest, hosts, observer=observer, phase="verify")}
+    for r in results:
+        v = again.get(r.host)
+        if v is not None:
+            r.left, r.verify_error = [a.to_dict() for a in v.actions], v.error
+    return results
+
+
+def _run_action(pool, host: str, a: Action) -> str | None:
+    """Run an action's commands in order; why it failed, or None."""
+    for argv in a.argvs:
+        r = pool.run(host, argv)
+        if not r.ok:
+            return f"{' '.join(argv)}: " + (r.error or f"exit {r.rc}: {(r.stderr or r.stdout).strip()[:300]}")
+        if a.expect and argv[0] == "sha256sum" and not r.stdout.startswith(a.expect["sha256"]):
+            return f"image checksum mismatch: {r.stdout.split()[0] if r.stdout else '?'} != manifest {a.expect['sha256']}"
+    return None
+
+
+def _apply_host(pool, hp: HostPlan, journal, stop) -> HostResult:
+    """One host's actions in order, stopping at the first failure (see :func:`apply`)."""
+    t0 = time.monotonic()
+    res = HostResult(hp.host)
+    if hp.error:
+        res.failed = {"step": "read", "error": hp.error}
         return res
+    manual = [a for a in hp.actions if a.manual]
+    if manual:
+        res.failed = {"step": f"{manual[0].phase}: {manual[0].what} on {manual[0].target}",
+                      "error": f"cannot be automated ({manual[0].manual}); nothing was changed on this host"}
+        return res
+    for a in hp.actions:
+        if stop is not None and stop.is_set():
+            res.failed = {"step": f"{a.phase}: {a.what} on {a.target}", "error": "interrupted before this step"}
+            break
+        if journal:
+            journal.append("provision.action", host=hp.host, **a.to_dict(), state="start")
+        err = a.manual or _run_action(pool, hp.host, a)
+        if journal:
+            journal.append("provision.action", host=hp.host, phase=a.phase, target=a.target, what=a.what,
+                           state="failed" if err else "done", error=err)
+        if err:
+            res.failed = {"step": f"{a.phase}: {a.what} on {a.target}", "error": err}
+            break
+        res.applied.append(a.to_dict())
+    res.elapsed_s = time.monotonic() - t0
+    return res
 
-    with ThreadPoolExecutor(max_workers=min(pool.fanout, max(1, len(plans)))) as ex:
-        return list(ex.map(one, plans))
 
-
-def check_optics(pool, inv, spec: ProvisionSpec, ocs_power: dict[int, float | None], xc: dict[int, int]) -> list[dict]:
+def check_optics(pool, inv, spec: ProvisionSpec, ocs_power: dict[int, float | None], xc: dict[int, int], *,
+                 observer: Observer | None = None) -> list[dict]:
     """Each optical lane end to end: link up, per-channel Rx power above the module's own
     low-warning threshold + margin, and the module's total Rx power agreeing with the OCS
-    reading at the output port wired to this lane (a swapped fibre shows up here)."""
-    import math
-
-    rows = []
+    reading at the output port wired to this lane (a swapped fibre shows up here).
+    ``ocs_power``: dBm by OCS output port; ``xc``: the OCS's cross-connects, input → output port.
+    One row per lane (every host's, in inventory order), ``status`` ok, bad or no circuit."""
     rx_ports = set(xc.values())
 
-    def lane_rows(h) -> list[dict]:
-        out = []
-        links = {}
+    def failed(h, finding: str) -> list[dict]:
+        return [{"host": h.name, "lane": f"{nic.name}.{lane.index}", "netdev": lane.netdev, "ocs_rx": lane.ocs_rx,
+                 "findings": [finding], "status": "bad"} for nic, lane in h.ocs_lanes()]
+
+    def lane_rows(name: str) -> list[dict]:
+        h = inv.host(name)
         r = pool.run(h.name, iproute.link_argv())
         if not r.ok:
-            return [{"host": h.name, "lane": f"{nic.name}.{lane.index}", "netdev": lane.netdev, "ocs_rx": lane.ocs_rx,
-                     "findings": [f"host unreachable: {r.error or r.stderr.strip()[:100]}"], "status": "bad"}
-                    for nic, lane in h.ocs_lanes()]
+            return failed(h, f"host unreachable: {r.error or r.stderr.strip()[:100]}")
         links = iproute.parse_links(r.stdout)
-        for nic, lane in h.ocs_lanes():
-            row = {"host": h.name, "lane": f"{nic.name}.{lane.index}", "netdev": lane.netdev, "ocs_rx": lane.ocs_rx,
-                   "findings": []}
-            if lane.ocs_rx not in rx_ports:
-                row["status"] = "no circuit"
-                out.append(row)
-                continue
-            link = links.get(lane.netdev)
-            if link is None or not link.up:
-                row["findings"].append("link down")
-            m = pool.run(h.name, ethtool.module_argv(lane.netdev))
-            if not m.ok:
-                row["findings"].append(f"ethtool -m failed: {m.error or m.stderr.strip()[:100]}")
-            else:
-                try:
-                    mod = ethtool.parse_module(m.stdout)
-                except ParseError as e:
-                    row["findings"].append(str(e))
-                    mod = None
-                if mod is not None:
-                    row["rx_dbm"] = mod.rx_power_dbm
-                    low = mod.rx_low_warning_dbm()
-                    if low is not None:
-                        bad = [c for c, v in mod.rx_power_dbm.items() if v is None or v < low + spec.optics.rx_margin_db]
-                        if bad:
-                            row["findings"].append(f"Rx power below {low + spec.optics.rx_margin_db:.1f} dBm "
-                                                   f"(low warning {low} + margin) on channel(s) {bad}")
-                    vals = [v for v in mod.rx_power_dbm.values() if v is not None]
-                    total = 10 * math.log10(sum(10 ** (v / 10) for v in vals)) if vals else None
-                    row["rx_total_dbm"] = None if total is None else round(total, 2)
-                    ocs = ocs_power.get(lane.ocs_rx)
-                    row["ocs_dbm"] = ocs
-                    if (ocs is None) != (total is None) or (ocs is not None and abs(ocs - total) > spec.optics.ocs_agreement_db):
-                        row["findings"].append(f"module Rx {row['rx_total_dbm']} dBm but OCS port {lane.ocs_rx} reads "
-                                               f"{ocs} dBm: the lane is not wired to the port the inventory says")
-            row["status"] = "ok" if not row["findings"] else "bad"
-            out.append(row)
-        return out
+        return [_lane_row(pool, h.name, nic, lane, links, spec, ocs_power, rx_ports) for nic, lane in h.ocs_lanes()]
 
-    with ThreadPoolExecutor(max_workers=min(pool.fanout, len(inv.hosts))) as ex:
-        for part in ex.map(lane_rows, inv.hosts):
-            rows.extend(part)
-    return rows
+    res = pool.map([h.name for h in inv.hosts], lane_rows, observer=observer, phase="optics")
+    # a host whose link list did not parse (ParseError) gave no rows: its lanes are bad, saying why
+    return [row for r in res for row in (r.value if r.value is not None else failed(inv.host(r.host), r.error))]
+
+
+def _lane_row(pool, host: str, nic, lane, links: dict, spec: ProvisionSpec, ocs_power: dict[int, float | None],
+              rx_ports: set[int]) -> dict:
+    row = {"host": host, "lane": f"{nic.name}.{lane.index}", "netdev": lane.netdev, "ocs_rx": lane.ocs_rx, "findings": []}
+    if lane.ocs_rx not in rx_ports:
+        row["status"] = "no circuit"
+        return row
+    link = links.get(lane.netdev)
+    if link is None or not link.up:
+        row["findings"].append("link down")
+    m = pool.run(host, ethtool.module_argv(lane.netdev))
+    if not m.ok:
+        row["findings"].append(f"ethtool -m failed: {m.error or m.stderr.strip()[:100]}")
+    else:
+        try:
+            _judge_module(row, ethtool.parse_module(m.stdout), spec, ocs_power.get(lane.ocs_rx), lane.ocs_rx)
+        except ParseError as e:
+            row["findings"].append(str(e))
+    row["status"] = "ok" if not row["findings"] else "bad"
+    return row
+
+
+def _judge_module(row: dict, mod, spec: ProvisionSpec, ocs: float | None, ocs_rx: int) -> None:
+    """A module's Rx power (dBm per channel) against its low-warning threshold + margin, and its
+    total against the OCS's reading ``ocs`` (dBm) at port ``ocs_rx``: findings into ``row``."""
+    import math
+
+    row["rx_dbm"] = mod.rx_power_dbm
+    low = mod.rx_low_warning_dbm()
+    if low is not None:
+        bad = [c for c, v in mod.rx_power_dbm.items() if v is None or v < low + spec.optics.rx_margin_db]
+        if bad:
+            row["findings"].append(f"Rx power below {low + spec.optics.rx_margin_db:.1f} dBm "
+                                   f"(low warning {low} + margin) on channel(s) {bad}")
+    vals = [v for v in mod.rx_power_dbm.values() if v is not None]
+    total = 10 * math.log10(sum(10 ** (v / 10) for v in vals)) if vals else None
+    row["rx_total_dbm"] = None if total is None else round(total, 2)
+    row["ocs_dbm"] = ocs
+    if (ocs is None) != (total is None) or (ocs is not None and abs(ocs - total) > spec.optics.ocs_agreement_db):
+        row["findings"].append(f"module Rx {row['rx_total_dbm']} dBm but OCS port {ocs_rx} reads "
+                               f"{ocs} dBm: the lane is not wired to the port the inventory says")
+
+
+@dataclass
+class HostFirmware:
+    """One host's NICs against the firmware manifest: a row per NIC (``status`` ok, drift,
+    reset needed — burnt but not running —, no pinned version), or ``error`` when it could not be read."""
+
+    host: str
+    nics: list[dict] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """UNREACHABLE (4) when the host could not be read, DRIFT (6) when a NIC is not on its pinned
+        version (burnt or running), else OK."""
+        if self.error:
+            return ExitCode.UNREACHABLE
+        return ExitCode.DRIFT if any(r["status"] in ("drift", "reset needed") for r in self.nics) else ExitCode.OK
+
+    def rows(self) -> list[dict]:
+        """The NIC rows; a host that could not be read is one row with status ``unreachable``."""
+        if self.error:
+            return [{"host": self.host, "pci": None, "part_number": None, "psid": None, "running": None, "burnt": None,
+                     "pinned": None, "status": "unreachable", "error": self.error}]
+        return self.nics
+
+
+def firmware_check(pool, manifest: FirmwareManifest, hosts: list[str], *, observer: Observer | None = None) -> list[HostFirmware]:
+    """Every NIC's running and burnt firmware (``mlxfwmanager --query``) against ``manifest``, hosts
+    in parallel, in the order given."""
+
+    def one(host: str) -> HostFirmware:
+        try:
+            devs = mellanox.parse_mlxfwmanager(pool.run_checked(host, mellanox.mlxfwmanager_query_argv()))
+        except MfctlError as e:
+            return HostFirmware(host, error=str(e))
+        return HostFirmware(host, [_firmware_row(host, d, manifest) for d in devs])
+
+    return pool.map(hosts, one, observer=observer, phase="firmware").values()
+
+
+def _firmware_row(host: str, d, manifest: FirmwareManifest) -> dict:
+    im = manifest.for_nic(d.part_number or "", d.psid)
+    want = im.version if im else None
+    status = ("no pinned version" if not im else "ok" if d.running == want and d.fw_current == want else
+              "reset needed" if d.fw_current == want else "drift")
+    return {"host": host, "pci": d.pci, "part_number": d.part_number, "psid": d.psid,
+            "running": d.running, "burnt": d.fw_current, "pinned": want, "status": status}
