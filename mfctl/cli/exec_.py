@@ -46,6 +46,7 @@ def exec_cmd(ctx: typer.Context,
     from mfctl.errors import UsageError
     from mfctl.hosts.fold import fold, one_host, select_hosts
     from mfctl.inventory.data import load_inventory_data
+    from mfctl.transport.results import Results
     from mfctl.transport.ssh import SSHPool
 
     if not command:
@@ -74,11 +75,11 @@ def exec_cmd(ctx: typer.Context,
     with batch.pool if batch else SSHPool(targets, connect_timeout=connect_timeout, fanout=fanout) as pool:
         results = (batch or pool.start_many(names, close=True)).run(lambda h: command, timeout=timeout)
         cap = pool.max_output_bytes  # what a truncated stream kept
-    worst = 4 if any(r.error for r in results) else (1 if any(r.rc != 0 for r in results) else 0)
+    worst = Results.of(results).exit_code()  # 4 a host unreachable or timed out, else 1 a command failed, else 0
     groups = fold(results, lambda r: r.host,
                   lambda r: (r.rc, r.stdout, r.stderr, r.error_shared, r.stdout_dropped, r.stderr_dropped))
     if json_out:
-        emit_json({"schema": "mfctl.exec/v1", "command": command, "exit_code": worst,
+        emit_json({"schema": "mfctl.exec/v1", "command": command, "exit_code": int(worst),
                    "results": [r.to_dict() for r in results],
                    "folded": [{"hosts": hs, "rc": r.rc, "stdout": r.stdout, "stderr": r.stderr,
                                "error": r.error if one_host(hs) else r.error_shared, "truncated": r.truncated,

@@ -99,19 +99,16 @@ class Results(Sequence[HostResult[T]]):
         other outcome (1 failed, 6 drift…), else 0. ``unreachable="all"`` (health: a sweep that
         reached some hosts has a verdict): 4 only when no host was reached; an unreachable host
         among reached ones counts as failed (1)."""
-        codes = [r.exit_code for r in self._items]
-        if not codes:
-            return ExitCode.OK
-        if unreachable == "all":
-            if all(c == ExitCode.UNREACHABLE for c in codes):
-                return ExitCode.UNREACHABLE
-            codes = [ExitCode.FAILED if c == ExitCode.UNREACHABLE else c for c in codes]
-        elif ExitCode.UNREACHABLE in codes:
-            return ExitCode.UNREACHABLE
-        bad = [c for c in codes if c != ExitCode.OK]
-        # the first in this order: an interruption, then failure, then drift
-        for c in (ExitCode.INTERRUPTED, ExitCode.FAILED, ExitCode.LOCKED, ExitCode.CONFIG, ExitCode.DRIFT,
-                  ExitCode.USAGE):
-            if c in bad:
-                return c
-        return ExitCode.OK
+        codes = {r.exit_code for r in self._items} - {ExitCode.OK}
+        if unreachable == "all" and ExitCode.UNREACHABLE in codes and len(self.unreachable) < len(self._items):
+            codes = (codes - {ExitCode.UNREACHABLE}) | {ExitCode.FAILED}
+        return min(codes, key=_severity, default=ExitCode.OK)
+
+
+#: outcomes, worst first: a fan-out's exit code is the first of these that a host had
+SEVERITY = (ExitCode.UNREACHABLE, ExitCode.INTERRUPTED, ExitCode.FAILED, ExitCode.LOCKED, ExitCode.CONFIG,
+            ExitCode.DRIFT, ExitCode.USAGE)
+
+
+def _severity(code: ExitCode) -> int:
+    return SEVERITY.index(code) if code in SEVERITY else len(SEVERITY)
