@@ -109,7 +109,6 @@ SETTINGS: dict[str, Setting] = {
         Setting("fanout", "32", "Maximum number of hosts contacted at once.", type=int, min=1, max=4096),
         Setting("max_output_bytes", "4194304", "Bytes of a host command's stdout and of its stderr kept (each; 4 MiB): "
                 "the rest is read and dropped, and the result says it was truncated.", type=int, min=1, max=1 << 40),
-        Setting("host_key_policy", "strict", "SSH host keys: 'strict' (known_hosts only) or 'accept-new'."),
         Setting("log_file", "", "Log file (default: <state_dir>/mfctl.log).", type=Path),
         Setting("ocs_password", "", "OCS TL1 password, read from this variable by every inventory whose "
                 "ocs.password_env is left at its default (an ocs.password_file wins; never stored in inventories).",
