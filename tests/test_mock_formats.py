@@ -8,8 +8,8 @@ import subprocess
 import time
 
 import pytest
-from conftest import PROTOTYPE, mfctl_cmd
 
+from conftest import PROTOTYPE, mfctl_cmd
 from mfctl.hosts import dcgm, dcgmi, health, iproute, nvidia_smi, rdma
 from mfctl.inventory import load_inventory
 from mfctl.mock.gputools import GPUFaults
@@ -78,7 +78,8 @@ def test_nvidia_smi_table_list_and_id_selection_follow_the_real_layout(mock):
     assert gpu3[0].split("|")[2].split() == [rows[3]["pci.bus_id"], "Off"] and f"{rows[3]['temperature.gpu']}C" in gpu3[1]
     listed = out(pool, "gpu02", ["nvidia-smi", "-L"]).splitlines()
     assert listed[3] == f"GPU 3: {rows[3]['name']} (UUID: {rows[3]['uuid']})" and len(listed) == 8
-    one = nvidia_smi.parse_query_csv(out(pool, "gpu02", ["nvidia-smi", "-i", "3,5"] + nvidia_smi.query_argv(["index", "uuid"])[1:]))
+    argv = ["nvidia-smi", "-i", "3,5", *nvidia_smi.query_argv(["index", "uuid"])[1:]]
+    one = nvidia_smi.parse_query_csv(out(pool, "gpu02", argv))
     assert [(r["index"], r["uuid"]) for r in one] == [(3, rows[3]["uuid"]), (5, rows[5]["uuid"])]
     assert len(out(pool, "gpu02", ["nvidia-smi", "-i", rows[6]["pci.bus_id"]]).splitlines()) == len(got) - 4 * 7
     r = pool.run("gpu02", ["nvidia-smi", "-i", "8", "-L"])
@@ -179,8 +180,10 @@ def test_injected_gpu_faults_reach_every_format_and_the_sweep(mock):
         assert out(pool, "gpu03", ["dmesg", "--level=err,warn"]).strip().endswith(line)
         assert out(pool, "gpu03", ["dmesg", "--level=info"]) == ""
         rows = {r["index"]: r for r in csv_rows(pool, "gpu03")}
-        assert (rows[5]["remapped_rows.failure"], rows[1]["remapped_rows.pending"], rows[0]["remapped_rows.pending"]) == ("Yes", "Yes", "No")
-        assert rows[3]["clocks_event_reasons.hw_thermal_slowdown"] == "Active" and rows[3]["clocks_event_reasons.hw_slowdown"] == "Active"
+        assert (rows[5]["remapped_rows.failure"], rows[1]["remapped_rows.pending"], rows[0]["remapped_rows.pending"]) == \
+            ("Yes", "Yes", "No")
+        assert rows[3]["clocks_event_reasons.hw_thermal_slowdown"] == "Active"
+        assert rows[3]["clocks_event_reasons.hw_slowdown"] == "Active"
         assert rows[3]["clocks.current.sm"] == 705 and rows[4]["clocks.current.sm"] == 420 and rows[4]["clocks.max.sm"] == 1410
         for parsed in (nvidia_smi.parse_query_text(out(pool, "gpu03", ["nvidia-smi", "-q"])),
                        nvidia_smi.parse_query_xml(out(pool, "gpu03", ["nvidia-smi", "-q", "-x"]))):
@@ -211,7 +214,8 @@ def test_injected_gpu_faults_reach_every_format_and_the_sweep(mock):
         # findings as data for CI: a stable code, the part, the value read and the limit it was judged against
         found = [f for t in doc["targets"] for f in t["findings"]]
         assert {"severity": "critical", "check": "gpu", "message": "GPU 2: XID 48 (double-bit ECC error) at PCI 0000:47:00",
-                "host": "gpu03", "code": "gpu.xid", "component": "gpu2", "value": 48, "limit": None, "unit": None} in found
+                "host": "gpu03", "code": "gpu.xid", "component": "gpu2", "value": 48, "limit": None, "unit": None,
+                "source": "xid"} in found
         assert [(f["component"], f["value"], f["limit"], f["unit"]) for f in found if f["code"] == "gpu.sm_clock_low"] \
             == [("gpu4", 420.0, 705.0, "MHz")]
         assert {f["code"] for f in found} == {"gpu.xid", "gpu.remap_failed", "gpu.remap_pending", "gpu.clocks_slowed",
@@ -280,9 +284,11 @@ def test_a_gpu_fallen_off_the_bus_is_lost_to_the_tools_and_judged_alone(mock):
         assert pool.run("gpu03", ["nvidia-smi", "-i", "3", "-L"]).rc == 0  # only a lost GPU's own queries fail
         [hh] = health.full_sweep(pool, inv, ["gpu03"])
         got = {(f.code, f.severity, f.component, f.message) for f in hh.findings if f.check == "gpu"}
-        assert got == {("gpu.lost", "critical", "0000:47:00", "GPU at PCI 0000:47:00 is lost (fallen off the bus: unreachable until a reboot)"),
-                       ("gpu.xid", "critical", "0000:47:00", "GPU at PCI 0000:47:00: XID 79 (fallen off the bus)"),
-                       ("gpu.clocks_slowed", "warning", "gpu5", "GPU 5 clocks slowed by sw_thermal_slowdown (SM 705 of 1410 MHz)")}
+        assert got == {
+            ("gpu.lost", "critical", "0000:47:00",
+             "GPU at PCI 0000:47:00 is lost (fallen off the bus: unreachable until a reboot)"),
+            ("gpu.xid", "critical", "0000:47:00", "GPU at PCI 0000:47:00: XID 79 (fallen off the bus)"),
+            ("gpu.clocks_slowed", "warning", "gpu5", "GPU 5 clocks slowed by sw_thermal_slowdown (SM 705 of 1410 MHz)")}
         assert hh.gpus == 7  # no gpu.count finding: the lost one has its own
         # the same line on both streams is one GPU; nothing but that line says nothing of the other seven
         from mfctl.transport.ssh import CommandResult
@@ -301,9 +307,11 @@ def test_mig_mode_reports_missing_data_not_values(mock):
     assert pool.run("gpu04", ["nvidia-smi", "-mig", "1"]).ok
     try:
         rows = csv_rows(pool, "gpu04")
-        assert {(r["remapped_rows.pending"], r["remapped_rows.failure"], r["utilization.gpu"]) for r in rows} == {(None, None, None)}
+        assert {(r["remapped_rows.pending"], r["remapped_rows.failure"], r["utilization.gpu"]) for r in rows} == \
+            {(None, None, None)}
         g = nvidia_smi.GPUStatus.from_row(rows[0])
-        assert (g.remap_pending, g.remap_failure, g.utilization_pct, g.temperature_c) == (None, None, None, rows[0]["temperature.gpu"])
+        assert (g.remap_pending, g.remap_failure, g.utilization_pct, g.temperature_c) == \
+            (None, None, None, rows[0]["temperature.gpu"])
         xml = nvidia_smi.parse_query_xml(out(pool, "gpu04", ["nvidia-smi", "-q", "-x"]))
         assert {(x.mig_current, x.remapped_rows_pending) for x in xml} == {("Enabled", None)}
         assert nvidia_smi.parse_query_text(out(pool, "gpu04", ["nvidia-smi", "-q"]))[0].remapped_rows_failure is None

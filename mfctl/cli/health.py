@@ -1,4 +1,4 @@
-"""``mfctl health`` — the operator's sweep of GPUs, NICs, transceivers and the OCS."""
+"""``mfctl health`` — the operator's sweep of GPUs, NICs, transceivers and the OCS (mfctl/health/)."""
 
 from __future__ import annotations
 
@@ -10,80 +10,102 @@ import typer
 from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console, print_error
 
 
+def _list_checks(json_out: bool) -> None:
+    from rich.table import Table
+
+    from mfctl.health.checks import table
+
+    rows = table()
+    if json_out:
+        emit_json({"schema": "mfctl.health.checks/v1", "checks": rows})
+        return
+    t = Table("check", "group", "runs", "judges", "default", title="health checks (--checks +NAME,-NAME or NAMES)")
+    for r in rows:
+        t.add_row(r["name"], r["group"], r["runs"], r["judges"] + (f" (needs {', '.join(r['needs'])})" if r["needs"] else ""),
+                  "yes" if r["default"] else "opt-in")
+    out_console().print(t)
+
+
+def _render(report) -> None:
+    """The findings table: hosts with the same finding share a line."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from mfctl.cli.fold import fold, one_host
+    from mfctl.inventory.hostsets import hostset
+
+    t = Table("targets", "severity", "check", "finding", title="health")
+    colour = {"critical": "red", "warning": "yellow"}
+    for hs, f in fold(report.findings, lambda f: f.host, lambda f: (f.severity, f.source or f.check, f.shared_message)):
+        # one host: its own message (an unreachable one's address in it)
+        t.add_row(hs, Text(f.severity, style=colour[f.severity]), f.source or f.check,
+                  f.message if one_host(hs) else f.shared_message)
+    ok = [r.host for r in report.targets if not r.findings]
+    if ok:
+        t.add_row(hostset(ok), Text("ok", style="green"), "all", "no findings")
+    out_console().print(t)
+
+
+def _report(report, junit: Path | None, json_out: bool) -> None:
+    to_stdout = junit is not None and str(junit) == "-"
+    if to_stdout:  # the XML is the output
+        sys.stdout.write(report.junit() + "\n")
+        return
+    if junit:
+        junit.write_text(report.junit())
+    if json_out:
+        emit_json(report.to_dict())
+    else:
+        _render(report)
+
+
 @handle_errors
-def health(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCTL_INVENTORY"),
+def health(inventory: Path = typer.Option(None, "--inventory", "-i", envvar="MFCTL_INVENTORY",
+                                          help="Inventory YAML (required but for --list-checks)."),
            hosts: str = typer.Option(None, "--hosts", help="Host set (gpu[01-02], @REGION); default all."),
+           checks: str = typer.Option(None, "--checks", help="Checks to run: +NAME adds to the default set, -NAME removes, "
+                                      "bare NAMES are exactly these (comma-separated; --list-checks shows them)."),
+           list_checks: bool = typer.Option(False, "--list-checks", help="Show the checks (what each runs and judges) and exit."),
            threshold: list[str] = typer.Option(None, "--threshold", help="Override a threshold: name=value (repeat)."),
-           no_ocs: bool = typer.Option(False, "--no-ocs", help="Skip the OCS (alarms, dark connected ports)."),
+           no_ocs: bool = typer.Option(False, "--no-ocs", help="Skip the OCS (alarms, dark connected ports): --checks -ocs."),
            since_boot: bool = typer.Option(False, "--since-boot", help="Judge NIC error counters as totals since the "
                                            "driver loaded, not by what they gained over the window of earlier sweeps."),
            junit: Path = typer.Option(None, "--junit", help="Also write a JUnit XML report here (for CI; - prints only the XML on stdout)."),
            json_out: bool = JSON_OPT):
-    """Sweep every host in parallel (nvidia-smi, dmesg XIDs, ip/ethtool links, ethtool -S priorities,
-    ethtool -m DOM) and the OCS; identical findings are folded. NIC error counters are judged by what they
-    gained over the last hour of sweeps (readings kept in the state dir; nic_error_window_s), the first time as
-    totals. Exit 0 healthy, 1 when anything is critical (an unreachable host is), 4 when no host could be reached."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from mfctl import settings
-    from mfctl.errors import MfctlError, UsageError
-    from mfctl.hosts import health as H
-    from mfctl.hosts.fold import fold, one_host, select_hosts
+    """Sweep every host in parallel with the default checks (nvidia-smi, dmesg XIDs, NVLink, ip/ethtool links,
+    ibstat, RoCE GIDs, ethtool -S errors and priorities, ethtool -m DOM) and the OCS; identical findings are folded.
+    NIC error counters are judged by what they gained over the last hour of sweeps (readings kept in the state dir;
+    nic_error_window_s), the first time as totals. Exit 0 healthy, 1 when anything is critical (an unreachable host
+    is), 2 usage (an unknown check), 4 when no host could be reached."""
+    from mfctl import health as H
+    from mfctl.cli.progress import ProgressObserver
+    from mfctl.context import Context
+    from mfctl.errors import UsageError
+    from mfctl.health.checks import ocs
     from mfctl.inventory import load_inventory
-    from mfctl.transport.ssh import SSHPool, targets_from_inventory
+    from mfctl.inventory.hostsets import select_hosts
 
+    if list_checks:
+        _list_checks(json_out)
+        return
+    if inventory is None:
+        raise UsageError("missing option --inventory / -i (or MFCTL_INVENTORY)")
     if json_out and junit is not None and str(junit) == "-":
         raise UsageError("--json and --junit - both want stdout: write the JUnit report to a file (--junit FILE)")
-    inv = load_inventory(inventory)
-    names = None
-    if hosts is not None:
-        names = select_hosts(hosts, [h.name for h in inv.hosts], {r.name: r.hosts for r in inv.regions})
+    names = H.select_checks(",".join(filter(None, [checks, "-ocs" if no_ocs else None])) or None)
     overrides = H.parse_overrides(threshold)
-    ocs_state = None
-    if not no_ocs:
-        from mfctl.ocs.driver import driver_from_inventory
-
-        try:
-            with driver_from_inventory(inv, connect_timeout=settings.get_float("connect_timeout"),
-                                       command_timeout=settings.get_float("command_timeout")) as drv:
-                xc = drv.cross_connects()
-                al = drv.alarms()
-                power = drv.power(sorted(set(xc.values()))) if xc else {}
-            ocs_state = {"standing": al["standing"], "dark_outputs": [p for p, v in power.items() if v is None]}
-        except MfctlError as e:
-            ocs_state = {"error": str(e)}
-    with SSHPool(targets_from_inventory(inv), connect_timeout=settings.get_float("connect_timeout"),
-                 command_timeout=settings.get_float("command_timeout"), fanout=settings.get_int("fanout")) as pool:
-        before = H.load_baseline(inv)
-        results = H.full_sweep(pool, inv, names, overrides, ocs_state, before, since_boot=since_boot)
+    inv = load_inventory(inventory)
+    selected = None if hosts is None else select_hosts(hosts, [h.name for h in inv.hosts], {r.name: r.hosts for r in inv.regions})
+    ctx = Context.from_settings(inv)
+    ocs_state = ocs.read_state(ctx) if ocs.NAME in names else None
+    before = H.load_baseline(inv)
+    with ctx.pool() as pool, ProgressObserver(enabled=False if json_out or junit is not None and str(junit) == "-" else None,
+                                              warnings=False) as obs:
+        report = H.sweep(pool, inv, selected, checks=names, limits=overrides, baseline=before, since_boot=since_boot,
+                         ocs_state=ocs_state, observer=obs)
     try:
-        H.save_baseline(inv, results, before)
+        H.save_baseline(inv, report.targets, before)
     except OSError as e:
         print_error(f"NIC counters of this sweep not kept ({e.strerror or e}): later sweeps lack this reading", "warning")
-    crit = any(f.severity == "critical" for r in results for f in r.findings)
-    to_stdout = junit is not None and str(junit) == "-"
-    if to_stdout:  # the XML is the output
-        sys.stdout.write(H.junit(results) + "\n")
-    elif junit:
-        junit.write_text(H.junit(results))
-    if to_stdout:
-        pass
-    elif json_out:
-        emit_json({"schema": "mfctl.health/v1", "healthy": not crit, "thresholds": H.thresholds(overrides),
-                   "targets": [r.to_dict() for r in results]})
-    else:
-        findings = [f for r in results for f in r.findings]
-        ok = [r.host for r in results if not r.findings]
-        t = Table("targets", "severity", "check", "finding", title="health")
-        colour = {"critical": "red", "warning": "yellow"}
-        for hs, f in fold(findings, lambda f: f.host, lambda f: (f.severity, f.check, f.shared_message)):
-            # one host: its own message (an unreachable one's address in it)
-            t.add_row(hs, Text(f.severity, style=colour[f.severity]), f.check, f.message if one_host(hs) else f.shared_message)
-        if ok:
-            from mfctl.hosts.fold import hostset
-            t.add_row(hostset(ok), Text("ok", style="green"), "all", "no findings")
-        out_console().print(t)
-    if results and not any(r.reachable for r in results):
-        raise typer.Exit(4)  # nothing could be reached
-    raise typer.Exit(1 if crit else 0)
+    _report(report, junit, json_out)
+    raise typer.Exit(int(report.exit_code()))

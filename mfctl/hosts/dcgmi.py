@@ -1,6 +1,7 @@
 """``dcgmi diag`` result tables (old layout: one row per test; DCGM 4 layout: per-GPU
-continuation rows) and ``dcgmi discovery -l`` (``<<<NULL>>>`` names are missing data);
-``mlxlink`` operational info."""
+continuation rows) and ``dcgmi discovery -l`` (``<<<NULL>>>`` names are missing data).
+(``parse_mlxlink`` lives in :mod:`mfctl.hosts.mellanox`; the name is re-exported here until its
+importers have moved.)"""
 
 from __future__ import annotations
 
@@ -94,20 +95,4 @@ def parse_discovery(text: str) -> list[DiscoveredGPU]:
     return out
 
 
-def parse_mlxlink(text: str) -> dict[str, str]:
-    """The ``Operational Info`` block of ``mlxlink`` as {key: value}."""
-    out: dict[str, str] = {}
-    block = None
-    for no, raw in enumerate(text.splitlines(), 1):
-        s = raw.strip()
-        if not s or set(s) == {"-"}:
-            continue
-        if ":" not in s:
-            block = s
-            continue
-        if block == "Operational Info":
-            k, _, v = s.partition(":")
-            out[k.strip()] = v.strip()
-    if not out:
-        raise ParseError("mlxlink", None, "an 'Operational Info' block with 'Key : value' lines", text.strip()[:80])
-    return out
+from mfctl.hosts.mellanox import parse_mlxlink  # noqa: E402  (its old home: moved to mellanox.py)

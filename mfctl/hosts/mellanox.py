@@ -1,5 +1,5 @@
 """NVIDIA/Mellanox tools: ``mlxconfig -e q``, ``mlxfwmanager --query``, ``mlnx_qos -i``,
-``devlink -j port show``. Command builders take validated names; parsers take text.
+``devlink -j port show``, ``mlxlink -d DEV`` (its Operational Info). Command builders take validated names; parsers take text.
 
 ``mlxconfig``: a ``Configurations:`` header names the columns (``Default Current Next
 Boot`` with ``-e``; ``Next Boot`` alone; ``Next Boot New`` in ``set`` output); rows are
@@ -230,4 +230,27 @@ def parse_devlink_ports(text: str) -> dict[str, DevlinkPort]:
         dp = DevlinkPort(name, p.get("netdev"), p.get("flavour"), bool(p.get("splittable")), p.get("lanes"),
                          p.get("split_group"))
         out[dp.netdev or name] = dp
+    return out
+
+
+def mlxlink_argv(device: str) -> list[str]:
+    return ["mlxlink", "-d", device]
+
+
+def parse_mlxlink(text: str) -> dict[str, str]:
+    """The ``Operational Info`` block of ``mlxlink`` as {key: value}."""
+    out: dict[str, str] = {}
+    block = None
+    for no, raw in enumerate(text.splitlines(), 1):
+        s = raw.strip()
+        if not s or set(s) == {"-"}:
+            continue
+        if ":" not in s:
+            block = s
+            continue
+        if block == "Operational Info":
+            k, _, v = s.partition(":")
+            out[k.strip()] = v.strip()
+    if not out:
+        raise ParseError("mlxlink", None, "an 'Operational Info' block with 'Key : value' lines", text.strip()[:80])
     return out
