@@ -89,65 +89,94 @@ def read_actual(pool, inv_host) -> HostActual:
 
 
 def plan_host(inv, hi: int, inv_host, spec: ProvisionSpec, manifest: FirmwareManifest | None, act: HostActual) -> list[Action]:
+    """The actions that bring host ``inv_host`` (index ``hi`` in the inventory) from ``act`` to the
+    desired state, in the safe order of :data:`PHASES`."""
     acts: list[Action] = []
-    reset: set[str] = set()
-    resplit: set[str] = set()
+    reset: set[str] = set()  # PCI addresses of NICs that need an mlxfwreset
+    resplit: set[str] = set()  # NICs whose ports are re-split: their lanes appear after the reset
     for nic in inv_host.nics:
-        tgt = f"{nic.name} ({nic.pci})"
         fwd = act.fw.get(nic.pci)
         if fwd is None:
-            acts.append(Action("firmware", tgt, "NIC present", "missing", "present", [], manual="mlxfwmanager does not list this NIC"))
+            acts.append(Action("firmware", f"{nic.name} ({nic.pci})", "NIC present", "missing", "present", [],
+                               manual="mlxfwmanager does not list this NIC"))
             continue
-        im = manifest.for_nic(fwd.part_number or "", fwd.psid) if manifest else None
-        if im and fwd.fw_current != im.version:
-            acts.append(Action("firmware", tgt, "firmware", fwd.fw_current or "?", im.version,
-                               [["sha256sum", im.image], mellanox.mlxfwmanager_burn_argv(nic.pci, im.image)],
-                               needs=["reset"], expect={"sha256": im.sha256}))
-            reset.add(nic.pci)
-        elif im and fwd.running != im.version:  # burnt, not yet active
-            reset.add(nic.pci)
-        dev = act.mlx.get(nic.pci)
-        want = {k: str(v) for k, v in spec.mlxconfig.items()}
-        if dev is not None and want:
-            missing = [k for k in want if k not in dev.params]
-            if missing:
-                acts.append(Action("firmware-settings", tgt, "mlxconfig", "unsupported", ",".join(missing), [],
-                                   manual=f"the firmware does not know {', '.join(missing)}"))
-            change = {k: v for k, v in want.items() if k in dev.params and mellanox.value_code(dev.params[k].get("next_boot")) != v}
-            if change:
-                before = ", ".join(f"{k}={dev.params[k].get('next_boot')}" for k in change)
-                acts.append(Action("firmware-settings", tgt, "mlxconfig", before, ", ".join(f"{k}={v}" for k, v in change.items()),
-                                   [mellanox.mlxconfig_set_argv(nic.pci, change)], needs=["reset"]))
-                reset.add(nic.pci)
-            if any(mellanox.value_code(dev.params[k].get("current")) != v for k, v in want.items() if k in dev.params):
-                reset.add(nic.pci)
-        # breakout: how many ports the module is split into (mlx5: firmware MODULE_SPLIT + reset)
-        ports = [p for p in act.ports.values() if p.name.startswith(f"pci/{nic.pci}/")]
-        if len(ports) != len(nic.lanes):
-            splittable = ports and all(p.splittable for p in ports)
-            if splittable:
-                argv = (["devlink", "port", "split", ports[0].name, "count", str(len(nic.lanes))] if len(nic.lanes) > 1
-                        else ["devlink", "port", "unsplit", ports[0].name])
-                acts.append(Action("links", tgt, "breakout", f"{len(ports)} port(s)", nic.breakout, [argv]))
-            elif dev is not None and "MODULE_SPLIT_M0" in dev.params:
-                acts.append(Action("firmware-settings", tgt, "breakout (MODULE_SPLIT_M0)", f"{len(ports)} port(s)",
-                                   f"{nic.breakout}: {len(nic.lanes)} ports",
-                                   [mellanox.mlxconfig_set_argv(nic.pci, {"MODULE_SPLIT_M0": str(len(nic.lanes))})],
-                                   needs=["reset"]))
-                reset.add(nic.pci)
-            else:
-                acts.append(Action("links", tgt, "breakout", f"{len(ports)} port(s)", nic.breakout, [],
-                                   manual="the port is not splittable with devlink and the firmware has no MODULE_SPLIT"))
-            resplit.add(nic.pci)
-    for nic in inv_host.nics:
-        if nic.pci in reset:
-            acts.append(Action("firmware-reset", f"{nic.name} ({nic.pci})", "firmware reset", "pending", "active",
-                               [mellanox.mlxfwreset_argv(nic.pci)]))
+        acts += _plan_firmware(nic, fwd, manifest, reset)
+        acts += _plan_mlxconfig(nic, act.mlx.get(nic.pci), spec, reset)
+        acts += _plan_breakout(nic, act, reset, resplit)
+    acts += [Action("firmware-reset", f"{nic.name} ({nic.pci})", "firmware reset", "pending", "active",
+                    [mellanox.mlxfwreset_argv(nic.pci)]) for nic in inv_host.nics if nic.pci in reset]
+    acts += _plan_lanes(hi, inv_host, act, spec, resplit)
+    acts += _plan_qos(inv_host, act, spec)
+    acts += _plan_gpu(act, spec)
+    acts.sort(key=lambda a: PHASES.index(a.phase))
+    return acts
+
+
+def _plan_firmware(nic, fwd: mellanox.FirmwareDevice, manifest: FirmwareManifest | None, reset: set[str]) -> list[Action]:
+    """Burn the pinned image (checksummed on the host first) when the NIC's burnt version differs;
+    a burnt image that is not running yet needs only the reset."""
+    im = manifest.for_nic(fwd.part_number or "", fwd.psid) if manifest else None
+    if im and fwd.fw_current != im.version:
+        reset.add(nic.pci)
+        return [Action("firmware", f"{nic.name} ({nic.pci})", "firmware", fwd.fw_current or "?", im.version,
+                       [["sha256sum", im.image], mellanox.mlxfwmanager_burn_argv(nic.pci, im.image)],
+                       needs=["reset"], expect={"sha256": im.sha256})]
+    if im and fwd.running != im.version:  # burnt, not yet active
+        reset.add(nic.pci)
+    return []
+
+
+def _plan_mlxconfig(nic, dev: mellanox.MlxconfigDevice | None, spec: ProvisionSpec, reset: set[str]) -> list[Action]:
+    """The recipe's firmware settings against the NIC's next-boot values (pending ones need the reset)."""
+    want = {k: str(v) for k, v in spec.mlxconfig.items()}
+    if dev is None or not want:
+        return []
+    tgt, acts = f"{nic.name} ({nic.pci})", []
+    missing = [k for k in want if k not in dev.params]
+    if missing:
+        acts.append(Action("firmware-settings", tgt, "mlxconfig", "unsupported", ",".join(missing), [],
+                           manual=f"the firmware does not know {', '.join(missing)}"))
+    change = {k: v for k, v in want.items() if k in dev.params and mellanox.value_code(dev.params[k].get("next_boot")) != v}
+    if change:
+        before = ", ".join(f"{k}={dev.params[k].get('next_boot')}" for k in change)
+        acts.append(Action("firmware-settings", tgt, "mlxconfig", before, ", ".join(f"{k}={v}" for k, v in change.items()),
+                           [mellanox.mlxconfig_set_argv(nic.pci, change)], needs=["reset"]))
+        reset.add(nic.pci)
+    if any(mellanox.value_code(dev.params[k].get("current")) != v for k, v in want.items() if k in dev.params):
+        reset.add(nic.pci)
+    return acts
+
+
+def _plan_breakout(nic, act: HostActual, reset: set[str], resplit: set[str]) -> list[Action]:
+    """How many ports the module is split into: devlink where the port is splittable, else the
+    firmware's MODULE_SPLIT_M0 + reset (mlx5), else MANUAL."""
+    ports = [p for p in act.ports.values() if p.name.startswith(f"pci/{nic.pci}/")]
+    if len(ports) == len(nic.lanes):
+        return []
+    tgt, dev = f"{nic.name} ({nic.pci})", act.mlx.get(nic.pci)
+    resplit.add(nic.pci)
+    if ports and all(p.splittable for p in ports):
+        argv = (["devlink", "port", "split", ports[0].name, "count", str(len(nic.lanes))] if len(nic.lanes) > 1
+                else ["devlink", "port", "unsplit", ports[0].name])
+        return [Action("links", tgt, "breakout", f"{len(ports)} port(s)", nic.breakout, [argv])]
+    if dev is not None and "MODULE_SPLIT_M0" in dev.params:
+        reset.add(nic.pci)
+        return [Action("firmware-settings", tgt, "breakout (MODULE_SPLIT_M0)", f"{len(ports)} port(s)",
+                       f"{nic.breakout}: {len(nic.lanes)} ports",
+                       [mellanox.mlxconfig_set_argv(nic.pci, {"MODULE_SPLIT_M0": str(len(nic.lanes))})], needs=["reset"])]
+    return [Action("links", tgt, "breakout", f"{len(ports)} port(s)", nic.breakout, [],
+                   manual="the port is not splittable with devlink and the firmware has no MODULE_SPLIT")]
+
+
+def _plan_lanes(hi: int, inv_host, act: HostActual, spec: ProvisionSpec, resplit: set[str]) -> list[Action]:
+    """Each lane's netdev: MTU and its address (``spec.address_for``); a lane of a NIC being
+    re-split is planned as the fresh netdev that appears after the reset (MTU 1500, no address)."""
+    acts = []
     for ni, nic in enumerate(inv_host.nics):
-        for li, lane in enumerate(nic.lanes):
+        for lane in nic.lanes:
             ifc = act.ifaces.get(lane.netdev)
             if ifc is None and nic.pci in resplit:
-                ifc = iproute.Iface(lane.netdev, 1500, False, [])  # appears after the re-split, with defaults
+                ifc = iproute.Iface(lane.netdev, 1500, False, [])
             if ifc is None:
                 acts.append(Action("links", lane.netdev, "netdev", "missing", "present", [],
                                    manual="the lane's network device does not exist"))
@@ -159,13 +188,25 @@ def plan_host(inv, hi: int, inv_host, spec: ProvisionSpec, manifest: FirmwareMan
             if addr and addr not in ifc.addresses:
                 acts.append(Action("addresses", lane.netdev, "address", ",".join(ifc.addresses) or "none", addr,
                                    [["ip", "addr", "replace", addr, "dev", lane.netdev]]))
+    return acts
+
+
+def _plan_qos(inv_host, act: HostActual, spec: ProvisionSpec) -> list[Action]:
+    """RoCE QoS per NIC: the trust mode and PFC on the RoCE priority only."""
+    acts = []
+    pfc = [1 if p == spec.roce.pfc_priority else 0 for p in range(8)]
     for nic in inv_host.nics:
         q = act.qos.get(nic.name)
-        pfc = [1 if p == spec.roce.pfc_priority else 0 for p in range(8)]
         if q is not None and (q.trust != spec.roce.trust or q.pfc_enabled != pfc):
             acts.append(Action("qos", nic.lanes[0].netdev, "RoCE QoS", f"trust {q.trust}, {_pfc(q.pfc_enabled)}",
                                f"trust {spec.roce.trust}, {_pfc(pfc)}",
                                [mellanox.mlnx_qos_argv(nic.lanes[0].netdev, spec.roce.trust, pfc)]))
+    return acts
+
+
+def _plan_gpu(act: HostActual, spec: ProvisionSpec) -> list[Action]:
+    """Persistence mode and MIG mode of all GPUs (MIG needs a GPU reset)."""
+    acts = []
     pm = [g.get("persistence_mode") for g in act.gpus]
     if spec.gpu.persistence and any(v != "Enabled" for v in pm):
         acts.append(Action("gpu", "all GPUs", "persistence mode", ",".join(sorted(set(map(str, pm)))), "Enabled",
@@ -175,7 +216,6 @@ def plan_host(inv, hi: int, inv_host, spec: ProvisionSpec, manifest: FirmwareMan
     if any(v != want_mig and v is not None for v in mig):
         acts.append(Action("gpu", "all GPUs", "MIG mode", ",".join(sorted(set(map(str, mig)))), want_mig,
                            [["nvidia-smi", "-mig", "1" if spec.gpu.mig else "0"]], needs=["GPU reset"]))
-    acts.sort(key=lambda a: PHASES.index(a.phase))
     return acts
 
 
