@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import threading
 
-
 HELD = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 

@@ -58,8 +58,8 @@ def region_lanes(inv, hosts: list[str]) -> dict[str, list[LaneRef]]:
 
 def circuits_from_cross_connects(lanes: dict[str, list[LaneRef]], xc: dict[int, int]) -> list[Circuit]:
     """Recover duplex circuits from a cross-connect map (one-way halves are ignored)."""
-    by_tx = {l.ocs_tx: l for ls in lanes.values() for l in ls}
-    by_rx = {l.ocs_rx: l for ls in lanes.values() for l in ls}
+    by_tx = {lane.ocs_tx: lane for ls in lanes.values() for lane in ls}
+    by_rx = {lane.ocs_rx: lane for ls in lanes.values() for lane in ls}
     out, seen = [], set()
     for i, o in sorted(xc.items()):
         a, b = by_tx.get(i), by_rx.get(o)
@@ -90,10 +90,10 @@ def map_circuits(C: np.ndarray, hosts: list[str], lanes: dict[str, list[LaneRef]
         out.append(c)
 
     def pick(host: str, avoid_numa: set[int]) -> LaneRef:
-        free = [l for l in lanes[host] if l.key not in used]
+        free = [lane for lane in lanes[host] if lane.key not in used]
         if not free:
             raise ValueError(f"host {host} has no free optical lane for another circuit")
-        free.sort(key=lambda l: (l.numa in avoid_numa, ))
+        free.sort(key=lambda lane: (lane.numa in avoid_numa, ))
         return free[0]
 
     for i in range(n):

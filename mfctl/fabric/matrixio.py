@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from mfctl.errors import ConfigError
-from mfctl.inventory.files import read_config
 from mfctl.fabric.traffic import expert_to_rank, rank_matrix, rank_to_server, server_matrix
+from mfctl.inventory.files import read_config
 
 
 @dataclass

@@ -218,6 +218,19 @@ def _bottlenecks(B: np.ndarray, C: np.ndarray, rates: LinkRates, top: int = 3) -
     return list(dict.fromkeys(out))
 
 
+def _add_circuits(D: np.ndarray, i: int, j: int, k: int) -> None:
+    """Add ``k`` circuits (negative: remove) between servers i and j of the symmetric matrix D, in place."""
+    D[i, j] += k
+    D[j, i] += k
+
+
+def _with_circuit(C: np.ndarray, i: int, j: int) -> np.ndarray:
+    """A copy of the circuit matrix C with one more circuit between servers i and j."""
+    D = C.copy()
+    _add_circuits(D, i, j, 1)
+    return D
+
+
 def local_search(B: np.ndarray, C0: np.ndarray, ports: np.ndarray, rates: LinkRates, max_rounds: int | None = None,
                  stop_below: float | None = None) -> np.ndarray:
     """Improve ``C0`` by best-improvement moves aimed at the bottleneck pairs: give a
@@ -239,25 +252,24 @@ def local_search(B: np.ndarray, C0: np.ndarray, ports: np.ndarray, rates: LinkRa
         cands = []
         for i, j in _bottlenecks(B, C, rates):
             if free[i] > 0 and free[j] > 0:
-                D = C.copy(); D[i, j] += 1; D[j, i] += 1; cands.append(D)
+                cands.append(_with_circuit(C, i, j))
                 continue
             ks = [k for k in range(n) if k not in (i, j) and C[i, k] > 0] if free[i] <= 0 else [None]
-            ls = [l for l in range(n) if l not in (i, j) and C[j, l] > 0] if free[j] <= 0 else [None]
+            ms = [m for m in range(n) if m not in (i, j) and C[j, m] > 0] if free[j] <= 0 else [None]
             for k in ks:
-                for l in ls:
-                    D = C.copy()
-                    D[i, j] += 1; D[j, i] += 1
+                for m in ms:
+                    D = _with_circuit(C, i, j)
                     if k is not None:
-                        D[i, k] -= 1; D[k, i] -= 1
-                    if l is not None:
-                        D[j, l] -= 1; D[l, j] -= 1
-                    if k is not None and l is not None and k != l:
-                        D[k, l] += 1; D[l, k] += 1
+                        _add_circuits(D, i, k, -1)
+                    if m is not None:
+                        _add_circuits(D, j, m, -1)
+                    if k is not None and m is not None and k != m:
+                        _add_circuits(D, k, m, 1)
                     cands.append(D)
             # also: move one circuit from the busiest other pair of i to (i, j)
         for i, j in itertools.combinations(range(n), 2):  # fill any ports left free
             if free[i] > 0 and free[j] > 0:
-                D = C.copy(); D[i, j] += 1; D[j, i] += 1; cands.append(D)
+                cands.append(_with_circuit(C, i, j))
         if not cands:
             break
         vals = objective(B, np.stack(cands), rates)
@@ -301,29 +313,37 @@ def ilp(B: np.ndarray, ports: np.ndarray, rates: LinkRates, time_limit_s: float 
     for p, kk in enumerate(ks):  # exactly one k per pair
         for k in kk:
             A[r, xi[(p, k)]] = 1
-        lo.append(1); hi.append(1); r += 1
+        lo.append(1)
+        hi.append(1)
+        r += 1
     for i in range(n):  # ports per server
         for p, (a, b) in enumerate(pairs):
             if i in (a, b):
                 for k in ks[p][1:]:
                     A[r, xi[(p, k)]] = k
-        lo.append(0); hi.append(ports[i]); r += 1
-    for l in range(L):
+        lo.append(0)
+        hi.append(ports[i])
+        r += 1
+    for layer in range(L):
         for p, (i, j) in enumerate(pairs):
-            for a, b in ((i, j), (j, i)):  # T[l] - sum_k t_k x[p,k] >= 0
-                A[r, nx + l] = 1
+            for a, b in ((i, j), (j, i)):  # T[layer] - sum_k t_k x[p,k] >= 0
+                A[r, nx + layer] = 1
                 for k in ks[p][1:]:
-                    A[r, xi[(p, k)]] = -Bs[l, a, b] / (k * rates.circuit_Bps)
-                lo.append(0); hi.append(np.inf); r += 1
+                    A[r, xi[(p, k)]] = -Bs[layer, a, b] / (k * rates.circuit_Bps)
+                lo.append(0)
+                hi.append(np.inf)
+                r += 1
         for i in range(n):
             for direction in (0, 1):  # egress, ingress over the EPS
-                A[r, nx + l] = 1
+                A[r, nx + layer] = 1
                 for p, (a, b) in enumerate(pairs):
                     if i in (a, b):
                         other = b if a == i else a
-                        byt = Bs[l, i, other] if direction == 0 else Bs[l, other, i]
+                        byt = Bs[layer, i, other] if direction == 0 else Bs[layer, other, i]
                         A[r, xi[(p, 0)]] -= byt / eps[i]
-                lo.append(0); hi.append(np.inf); r += 1
+                lo.append(0)
+                hi.append(np.inf)
+                r += 1
     c = np.zeros(nv)
     c[nx:] = 2.0
     integrality = np.concatenate([np.ones(nx), np.zeros(L)])

@@ -150,7 +150,7 @@ def _region_layers(sc: Scenario, probs: np.ndarray, domain_of_rank: np.ndarray) 
     """Token copies ``[R, E]`` per trace layer for one micro-batch."""
     pre = sc.preset
     tokens = pre.seq_len * pre.micro_batch * pre.top_k
-    return [np.stack([tokens * probs[domain_of_rank[r], l] for r in range(pre.ep)]) for l in range(probs.shape[1])]
+    return [np.stack([tokens * probs[domain_of_rank[r], layer] for r in range(pre.ep)]) for layer in range(probs.shape[1])]
 
 
 def simulate(sc: Scenario, fabrics=FABRICS) -> list[FabricResult]:
@@ -173,7 +173,7 @@ def simulate(sc: Scenario, fabrics=FABRICS) -> list[FabricResult]:
     # iterations: in each, EP ranks draw their micro-batches from domains (rotating mixes)
     mixes = [np.array([(k + r_) % D for r_ in range(pre.ep)]) if k % 2 else np.full(pre.ep, k % D) for k in range(2 * D)]
     layer_sets = [_region_layers(sc, probs, mix) for mix in mixes]
-    avg_layers = [np.mean([ls[l] for ls in layer_sets], axis=0) for l in range(probs.shape[1])]
+    avg_layers = [np.mean([ls[layer] for ls in layer_sets], axis=0) for layer in range(probs.shape[1])]
     to_B = lambda t: server_matrix(rank_matrix(t, er, pre.ep), rs, region, spec.bytes_per_token)  # noqa: E731
     layers_per_stage = pre.moe_layers / pre.pp
     # gradient all-reduce (bf16): dense 4H^2 per layer + this GPU's experts, per stage, / TP

@@ -39,7 +39,7 @@ class Workload:
         w = self.mixture(iteration)
         nd = len(self.trace.domains)
         dom = rng.choice(nd, size=(self.micro_batches, self.ep), p=w)
-        tl = [self.trace.trace_layer_for(l) for l in range(self.layers)]
+        tl = [self.trace.trace_layer_for(layer) for layer in range(self.layers)]
         p = self.trace.probs[:, tl, :]  # [domain, layer, expert]
         probs = p[dom]  # [mb, ep, layer, expert]
         probs = np.moveaxis(probs, 2, 1)  # [mb, layer, ep, expert]

@@ -63,6 +63,6 @@ def parse_addrs(text: str) -> dict[str, Iface]:
     out = {}
     for o in doc:
         addrs = [f"{a['local']}/{a['prefixlen']}" for a in o.get("addr_info") or [] if "local" in a and "prefixlen" in a]
-        l = links[o["ifname"]]
-        out[o["ifname"]] = Iface(o["ifname"], l.mtu, l.up, addrs)
+        link = links[o["ifname"]]
+        out[o["ifname"]] = Iface(o["ifname"], link.mtu, link.up, addrs)
     return out

@@ -24,16 +24,18 @@ HEALTH_FIELDS = ["index", "pci.bus_id", "name", "temperature.gpu", "power.draw",
 #: Drivers before R535 name the clock event reasons ``clocks_throttle_reasons.*``; nvidia-smi
 #: rejects a whole query with one unknown field ("Field ... is not a valid field to query").
 LEGACY_HEALTH_FIELDS = [f.replace("clocks_event_reasons.", "clocks_throttle_reasons.") for f in HEALTH_FIELDS]
-#: Fields every driver since R450 knows (no row remapping before Ampere drivers, no clock reasons).
+#: Fields every driver since R450 knows (no row remapping before Ampere drivers, no clock reasons,
+#: no MIG mode before R450).
 BASIC_HEALTH_FIELDS = ["index", "pci.bus_id", "name", "temperature.gpu", "power.draw", "utilization.gpu",
-                       "ecc.errors.uncorrected.volatile.total", "persistence_mode", "clocks.sm", "clocks.max.sm"]  # no MIG before R450
+                       "ecc.errors.uncorrected.volatile.total", "persistence_mode", "clocks.sm", "clocks.max.sm"]
 QUERY_FALLBACKS = [HEALTH_FIELDS, LEGACY_HEALTH_FIELDS, BASIC_HEALTH_FIELDS]
 
 
 def unknown_field(text: str) -> bool:
     """True when nvidia-smi refused a query for a field this driver does not know."""
     return "is not a valid field to query" in text
-_MISSING = re.compile(r"^\[?(N/A|Not Supported|Unknown Error|Requested functionality has been deprecated|GPU is lost|Insufficient Permissions)\]?$|^ERR!$", re.I)
+_MISSING = re.compile(r"^\[?(N/A|Not Supported|Unknown Error|Requested functionality has been deprecated|GPU is lost"
+                      r"|Insufficient Permissions)\]?$|^ERR!$", re.I)
 _NUM = re.compile(r"^(-?\d+(?:\.\d+)?)(?:\s*(W|%|MiB|MHz|C|us|ms))?$")
 
 
@@ -56,7 +58,8 @@ def _value(v: str):
 #: bus — XID 79 — says "GPU is lost.  Reboot the system to recover this GPU"; others "Unknown Error"),
 #: with return code 15 when the GPU is lost (nvidia-smi(1)). Wording from public reports
 #: (NVIDIA/open-gpu-kernel-modules#387, JosephKJ/OWOD#81, AlexeyAB/darknet#86).
-_UNREACHABLE = re.compile(r"^Unable to determine the device handle for GPU\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*:\s*(.*?)\s*$")
+_UNREACHABLE = re.compile(r"^Unable to determine the device handle for GPU"
+                          r"\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*:\s*(.*?)\s*$")
 
 
 def unreachable_gpus(text: str) -> list[tuple[str, str]]:
@@ -184,7 +187,7 @@ def _tree_from_text(text: str) -> dict:
     """Indentation-nested ``Key : Value`` lines → nested dicts ("GPU <bus>" sections kept)."""
     root: dict = {}
     stack: list[tuple[int, dict]] = [(-1, root)]
-    for no, raw in enumerate(text.splitlines(), 1):
+    for raw in text.splitlines():
         if not raw.strip() or raw.strip().startswith("=") :
             continue
         indent = len(raw) - len(raw.lstrip(" "))

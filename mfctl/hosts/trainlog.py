@@ -60,7 +60,8 @@ def parse_train_log(text: str) -> TrainLog:
                     k, _, v = part.rpartition(":")
                     kv[k.strip()] = _num(v)
             if "elapsed time per iteration (ms)" not in kv:
-                raise ParseError("megatron log", no, "'elapsed time per iteration (ms): N' in an iteration line", ln.strip()[:120])
+                raise ParseError("megatron log", no, "'elapsed time per iteration (ms): N' in an iteration line",
+                                 ln.strip()[:120])
             known = {"elapsed time per iteration (ms)", "throughput per GPU (TFLOP/s/GPU)", "lm loss", "global batch size",
                      "consumed samples", "consumed tokens", "number of skipped iterations", "number of nan iterations"}
             out.iterations.append(IterationRecord(

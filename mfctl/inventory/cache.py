@@ -38,9 +38,9 @@ _CODE: bytes | None = None
 def _code_key() -> bytes:
     global _CODE
     if _CODE is None:
-        from mfctl import __version__
-
         import importlib.util
+
+        from mfctl import __version__
 
         parts = [__version__]
         for name in ("mfctl.inventory.models", "mfctl.inventory.loader"):  # found, not imported (see entry())

@@ -192,7 +192,8 @@ def cross_check(inv: Inventory) -> list[tuple[Loc, str]]:
                         continue
                     if not lo <= port <= hi_:
                         kind = "input" if key == "ocs_tx" else "output"
-                        problems.append((base + (key,), f"{key} {port} of {where} is beyond the OCS {kind} ports {lo}..{hi_} ({size.inputs}x{size.outputs})"))
+                        problems.append((base + (key,), f"{key} {port} of {where} is beyond the OCS {kind} ports {lo}..{hi_} "
+                                                         f"({size.inputs}x{size.outputs})"))
                     elif port in used:
                         problems.append((base + (key,), f"OCS port {port} used twice: {where} and {used[port]}"))
                     else:

@@ -8,13 +8,11 @@ named here (``password_env`` / ``password_file``), SSH from a key file or the ag
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Literal
-
 import ipaddress
+import os
 import re
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
@@ -24,7 +22,8 @@ class _Strict(BaseModel):
 
 
 Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"  # one DNS label (RFC 1123)
+_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
 
 
 def check_address(v: str) -> str:
@@ -103,7 +102,7 @@ class Host(_Strict):
     nics: list[NIC] = Field(min_length=1)
 
     def ocs_lanes(self) -> list[tuple[NIC, Lane]]:
-        return [(n, l) for n in self.nics if n.role == "ocs" for l in n.lanes]
+        return [(n, lane) for n in self.nics if n.role == "ocs" for lane in n.lanes]
 
     def eps_nics(self) -> list[NIC]:
         return [n for n in self.nics if n.role == "eps"]

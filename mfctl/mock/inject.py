@@ -30,7 +30,8 @@ import re
 
 from mfctl.mock.gputools import NVLINKS, SLOWDOWNS, SM_MAX_MHZ
 
-_SPEC = re.compile(r"^(?P<target>[A-Za-z0-9_.-]+):(?P<part>[a-z][a-z0-9_-]*?)(?P<index>\d*)=(?P<fault>[a-z-]+\d*)(?::(?P<arg>[\w.-]+))?$")
+_SPEC = re.compile(r"^(?P<target>[A-Za-z0-9_.-]+):(?P<part>[a-z][a-z0-9_-]*?)(?P<index>\d*)"
+                   r"=(?P<fault>[a-z-]+\d*)(?::(?P<arg>[\w.-]+))?$")
 GPU_FAULTS = ("xidN", "remap-pending", "remap-failure", "ecc:N", "slowdown[:REASON]", "sm-clock:MHZ", "nvlink-down:LINK")
 
 

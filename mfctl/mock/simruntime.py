@@ -91,7 +91,7 @@ def run(args) -> int:
         mean = toks.mean(axis=0)
         if leader:
             B = server_matrix(rank_matrix(mean, er, ep), rs, n, spec.bytes_per_token)
-            trace_layers = {str(l): np.round(mean[l], 2).tolist() for l in trace.layers if l < m["layers"]}
+            trace_layers = {str(t): np.round(mean[t], 2).tolist() for t in trace.layers if t < m["layers"]}
             safe(rt.traffic, it, np.round(B, 1).tolist(), epoch=epoch, tokens=trace_layers)
         secs = a2a = comp = inter = ocs = 0.0
         paused_any = False

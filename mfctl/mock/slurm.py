@@ -316,7 +316,8 @@ class MockSlurm:
 
         def field_(j, c):
             el = int(time.time() - (j.started or time.time()))
-            return {"i": str(j.job_id), "j": j.name, "T": j.state, "t": short.get(j.state, "CD"), "N": str(NodeSet.fromlist(j.nodes)),
+            return {"i": str(j.job_id), "j": j.name, "T": j.state, "t": short.get(j.state, "CD"),
+                    "N": str(NodeSet.fromlist(j.nodes)),
                     "D": str(len(j.nodes)), "M": f"{el // 60}:{el % 60:02d}", "R": str(NodeSet.fromlist(j.nodes)),
                     "u": j.user, "P": j.partition}.get(c, "")
 
@@ -346,7 +347,8 @@ class MockSlurm:
             ts = lambda t: datetime.fromtimestamp(t).strftime("%Y-%m-%dT%H:%M:%S") if t else "Unknown"  # noqa: E731
             return {"jobid": str(j.job_id), "jobname": j.name, "partition": j.partition, "account": "mfabric",
                     "alloccpus": str(2 * len(j.nodes)), "state": state, "exitcode": f"{j.exit_code}:{j.signal}",
-                    "elapsed": f"{el // 3600:02d}:{el % 3600 // 60:02d}:{el % 60:02d}", "nodelist": str(NodeSet.fromlist(j.nodes)),
+                    "elapsed": f"{el // 3600:02d}:{el % 3600 // 60:02d}:{el % 60:02d}",
+                    "nodelist": str(NodeSet.fromlist(j.nodes)),
                     "start": ts(j.started), "end": ts(j.ended), "nnodes": str(len(j.nodes)), "user": j.user}.get(n, "")
 
         lines = []

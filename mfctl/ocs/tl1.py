@@ -134,7 +134,8 @@ def check_ident(field: str, value: str) -> str:
     ``_ . -`` (at most 64). Returns ``value``; raises :class:`TL1FieldError`."""
     if not isinstance(value, str) or not _IDENT_RE.fullmatch(value):
         bad = next((c for c in str(value) if c in RESERVED or not ("!" <= c <= "~")), None)
-        why = f"contains {_describe_char(bad)}" if bad else "is not 1-64 letters, digits, '_', '.', '-' (starting with a letter or digit)"
+        why = (f"contains {_describe_char(bad)}" if bad
+               else "is not 1-64 letters, digits, '_', '.', '-' (starting with a letter or digit)")
         raise TL1FieldError(field, f"{str(value)[:40]!r} {why}")
     return value
 

@@ -16,11 +16,13 @@ def test_import_a_training_log_as_a_run(tmp_path, cli_env):
     assert r.returncode == 0 and s["iterations"] == 300 and s["logged_lines"] == 15
     assert s["iteration_time_s"]["max"] == pytest.approx(1.639) and s["tokens"] == 300 * 64 * 4096
     assert "--seq-len" in s["note"]
-    ds = json.loads(subprocess.run(mfctl_cmd("runs", "import-log", DATA / "train-logs" / "deepspeed-moe-gpt125m-64experts-ep4-4gpu.txt",
-                                             "--json"), capture_output=True, text=True, env=cli_env).stdout)
+    ds_log = DATA / "train-logs" / "deepspeed-moe-gpt125m-64experts-ep4-4gpu.txt"
+    ds = json.loads(subprocess.run(mfctl_cmd("runs", "import-log", ds_log, "--json"), capture_output=True, text=True,
+                                   env=cli_env).stdout)
     assert ds["iterations"] == 180 and ds["tokens"] == 180 * 524288  # consumed tokens: 524,288 per iteration
     bad = tmp_path / "bad.log"
     bad.write_text("nothing here\n")
     assert subprocess.run(mfctl_cmd("runs", "import-log", bad), capture_output=True, env=cli_env).returncode == 3
-    r = subprocess.run(mfctl_cmd("metrics", "export", s["run_id"], "--format", "json"), capture_output=True, text=True, env=cli_env)
+    r = subprocess.run(mfctl_cmd("metrics", "export", s["run_id"], "--format", "json"), capture_output=True, text=True,
+                       env=cli_env)
     assert len(json.loads(r.stdout)["iterations"]) == 15

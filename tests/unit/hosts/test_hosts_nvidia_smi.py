@@ -2,7 +2,6 @@
 tests/golden/nvidia-smi-*): the GPUs nvidia-smi cannot reach, and GPUStatus from a CSV row."""
 
 from conftest import DATA
-
 from mfctl.hosts import nvidia_smi
 
 HDR = ("index, name, temperature.gpu, remapped_rows.pending, remapped_rows.failure, clocks.current.sm [MHz], "

@@ -2,7 +2,6 @@
 ibdev2netdev,show_gids,ibv_devinfo})."""
 
 from conftest import DATA
-
 from mfctl.hosts import rdma
 
 
