@@ -45,8 +45,10 @@ class ProgressObserver(NullObserver):
 
         with self._lock:
             if self._progress is None:
-                self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                          TimeElapsedColumn(), TextColumn("{task.fields[host]}"),
+                # markup=False: a phase's detail and a host name are shown as they are, never read as styles
+                self._progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                                          MofNCompleteColumn(), TimeElapsedColumn(),
+                                          TextColumn("{task.fields[host]}", markup=False),
                                           console=err_console(), transient=True)
                 self._progress.start()
             label = visible(f"{name} {detail}".strip())
