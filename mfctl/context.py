@@ -66,11 +66,11 @@ class Context:
         return open_ocs(self.inventory, purpose=purpose, journals=journals, connect_timeout=self.connect_timeout,
                         command_timeout=command_timeout or self.command_timeout)
 
-    def link_rates(self) -> "LinkRates":
-        """Circuit (one OCS lane) and EPS (a server's EPS NICs together) rates of the first host,
-        bytes/s per direction at RoCEv2 goodput: :func:`mfctl.fabric.planner.link_rates`."""
+    def link_rates(self, host: str | None = None) -> "LinkRates":
+        """Circuit (one OCS lane) and EPS (a server's EPS NICs together) rates of ``host`` (default:
+        the first), bytes/s per direction at RoCEv2 goodput: :func:`mfctl.fabric.planner.link_rates`."""
         from mfctl.fabric.planner import link_rates
 
-        h0 = self.inventory.hosts[0]
+        h0 = self.inventory.host(host) if host else self.inventory.hosts[0]
         lanes = h0.ocs_lanes()
         return link_rates(lanes[0][0].lane_rate_gbps if lanes else 0.0, sum(n.speed_gbps for n in h0.eps_nics()))

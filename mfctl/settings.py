@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-
 #: words of a setting's name that make it a secret (``ocs_password``, ``*_token``, ``api_key``)
 SECRET_WORDS = {"password", "passwd", "token", "secret"}
 
@@ -114,7 +113,7 @@ SETTINGS: dict[str, Setting] = {
                 "ocs.password_env is left at its default (an ocs.password_file wins; never stored in inventories).",
                 secret=True),
         # environment twins of command-line options (the CLI's options are built from these: mfctl.cli.common.option)
-        Setting("inventory", "", "Inventory YAML (--inventory/-i of every command that takes one).", type=Path),
+        Setting("inventory", "", "--inventory/-i of every command that takes one: the inventory YAML.", type=Path),
         Setting("json", "", "Print one JSON object on stdout (--json, for CI).", type=bool),
         Setting("yes", "", "Do not ask for confirmation (--yes/-y).", type=bool),
         Setting("skip_health", "", "mfctl run --skip-health.", type=bool),

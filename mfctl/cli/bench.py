@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, option, out_console
 
 app = typer.Typer(help="Throughput benchmarks on the testbed.", no_args_is_help=True)
 
 
 @app.command("nccl")
 @handle_errors
-def nccl(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCTL_INVENTORY"),
+def nccl(inventory: Path = option("inventory", "--inventory", "-i", default=..., help="Inventory YAML."),
          test: str = typer.Option("alltoall_perf", help="alltoall_perf or all_reduce_perf."),
          max_bytes: str = typer.Option("1G", help="Largest message (nccl-tests -e)."),
          json_out: bool = JSON_OPT):
@@ -23,49 +21,27 @@ def nccl(inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCTL_
     with what the current OCS circuits plus the EPS should give each server."""
     from rich.table import Table
 
-    from mfctl import settings
+    from mfctl.bench.nccl import TESTS, run_nccl, store
+    from mfctl.context import Context
     from mfctl.errors import UsageError
-    from mfctl.fabric.mapping import circuits_from_cross_connects, region_lanes
-    from mfctl.hosts.nccl_tests import parse_perf, perf_argv
     from mfctl.inventory import load_inventory
-    from mfctl.ocs.driver import driver_from_inventory
-    from mfctl.runtime.job import GOODPUT
-    from mfctl.transport.ssh import SSHPool, targets_from_inventory
 
-    if test not in ("alltoall_perf", "all_reduce_perf"):
+    if test not in TESTS:  # before the inventory is read, as ever
         raise UsageError("--test must be alltoall_perf or all_reduce_perf")
     inv = load_inventory(inventory)
-    hosts = [h.name for h in inv.hosts]
-    with driver_from_inventory(inv, connect_timeout=settings.get_float("connect_timeout"),
-                               command_timeout=settings.get_float("command_timeout")) as drv:
-        xc = drv.cross_connects()
-    circuits = circuits_from_cross_connects(region_lanes(inv, hosts), xc)
-    with SSHPool(targets_from_inventory(inv), connect_timeout=settings.get_float("connect_timeout"),
-                 command_timeout=max(settings.get_float("command_timeout"), 600)) as pool:
-        h0 = inv.hosts[0]
-        res = parse_perf(pool.run_checked(h0.name, perf_argv(test, "1M", max_bytes, 2, h0.gpus.count, nodes=len(hosts))))
-    lane_rate = h0.ocs_lanes()[0][0].lane_rate_gbps * 1e9 / 8 * GOODPUT if h0.ocs_lanes() else 0.0
-    eps = sum(n.speed_gbps for n in h0.eps_nics()) * 1e9 / 8 * GOODPUT
-    n_circ = sum(1 for c in circuits if h0.name in (c.a.host, c.b.host))
-    expected = (n_circ * lane_rate + eps) / 1e9 if test == "alltoall_perf" else None
-    peak = max((x.busbw_gbs or 0) for x in res.rows)
-    out = {"schema": "mfctl.bench.nccl/v1", "test": test, "host": h0.name, "circuits_on_host": n_circ,
-           "rows": [x.__dict__ for x in res.rows], "peak_busbw_gbs": peak, "expected_busbw_gbs": expected,
-           "ratio_to_expected": peak / expected if expected else None, "warnings": res.warnings}
-    d = settings.state_dir() / "bench"
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{inv.name}-{test}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(out, indent=2))
-    out["stored"] = str(path)
+    out = run_nccl(Context.from_settings(inv), test, max_bytes)
+    out["stored"] = str(store(out, inv.name))
     if json_out:
         emit_json(out)
         return
-    t = Table("size", "time µs", "algbw GB/s", "busbw GB/s", title=f"{test} from {h0.name}")
-    for x in res.rows:
-        t.add_row(f"{x.size_bytes:,}", f"{x.time_us:.1f}" if x.time_us else "—", str(x.algbw_gbs), str(x.busbw_gbs))
+    t = Table("size", "time µs", "algbw GB/s", "busbw GB/s", title=f"{test} from {out['host']}")
+    for x in out["rows"]:
+        t.add_row(f"{x['size_bytes']:,}", f"{x['time_us']:.1f}" if x["time_us"] else "—", str(x["algbw_gbs"]),
+                  str(x["busbw_gbs"]))
     con = out_console()
     con.print(t)
+    peak, expected = out["peak_busbw_gbs"], out["expected_busbw_gbs"]
     if expected:
-        con.print(f"peak bus bandwidth {peak:.1f} GB/s; the topology gives {h0.name} {n_circ} circuit(s) + EPS = "
-                  f"{expected:.1f} GB/s → {100 * peak / expected:.0f}% of expected", highlight=False)
-    con.print(f"stored: {path}", highlight=False)
+        con.print(f"peak bus bandwidth {peak:.1f} GB/s; the topology gives {out['host']} {out['circuits_on_host']} "
+                  f"circuit(s) + EPS = {expected:.1f} GB/s → {100 * peak / expected:.0f}% of expected", highlight=False)
+    con.print(f"stored: {out['stored']}", highlight=False)

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, markup, out_console, print_error
+from mfctl.cli.common import JSON_OPT, argument, emit_json, handle_errors, markup, out_console, print_error
 
 app = typer.Typer(help="Validate and show testbed inventories.", no_args_is_help=True)
 
-INV_ARG = typer.Argument(..., help="Inventory YAML file.", envvar="MFCTL_INVENTORY")
+INV_ARG = argument("inventory", help="Inventory YAML file.")
 
 
 def _facts(inv) -> dict:

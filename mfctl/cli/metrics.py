@@ -6,10 +6,10 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import emit_json, handle_errors
+from mfctl.cli.common import emit_json, handle_errors, option
 
 app = typer.Typer(help="Export a run's metrics (Prometheus, CSV, JSON) or serve them to Prometheus.", no_args_is_help=True)
-RUNS_DIR_OPT = typer.Option(None, "--runs-dir", envvar="MFCTL_RUNS_DIR", help="Where run directories are (default: ./runs).")
+RUNS_DIR_OPT = option("runs_dir", "--runs-dir", default=None, help="Where run directories are.")
 
 
 def latest_run(base: Path) -> Path:

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, shipped
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, option, shipped
 
 app = typer.Typer(help="Start, stop and inspect the mock testbed (SSH hosts + OCS emulator on loopback).",
                   no_args_is_help=True)
 
-STATE_OPT = typer.Option(None, "--state-dir", help="Where the mock keeps keys, known_hosts and its inventory.",
-                         envvar="MFCTL_MOCK_STATE_DIR")
+STATE_OPT = option("mock_state_dir", "--state-dir", default=None,
+                   help="Where the mock keeps keys, known_hosts and its inventory (default: <state_dir>/mock).")
 
 
 @app.command()
@@ -20,7 +20,7 @@ STATE_OPT = typer.Option(None, "--state-dir", help="Where the mock keeps keys, k
 def up(inventory: Path = typer.Argument(Path("inventory/mfabric-prototype.yaml"),
                                        help="Testbed to mock (the default is looked up here, then in the mfctl checkout)."),
        state_dir: Path = STATE_OPT,
-       time_scale: float = typer.Option(1.0, envvar="MFCTL_MOCK_TIME_SCALE", help="Simulated seconds per wall second (link-up, runtime)."),
+       time_scale: float = option("mock_time_scale", "--time-scale", help="Simulated seconds per wall second (link-up, runtime)."),
        factory: bool = typer.Option(False, "--factory", help="Hosts start unprovisioned (for mfctl provision)."),
        inject: list[str] = typer.Option([], "--inject", metavar="SPEC",
                                         help="A fault, repeatable: gpu02:gpu3=xid79, gpu02:gpu1=remap-pending, "

@@ -9,29 +9,26 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, markup, out_console, print_error
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, markup, option, out_console, print_error
 
 app = typer.Typer(help="Drive the optical circuit switch (TL1): inspect, change with a dry-run diff, journal, recover.",
                   no_args_is_help=True)
 
-INV_OPT = typer.Option(..., "--inventory", "-i", envvar="MFCTL_INVENTORY", help="Inventory YAML.")
+INV_OPT = option("inventory", "--inventory", "-i", default=..., help="Inventory YAML.")
 DRY_OPT = typer.Option(False, "--dry-run", help="Print the diff and change nothing (exit 6 if anything would change).")
-YES_OPT = typer.Option(False, "--yes", "-y", envvar="MFCTL_YES", help="Do not ask for confirmation.")
+YES_OPT = option("yes", "--yes", "-y", help="Do not ask for confirmation.")
 
 
 @contextmanager
 def _driver(inventory: Path, *, mutating: bool, purpose: str = "ocs"):
     """Connected driver, port map and the device's journal; ``mutating`` holds the device lock
     (keyed by what the device says it is, not by the inventory) until the block ends."""
-    from mfctl import settings
+    from mfctl.context import Context
     from mfctl.inventory import load_inventory
-    from mfctl.ocs.driver import open_ocs
     from mfctl.ocs.service import PortMap
 
     inv = load_inventory(inventory)
-    drv = open_ocs(inv, purpose=purpose if mutating else None, connect_timeout=settings.get_float("connect_timeout"),
-                   command_timeout=settings.get_float("command_timeout"))
-    with drv:
+    with Context.from_settings(inv).open_ocs(purpose=purpose if mutating else None) as drv:
         _warn_legacy_journal(inv)
         yield inv, drv, PortMap.from_inventory(inv), drv.device_journal
 
@@ -61,18 +58,20 @@ def _confirm(question: str, yes: bool) -> None:
         raise typer.Exit(1)
 
 
-def _render_diff(pm, d, json_out: bool, extra: dict | None = None) -> None:
+def _render_diff(pm, d: dict, json_out: bool) -> None:
+    """A diff as the driver gives it (:meth:`mfctl.ocs.driver.CrossConnectDiff.to_dict`: sorted
+    ``[in, out]`` pairs to delete and add, and how many are kept), lanes named."""
     if json_out:
         return
     con = out_console()
-    if d.empty:
+    if not d["delete"] and not d["add"]:
         con.print("no change: the OCS already holds this state")
         return
-    for i, o in sorted(d.delete.items()):
+    for i, o in d["delete"]:
         con.print(markup("[red]- {:>4} → {:<4}[/]  {} → {}", i, o, pm.name(i), pm.name(o)), highlight=False)
-    for i, o in sorted(d.add.items()):
+    for i, o in d["add"]:
         con.print(markup("[green]+ {:>4} → {:<4}[/]  {} → {}", i, o, pm.name(i), pm.name(o)), highlight=False)
-    con.print(f"{len(d.delete)} to delete, {len(d.add)} to add, {len(d.keep)} unchanged")
+    con.print(f"{len(d['delete'])} to delete, {len(d['add'])} to add, {d['keep']} unchanged")
 
 
 def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool, purpose: str, what: str) -> None:
@@ -83,7 +82,7 @@ def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool,
         current = drv.cross_connects()
         desired = build(pm, current)
         _, d = drv.plan(desired)
-        _render_diff(pm, d, json_out)
+        _render_diff(pm, d.to_dict(), json_out)
         result = {"schema": "mfctl.ocs.change/v1", "ocs": inv.ocs.name, "endpoint": drv.endpoint, "what": what,
                   "dry_run": dry_run, "diff": d.to_dict()}
         if dry_run or d.empty:
@@ -297,40 +296,36 @@ def recover(inventory: Path = INV_OPT,
             rollback: bool = typer.Option(False, "--rollback", help="Return to the state before the interrupted apply (default: complete it)."),
             dry_run: bool = DRY_OPT, yes: bool = YES_OPT, json_out: bool = JSON_OPT):
     """Finish (default) or roll back the last interrupted OCS change found in the journal."""
-    from mfctl.ocs.driver import check_journal_readable, last_verified, pending_apply, recover as do_recover
+    from mfctl.ocs.driver import recover as do_recover
     from mfctl.ocs.service import one_way
 
     mode = "rollback" if rollback else "complete"
     # the device lock even for --dry-run: a change in progress is not "unfinished", it is running
     with _driver(inventory, mutating=True, purpose=f"ocs recover{' --dry-run' if dry_run else ''}") as (inv, drv, pm, j):
         recs = drv.device_records
-        p = pending_apply(recs)
-        if p is None:
-            check_journal_readable(recs, drv)
-            seen, now = last_verified(recs), drv.cross_connects()
-            differs = seen is not None and seen != now
-            if differs:
-                print_error(f"the switch differs from the state the journal last verified ({len(set(seen.items()) ^ set(now.items()))} "
+        plan = do_recover(drv, recs, mode=mode, dry_run=True)  # what it would do, from a confirmed read
+        if plan["pending"] is None:
+            if plan["differs_from_last_verified"]:
+                print_error(f"the switch differs from the state the journal last verified ({plan['differing']} "
                             f"cross-connect(s)): changed by something else since; check it with mfctl ocs show", "warning")
             if json_out:
-                emit_json({"schema": "mfctl.ocs.recover/v1", "pending": None, "action": "none",
-                           "differs_from_last_verified": differs})
+                emit_json({"schema": "mfctl.ocs.recover/v1", **plan})
             else:
                 out_console().print("nothing to recover: every journalled change finished")
             return
-        plan = do_recover(drv, recs, mode=mode, dry_run=True)
+        p = plan["pending"]
         if not json_out:
             more = f", {p['recoveries']} recovery attempt(s) of it interrupted" if p["recoveries"] else ""
             out_console().print(f"apply {p['apply_id']} ({p.get('reason')}) did not finish{more}; {mode} it "
                                 f"(to its {'desired state' if mode == 'complete' else 'state before'}):",
                                 highlight=False, markup=False)
-        _, d = drv.plan({i: o for i, o in plan["target"]})
-        _render_diff(pm, d, json_out)
+        _render_diff(pm, plan["diff"], json_out)
+        changes = bool(plan["diff"]["delete"] or plan["diff"]["add"])
         if dry_run:
             if json_out:
                 emit_json({"schema": "mfctl.ocs.recover/v1", **plan})
-            raise typer.Exit(6 if not d.empty else 0)
-        if not d.empty:
+            raise typer.Exit(6 if changes else 0)
+        if changes:
             _confirm(f"{mode} apply {p['apply_id']}?", yes)
         out = do_recover(drv, recs, mode=mode)
     rb = {i: o for i, o in out["readback"]}

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, option, out_console
 
 app = typer.Typer(help="Plan OCS circuits from a traffic matrix and compare topologies.", no_args_is_help=True)
 
 TRAFFIC_ARG = typer.Argument(..., help="Traffic matrix: CSV, JSON or NPY (server bytes, or EP-rank x expert tokens).")
 KIND_OPT = typer.Option("server-bytes", "--kind", help="server-bytes or tokens (JSON files may say it themselves).")
-INV_OPT = typer.Option(None, "--inventory", "-i", envvar="MFCTL_INVENTORY", help="Take ports, lanes and rates from this inventory.")
+INV_OPT = option("inventory", "--inventory", "-i", default=None, help="Take ports, lanes and rates from this inventory.")
 REGION_OPT = typer.Option(None, "--region", help="Region of the inventory (default: the first).")
 PORTS_OPT = typer.Option(3, "--ports", min=1, max=64, help="OCS lanes per server, without an inventory.")
 LANE_OPT = typer.Option(100.0, "--lane-gbps", min=1.0, max=1e5, help="Rate of one optical lane, Gbit/s (without an inventory).")
@@ -34,8 +34,7 @@ def _setup(traffic, kind, inventory, region, ports, lane_gbps, eps_gbps, tp, gps
 
     from mfctl.errors import ConfigError
     from mfctl.fabric.matrixio import TrafficSpec, load_traffic
-    from mfctl.fabric.planner import LinkRates
-    from mfctl.runtime.job import GOODPUT
+    from mfctl.fabric.planner import link_rates
 
     B = load_traffic(traffic, TrafficSpec(kind=kind, tp=tp, gpus_per_server=gps, hidden=hidden, bytes_per_element=bpe))
     n = B.shape[-1]
@@ -53,12 +52,12 @@ def _setup(traffic, kind, inventory, region, ports, lane_gbps, eps_gbps, tp, gps
         hosts = list(reg.hosts)
         lanes = region_lanes(inv, hosts)
         ports_v = np.array([len(lanes[h]) for h in hosts])
-        h0 = inv.host(hosts[0])
-        rates = LinkRates(circuit_Bps=h0.ocs_lanes()[0][0].lane_rate_gbps * 1e9 / 8 * GOODPUT,
-                          eps_Bps=sum(x.speed_gbps for x in h0.eps_nics()) * 1e9 / 8 * GOODPUT)
+        from mfctl.context import Context
+
+        rates = Context(inv).link_rates(hosts[0])
     else:
         ports_v = np.full(n, ports)
-        rates = LinkRates(circuit_Bps=lane_gbps * 1e9 / 8 * GOODPUT, eps_Bps=eps_gbps * 1e9 / 8 * GOODPUT)
+        rates = link_rates(lane_gbps, eps_gbps)
     return B, ports_v, rates, hosts, lanes
 
 
@@ -145,10 +144,10 @@ def eval_cmd(traffic: Path = TRAFFIC_ARG, kind: str = KIND_OPT, inventory: Path 
              json_out: bool = JSON_OPT):
     """Compare topologies on a traffic matrix by estimated all-to-all completion time (EPS fallback)."""
     import numpy as np
+    from rich.table import Table
 
     from mfctl.fabric.matrixio import load_topology
     from mfctl.fabric.planner import greedy, objective, plan
-    from rich.table import Table
 
     B, ports_v, rates, hosts, _ = _setup(traffic, kind, inventory, region, ports, lane_gbps, eps_gbps, tp,
                                          gpus_per_server, hidden, bytes_per_element)

@@ -679,13 +679,23 @@ def check_not_superseded(driver: "OCSDriver", pending: dict, records: list[dict]
 def recover(driver: "OCSDriver", records: list[dict], *, mode: str = "complete", dry_run: bool = False) -> dict:
     """Finish (``complete``: the original change's ``desired``) or undo (``rollback``: its
     ``before``) the last interrupted change found in ``records``, however many recoveries of it
-    were themselves interrupted. Returns what was found and done, with the confirmed read-back;
-    journals ``ocs.recovered`` only once the switch holds the target."""
+    were themselves interrupted. Returns what was found and done — the target, the diff to it from
+    a confirmed read (``diff``: :meth:`CrossConnectDiff.to_dict`, what ``mfctl ocs recover`` shows
+    before it asks), and after a change the confirmed read-back; journals ``ocs.recovered`` only
+    once the switch holds the target.
+
+    With nothing pending: raises JournalDamaged when the journal cannot tell
+    (:func:`check_journal_readable`), else returns ``action: none`` with whether the switch differs
+    from the state the journal last verified (``differs_from_last_verified``, ``differing``
+    cross-connects: changed by something else since)."""
     if mode not in ("complete", "rollback"):
         raise ValueError(f"mode must be complete or rollback, not {mode!r}")
     p = pending_apply(records)
     if p is None:
-        return {"pending": None, "action": "none"}
+        check_journal_readable(records, driver)
+        seen, now = last_verified(records), driver.cross_connects()
+        differing = len(set(seen.items()) ^ set(now.items())) if seen is not None else 0
+        return {"pending": None, "action": "none", "differs_from_last_verified": differing > 0, "differing": differing}
     check_not_superseded(driver, p, records)
     target = {i: o for i, o in (p["desired"] if mode == "complete" else p["before"])}
     current, d = driver.plan(target)
