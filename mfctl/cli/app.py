@@ -75,7 +75,8 @@ def version(json_out: bool = JSON_OPT, settings_table: bool = typer.Option(False
         for s in settings.SETTINGS.values():
             value = settings.get(s.name)
             row = {"name": s.name, "env": s.env, "default": s.default, "value": value, "help": s.help,
-                   "secret": s.is_secret, "set": bool(os.environ.get(s.env))}
+                   "secret": s.is_secret, "set": bool(os.environ.get(s.env)), "type": s.type.__name__,
+                   "min": s.min, "max": s.max}
             if s.is_secret:  # the default too: a secret with a default is still a secret
                 row["value"] = SECRET_SHOWN if value else ""
                 row["default"] = SECRET_SHOWN if s.default else ""
@@ -87,8 +88,9 @@ def version(json_out: bool = JSON_OPT, settings_table: bool = typer.Option(False
     rows = data.get("settings", [])
     shown = [(f"{s['value']} (set)" if s["value"] else "(not set)") if s["secret"] else str(s["value"]) for s in rows]
     w = max([24] + [len(v) + 1 for v in shown])
-    for s, v in zip(rows, shown):
-        typer.echo(f"  {s['env']:<26} {v:<{w}} {s['help']}")
+    limits = [settings.SETTINGS[s["name"]].limits_text() for s in rows]
+    for s, v, lim in zip(rows, shown, limits):
+        typer.echo(f"  {s['env']:<26} {v:<{w}} " + (f"{s['help'].rstrip('.')} ({lim})." if lim else s["help"]))
 
 
 def main() -> None:

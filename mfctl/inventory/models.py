@@ -16,6 +16,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
+from mfctl.settings import SETTINGS
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
@@ -155,7 +157,7 @@ class OCS(_Strict):
     user: str = Field("admin", description="TL1 user id (ACT-USER); a TL1 identifier")
     sid: str | None = Field(None, description="The switch's SID (TL1 response header): checked before login")
     serial: str | None = Field(None, description="The switch's serial number (RTRV-INV SN=): checked after login")
-    password_env: str | None = Field("MFCTL_OCS_PASSWORD", pattern=r"^[A-Z_][A-Z0-9_]*$")
+    password_env: str | None = Field(SETTINGS["ocs_password"].env, pattern=r"^[A-Z_][A-Z0-9_]*$")  # MFCTL_OCS_PASSWORD
     password_file: str | None = None
     known_hosts: str | None = Field(None, description="known_hosts for the SSH transport")
     insertion_loss_db: float = Field(1.0, ge=0, description="Per pass, dB (datasheet class)")
