@@ -203,3 +203,45 @@ def test_errors_lose_their_own_endpoint_to_fold():
     assert without_endpoint("cannot connect to 10.0.0.7:2222: refused", ep) == "cannot connect to <address>:<port>: refused"
     assert without_endpoint("cannot connect to 10.0.0.77:22: refused", ep) == "cannot connect to 10.0.0.77:22: refused"
     assert CommandResult("h", ["x"], error=None, endpoint=ep).error_shared is None
+
+
+def test_both_stacks_give_the_one_policys_verdicts_and_texts(server, tmp_path):
+    """paramiko (interactive sessions) and libssh2 (commands) ask the same HostKeyPolicy: the same
+    words for an unknown and for a changed key; a host filed only under another key type is
+    unknown to both (OpenSSH's rule), so accept-new records the offered key beside it."""
+    srv, target, _, hk = server
+    rsa = paramiko.RSAKey.generate(1024)
+    kh = tmp_path / "kh_types"
+    kh.write_text(f"[127.0.0.1]:{srv.port} ssh-rsa {rsa.get_base64()}\n")
+    target.known_hosts = str(kh)
+    with pytest.raises(UnreachableError) as e:
+        connect(target, timeout=3)
+    with SSHPool([target]) as pool:
+        r = pool.run("h1", ["echo", "x"])
+    assert str(e.value) == f"h1: {r.error}" == (f"h1: host key of [127.0.0.1]:{srv.port} is not in {kh} "
+                                                "(add it, or set host_key_policy: accept-new)")
+    target.host_key_policy = "accept-new"
+    connect(target, timeout=3).close()
+    assert kh.read_text().splitlines()[1] == f"[127.0.0.1]:{srv.port} {hk.get_name()} {hk.get_base64()}"
+    other = paramiko.ECDSAKey.generate(bits=256)
+    kh.write_text(f"[127.0.0.1]:{srv.port} {other.get_name()} {other.get_base64()}\n")
+    with pytest.raises(UnreachableError) as e:
+        connect(target, timeout=3)
+    with SSHPool([target]) as pool:
+        r = pool.run("h1", ["echo", "x"])
+    assert str(e.value) == f"h1: {r.error}" == f"h1: host key CHANGED for 127.0.0.1:{srv.port} — refusing to connect"
+
+
+def test_an_unreadable_known_hosts_is_the_hosts_failure_on_both_stacks(server, tmp_path):
+    import os
+
+    if os.geteuid() == 0:
+        target = server[1]
+        target.known_hosts = str(tmp_path)  # a directory: unreadable as a file, even for root
+    else:
+        target = server[1]
+        os.chmod(target.known_hosts, 0)
+    with pytest.raises(UnreachableError, match="cannot read known_hosts"):
+        connect(target, timeout=3)
+    with SSHPool([target]) as pool:
+        assert "cannot read known_hosts" in pool.run("h1", ["true"]).error
