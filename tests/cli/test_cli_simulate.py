@@ -1,0 +1,41 @@
+"""mfctl simulate in process (CliRunner): fabrics compared, usage errors."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from mfctl.cli.app import build
+
+
+def invoke(*args):
+    return CliRunner().invoke(build(), [str(a) for a in args])
+
+
+def test_simulate_compares_fabrics_against_the_fat_tree():
+    from mfctl.fabric import whatif
+
+    r = invoke("simulate", "--gpus", "128", "--fabric", "mfabric", "--json")
+    out = json.loads(r.stdout)
+    assert r.exit_code == 0 and out["schema"] == "mfctl.simulate/v1" and out["gpus"] == 128
+    fabrics = {f["fabric"]: f for f in out["fabrics"]}
+    assert list(fabrics) == ["fat-tree", "mfabric"]  # the reference is always there, first
+    assert fabrics["fat-tree"]["relative_perf_per_dollar"] == pytest.approx(1.0)
+    sc = whatif.Scenario(whatif.PRESETS["mixtral-8x7b"], gpus=128, link_gbps=400, alpha=6, reconfig_latency_s=0.025,
+                         micro_batches=16)
+    want = {r.fabric: r.iteration_s for r in whatif.simulate(sc, ["fat-tree", "mfabric"])}
+    assert {k: v["iteration_s"] for k, v in fabrics.items()} == pytest.approx(want)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--model", "gpt-5"], "--model must be one of"),
+    (["--link-gbps", "300"], "--link-gbps must be one of"),
+    (["--fabric", "torus"], "unknown fabric 'torus'"),
+    (["--plot", "out.txt"], "--plot needs a .png"),
+    (["--gpus", "64"], "do not divide"),
+])
+def test_usage_errors_exit_2_with_one_json_error(args, says):
+    r = invoke("simulate", *args, "--json")
+    err = json.loads(r.stdout)["error"]
+    assert r.exit_code == 2 and err["type"] == "UsageError" and says in err["message"]
+    assert invoke("simulate", *args).stderr.startswith("error: ")

@@ -1,0 +1,77 @@
+"""mfctl topo plan|eval in process (CliRunner): the JSON shapes, the rates they plan with, usage errors."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from mfctl.cli.app import build
+from mfctl.fabric.planner import link_rates, objective, plan
+
+
+def invoke(*args):
+    return CliRunner().invoke(build(), [str(a) for a in args])
+
+
+@pytest.fixture
+def traffic(tmp_path):
+    B = np.array([[0, 9e8, 1e8, 0], [9e8, 0, 2e8, 3e8], [1e8, 2e8, 0, 7e8], [0, 3e8, 7e8, 0]])
+    p = tmp_path / "b.npy"
+    np.save(p, B)
+    return p, B
+
+
+def test_plan_on_a_matrix_without_an_inventory(traffic):
+    p, B = traffic
+    r = invoke("topo", "plan", p, "--ports", "2", "--lane-gbps", "100", "--eps-gbps", "200", "--json")
+    out = json.loads(r.stdout)
+    assert r.exit_code == 0 and out["schema"] == "mfctl.topo.plan/v1" and (out["servers"], out["layers"]) == (4, 1)
+    C = np.array(out["circuits"])
+    assert out["ports"] == [2, 2, 2, 2] and (C == C.T).all() and (C.sum(axis=1) <= 2).all() and C.sum() > 0
+    want = plan(B[None], np.full(4, 2), link_rates(100, 200))  # the rates of the command line, at goodput
+    assert out["objective_s"] == pytest.approx(want.objective_s) and C.tolist() == want.circuits.tolist()
+    assert "lanes" not in out  # no inventory: no lanes, ports or routes
+
+
+def test_plan_with_the_prototype_maps_lanes_and_cross_connects(traffic):
+    from conftest import PROTOTYPE
+    from mfctl.context import Context
+    from mfctl.inventory import load_inventory
+
+    p, B = traffic
+    r = invoke("topo", "plan", p, "-i", PROTOTYPE, "--json")
+    out = json.loads(r.stdout)
+    assert r.exit_code == 0, r.stderr
+    inv = load_inventory(PROTOTYPE)
+    assert out["ports"] == [3, 3, 3, 3]
+    want = plan(B[None], np.full(4, 3), Context(inv).link_rates())
+    assert out["objective_s"] == pytest.approx(want.objective_s)
+    assert len(out["lanes"]) == int(np.array(out["circuits"]).sum() // 2) and len(out["cross_connects"]) == 2 * len(out["lanes"])
+    assert {h for c in out["lanes"] for h in (c["a"].split("/")[0], c["b"].split("/")[0])} <= {h.name for h in inv.hosts}
+
+
+def test_eval_ranks_topologies_by_estimated_all_to_all_time(traffic):
+    p, B = traffic
+    r = invoke("topo", "eval", p, "--ports", "2", "--json")
+    rows = {x["topology"]: x for x in json.loads(r.stdout)["topologies"]}
+    assert r.exit_code == 0 and set(rows) == {"greedy", "best", "eps-only", "uniform"}
+    assert min(x["ratio_to_best"] for x in rows.values()) == 1.0 and rows["eps-only"]["circuit_count"] == 0
+    assert rows["best"]["objective_s"] <= rows["greedy"]["objective_s"] < rows["eps-only"]["objective_s"]
+    eps = objective(B[None], np.zeros((4, 4), int), link_rates(100, 100))[0]
+    assert rows["eps-only"]["objective_s"] == pytest.approx(eps)
+
+
+def test_usage_and_config_errors(traffic, tmp_path):
+    from conftest import PROTOTYPE
+
+    p, _ = traffic
+    r = invoke("topo", "plan", p, "--method", "guess", "--json")
+    assert r.exit_code == 2 and json.loads(r.stdout)["error"]["type"] == "UsageError" and "--method" in r.stderr + r.stdout
+    assert invoke("topo", "plan", p, "--ports", "0").exit_code == 2  # below the option's minimum
+    three = tmp_path / "c.npy"
+    np.save(three, np.ones((3, 3)))
+    r = invoke("topo", "plan", three, "-i", PROTOTYPE, "--json")
+    assert r.exit_code == 3 and "3 servers" in json.loads(r.stdout)["error"]["message"]
+    r = invoke("topo", "plan", p, "-i", PROTOTYPE, "--region", "nowhere", "--json")
+    assert r.exit_code == 3 and "no region 'nowhere'" in json.loads(r.stdout)["error"]["message"]
