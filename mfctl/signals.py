@@ -17,8 +17,8 @@ class DeferSignals:
     def __init__(self, reraise: bool = True, on_signal=None):
         """``reraise=False``: a signal received inside is dropped (clean-up that must finish);
         ``on_signal(signum)`` is called when one arrives (e.g. to tell the operator to wait)."""
-        self.pending = None
-        self._old = None
+        self.pending: int | None = None
+        self._old: dict | None = None
         self.reraise, self.on_signal = reraise, on_signal
 
     def __enter__(self) -> "DeferSignals":

@@ -11,6 +11,7 @@ parallel circuits between the same pair over different NUMA nodes (paper's permu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,7 +73,7 @@ def circuits_from_cross_connects(lanes: dict[str, list[LaneRef]], xc: dict[int, 
 
 
 def map_circuits(C: np.ndarray, hosts: list[str], lanes: dict[str, list[LaneRef]],
-                 previous: list[Circuit] = ()) -> list[Circuit]:
+                 previous: Sequence[Circuit] = ()) -> list[Circuit]:
     """Assign lanes to the circuits of ``C`` (``[n, n]`` over ``hosts``), keeping ``previous``
     circuits that the plan still wants. Raises ValueError if a host lacks lanes."""
     n = len(hosts)

@@ -60,7 +60,7 @@ def _load_array(path: Path) -> tuple[np.ndarray, dict]:
                 raise ConfigError(f"expected a 'matrix' or 'layers' (or 'circuits') key, found {sorted(doc) or 'none'}",
                                   path=str(path))
             doc = doc.get("layers", doc.get("matrix", doc.get("circuits")))
-        stack = [((), doc)]
+        stack: list[tuple[tuple[int, ...], object]] = [((), doc)]
         while stack:  # true/false would become 1/0 and "12" 12.0: neither is a byte count
             at, x = stack.pop()
             if isinstance(x, (bool, str)):

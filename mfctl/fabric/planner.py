@@ -307,7 +307,8 @@ def ilp(B: np.ndarray, ports: np.ndarray, rates: LinkRates, time_limit_s: float 
     nx = len(xi)
     nv = nx + L
     eps = np.broadcast_to(np.asarray(rates.eps_Bps, float), (n,))
-    lo, hi = [], []
+    lo: list[float] = []
+    hi: list[float] = []
     A = lil_matrix((len(pairs) + n + L * (2 * len(pairs) + 2 * n), nv))
     r = 0
     for p, kk in enumerate(ks):  # exactly one k per pair
@@ -455,7 +456,7 @@ def plan(B: np.ndarray, ports, rates: LinkRates | None = None, *, method: str = 
         options = [(changed_circuits(best_C, cur), best_obj, best_C, used)]
         if cur_obj <= limit:
             options.append((0, cur_obj, cur, "keep"))
-        elif allc is not None:
+        elif allc is not None and vals is not None:  # (vals are allc's)
             ok = np.flatnonzero(vals <= limit)
             ch = np.abs(allc[ok] - cur[None]).sum(axis=(1, 2)) // 2
             k = int(ok[np.argmin(ch)])

@@ -62,7 +62,7 @@ class CrossLayerModel:
         if trace not in CROSSLAYER:
             raise ValueError(f"no cross-layer data for {trace!r}; have {sorted(CROSSLAYER)}")
         root = resources.files("mfctl.data").joinpath("routing").joinpath(CROSSLAYER[trace])
-        files = sorted(p for p in root.iterdir() if p.name.endswith(".json"))
+        files = sorted((p for p in root.iterdir() if p.name.endswith(".json")), key=lambda p: p.name)
         sums: dict[tuple[int, int], np.ndarray] = {}
         for f in files:
             if domains and f.name[:-5] not in domains:

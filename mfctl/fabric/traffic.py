@@ -49,12 +49,12 @@ def load_routing(name: str, domains: list[str] | None = None) -> RoutingTrace:
     missing = [d for d in wanted if d not in available]
     if missing:
         raise ValueError(f"trace {name!r} has no domain(s) {missing}; available: {available}")
-    probs, meta = [], None
-    for d in wanted:
-        doc = json.loads(root.joinpath(d + ".json").read_text())
+    docs = [json.loads(root.joinpath(d + ".json").read_text()) for d in wanted]
+    probs = []
+    for doc in docs:
         counts = np.asarray(doc["counts"], dtype=float)
         probs.append(counts / counts.sum(axis=1, keepdims=True))
-        meta = doc
+    meta = docs[-1]
     return RoutingTrace(model=meta["model"], num_experts=int(meta["num_experts"]), top_k=int(meta["top_k"]),
                         layers=list(meta["layers"]), domains=list(wanted), probs=np.stack(probs))
 

@@ -183,7 +183,7 @@ def simulate(sc: Scenario, fabrics=FABRICS) -> list[FabricResult]:
     cross_rack = region > sc.rack_servers
     out = []
     for fab in fabrics:
-        static_C = None
+        static_C = np.zeros((region, region), int)  # planned once below for static-optical
         if fab in ("static-optical",):
             B_avg = np.stack([to_B(t) for t in avg_layers])
             static_C = plan(B_avg, np.full(region, sc.alpha), LinkRates(r, r)).circuits

@@ -222,12 +222,15 @@ def parse_query_text(text: str) -> list[GPUDetail]:
             or (sec.get("GPU Power Readings") or sec.get("Power Readings") or {}).get("Average Power Draw")
         ecc = ((sec.get("ECC Errors") or {}).get("Volatile") or {})
         unc = ecc.get("DRAM Uncorrectable") or ecc.get("Double Bit", {}).get("Total") if isinstance(ecc, dict) else None
-        rr = sec.get("Remapped Rows") if isinstance(sec.get("Remapped Rows"), dict) else {}  # "Remapped Rows : N/A"
+        rr = sec.get("Remapped Rows")
+        if not isinstance(rr, dict):  # "Remapped Rows : N/A"
+            rr = {}
+        unc_n = _f(unc)
         pm = sec.get("Persistence Mode")
         out.append(GPUDetail(key[4:], sec.get("Product Name"), _f(temp), _f(power),
                              None if pm in (None, "N/A") else pm == "Enabled",
                              (sec.get("MIG Mode") or {}).get("Current"),
-                             int(_f(unc)) if _f(unc) is not None else None,
+                             int(unc_n) if unc_n is not None else None,
                              None if rr.get("Pending") in (None, "N/A") else rr.get("Pending") == "Yes",
                              None if rr.get("Remapping Failure Occurred") in (None, "N/A")
                              else rr.get("Remapping Failure Occurred") == "Yes"))
@@ -258,9 +261,10 @@ def parse_query_xml(text: str) -> list[GPUDetail]:
         unc = t("ecc_errors/volatile/dram_uncorrectable") or t("ecc_errors/volatile/double_bit/total")
         pend, fail = t("remapped_rows/remapped_row_pending"), t("remapped_rows/remapped_row_failure")
         pm = t("persistence_mode")
+        unc_n = _f(unc)
         out.append(GPUDetail(g.get("id", "?"), t("product_name"), _f(t("temperature/gpu_temp")), _f(power),
                              None if pm in (None, "N/A") else pm == "Enabled", t("mig_mode/current_mig"),
-                             int(_f(unc)) if _f(unc) is not None else None,
+                             int(unc_n) if unc_n is not None else None,
                              None if pend in (None, "N/A") else pend == "Yes",
                              None if fail in (None, "N/A") else fail == "Yes"))
     if not out:

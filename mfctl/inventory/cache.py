@@ -44,7 +44,10 @@ def _code_key() -> bytes:
 
         parts = [__version__]
         for name in ("mfctl.inventory.models", "mfctl.inventory.loader"):  # found, not imported (see entry())
-            st = os.stat(importlib.util.find_spec(name).origin)
+            spec = importlib.util.find_spec(name)
+            if spec is None or spec.origin is None:  # (our own modules: always found)
+                raise ImportError(f"{name} not found")
+            st = os.stat(spec.origin)
             parts.append(f"{st.st_size}:{st.st_mtime_ns}")
         _CODE = "|".join(parts).encode()
     return _CODE

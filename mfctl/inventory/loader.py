@@ -36,7 +36,9 @@ def _walk(node: yaml.Node, path: Loc, lines: dict[Loc, int], src: str, budget: l
     if budget[0] < 0:
         raise ConfigError(f"document too large (more than {MAX_NODES} nodes after expanding YAML aliases)", path=src)
     line = node.start_mark.line + 1
-    if node.id == "scalar":  # (PyYAML's node kinds: mapping, sequence, scalar)
+    # PyYAML's node kinds: mapping, sequence, scalar (each node class has an .id; the stubs leave it out, and
+    # isinstance would need yaml imported here, which a cached inventory never does)
+    if node.id == "scalar":  # type: ignore[attr-defined]
         lines[path] = line
         return
     if any(node is n for n in within):
@@ -46,7 +48,7 @@ def _walk(node: yaml.Node, path: Loc, lines: dict[Loc, int], src: str, budget: l
         raise ConfigError(f"nested more than {MAX_DEPTH} levels deep", path=src, line=line)
     lines[path] = line
     within = within + (node,)
-    if node.id == "mapping":
+    if node.id == "mapping":  # type: ignore[attr-defined]
         seen: dict[str, int] = {}
         for k, v in node.value:
             line = k.start_mark.line + 1

@@ -164,7 +164,7 @@ class TL1Client:
                 if remaining <= 0:
                     break
                 self._pull(min(remaining, 0.2), "link lost while listening")
-            keep = collections.deque()
+            keep: collections.deque = collections.deque()
             for item in self._items:
                 if isinstance(item, tl1.Autonomous):
                     self._autonomous(item)

@@ -178,6 +178,8 @@ class Journal:
         if size and os.pread(fd, 1, size - 1) != b"\n":  # a torn last line: seal it, never glue onto it
             start = self._line_start(fd, size)
             self._write_all(fd, b"\n")
+            if self._seq is None:  # (append() has read it already)
+                self._seq = self._last_seq()
             self._seq += 1
             rec = {"ts": round(time.time(), 6), "seq": self._seq, "op": "journal.sealed", "offset": start,
                    "bytes": size - start, "why": "the last record was torn (no newline): kept as its own line"}

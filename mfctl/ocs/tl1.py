@@ -19,6 +19,7 @@ same CTAG follow). Parsing never raises on garbage: unrecognised text is returne
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mfctl.errors import ConfigError
@@ -346,7 +347,7 @@ def parse_block(block: str, terminator: str = ";") -> Item:
     return Garbage(raw)
 
 
-def format_reply(sid: str, stamp: str, ctag: str, code: str, lines: list[str] = (), *,
+def format_reply(sid: str, stamp: str, ctag: str, code: str, lines: Sequence[str] = (), *,
                  error_code: str | None = None, comment: str | None = None, more: bool = False) -> str:
     """Format a response block exactly as GR-833 lays it out (used by the emulator and tests)."""
     out = f"\r\n\n   {sid} {stamp}\r\nM  {ctag} {code}\r\n"
