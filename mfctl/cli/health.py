@@ -47,6 +47,7 @@ def _render(report) -> None:
 
 
 def _report(report, junit: Path | None, json_out: bool) -> None:
+    """The JUnit XML (a file, or stdout alone with `-`), then the JSON or the table."""
     to_stdout = junit is not None and str(junit) == "-"
     if to_stdout:  # the XML is the output
         sys.stdout.write(report.junit() + "\n")
@@ -77,35 +78,44 @@ def health(inventory: Path = typer.Option(None, "--inventory", "-i", envvar="MFC
     NIC error counters are judged by what they gained over the last hour of sweeps (readings kept in the state dir;
     nic_error_window_s), the first time as totals. Exit 0 healthy, 1 when anything is critical (an unreachable host
     is), 2 usage (an unknown check), 4 when no host could be reached."""
-    from mfctl import health as H
-    from mfctl.cli.progress import ProgressObserver
-    from mfctl.context import Context
     from mfctl.errors import UsageError
-    from mfctl.health.checks import ocs
-    from mfctl.inventory import load_inventory
-    from mfctl.inventory.hostsets import select_hosts
 
     if list_checks:
         _list_checks(json_out)
         return
     if inventory is None:
         raise UsageError("missing option --inventory / -i (or MFCTL_INVENTORY)")
-    if json_out and junit is not None and str(junit) == "-":
+    to_stdout = junit is not None and str(junit) == "-"
+    if json_out and to_stdout:
         raise UsageError("--json and --junit - both want stdout: write the JUnit report to a file (--junit FILE)")
-    names = H.select_checks(",".join(filter(None, [checks, "-ocs" if no_ocs else None])) or None)
+    report = _sweep(inventory, hosts, ",".join(filter(None, [checks, "-ocs" if no_ocs else None])), threshold,
+                    since_boot, progress=not (json_out or to_stdout))
+    _report(report, junit, json_out)
+    raise typer.Exit(int(report.exit_code()))
+
+
+def _sweep(inventory: Path, hosts: str | None, checks: str, threshold: list[str] | None, since_boot: bool, *,
+           progress: bool):
+    """Select, sweep (the OCS read first when it is among the checks), keep the NIC readings."""
+    from mfctl import health as H
+    from mfctl.cli.progress import ProgressObserver
+    from mfctl.context import Context
+    from mfctl.health.checks import ocs
+    from mfctl.inventory import load_inventory
+    from mfctl.inventory.hostsets import select_hosts
+
+    names = H.select_checks(checks or None)
     overrides = H.parse_overrides(threshold)
     inv = load_inventory(inventory)
     selected = None if hosts is None else select_hosts(hosts, [h.name for h in inv.hosts], {r.name: r.hosts for r in inv.regions})
     ctx = Context.from_settings(inv)
     ocs_state = ocs.read_state(ctx) if ocs.NAME in names else None
     before = H.load_baseline(inv)
-    with ctx.pool() as pool, ProgressObserver(enabled=False if json_out or junit is not None and str(junit) == "-" else None,
-                                              warnings=False) as obs:
+    with ctx.pool() as pool, ProgressObserver(enabled=None if progress else False, warnings=False) as obs:
         report = H.sweep(pool, inv, selected, checks=names, limits=overrides, baseline=before, since_boot=since_boot,
                          ocs_state=ocs_state, observer=obs)
     try:
         H.save_baseline(inv, report.targets, before)
     except OSError as e:
         print_error(f"NIC counters of this sweep not kept ({e.strerror or e}): later sweeps lack this reading", "warning")
-    _report(report, junit, json_out)
-    raise typer.Exit(int(report.exit_code()))
+    return report

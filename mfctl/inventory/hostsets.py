@@ -41,6 +41,39 @@ def _set_size(spec: str) -> int:
     return total
 
 
+def _unpadded(name: str) -> str:
+    import re
+
+    return re.sub(r"\d+", lambda m: str(int(m[0])), name)
+
+
+def _refuse_before_parsing(spec: str, shown: str, groups: dict[str, list[str]]) -> None:
+    """A set that starts with an operator, names an unknown @group or expands past MAX_SET: UsageError."""
+    import re
+
+    from mfctl.errors import UsageError
+
+    if spec.lstrip()[:1] in ("!", "&", "^"):
+        raise UsageError(f"host set {shown!r} starts with {spec.lstrip()[0]!r}, which takes hosts away from (or intersects "
+                         f"with) a set before it: e.g. all{spec.lstrip()}")
+    for g in re.findall(r"@([^,!&^\s\[\]]*)", spec):
+        if g not in groups:
+            have = ", ".join(f"@{n}" for n in groups) or "none"
+            raise UsageError(f"unknown group @{g} in host set {shown!r}; the groups are the inventory's regions: {have}")
+    if _set_size(spec) > MAX_SET:
+        raise UsageError(f"host set {shown!r} expands to more than {MAX_SET:,} names")
+
+
+def _refuse_unknown(unknown, known: list[str]) -> None:
+    """Names the inventory does not have: UsageError, with the padded names meant (gpu[1-2] for gpu01, gpu02)."""
+    from mfctl.errors import UsageError
+
+    have = {_unpadded(h): h for h in known}  # names are matched exactly, padding included
+    near = [have[_unpadded(u)] for u in unknown if _unpadded(u) in have]
+    hint = f" (did you mean {hostset(near)}? names are matched exactly, zero padding included)" if near else ""
+    raise UsageError(f"unknown host(s) {str(unknown)[:200]}{hint}; the inventory has {hostset(known)}")
+
+
 def select_hosts(spec: str, known: list[str], groups: dict[str, list[str]] | None = None) -> list[str]:
     """The inventory hosts a host set names: ``all``, ``gpu01,gpu03``, ``gpu[01-04]``,
     ``gpu[01-04]!gpu02`` (ClusterShell syntax) or ``@GROUP`` for one of ``groups`` (the
@@ -55,19 +88,11 @@ def select_hosts(spec: str, known: list[str], groups: dict[str, list[str]] | Non
     if spec.strip() == "all":
         return list(known)
     shown = spec if len(spec) <= 120 else spec[:100] + f"… ({len(spec):,} characters)"  # messages quote it, and logs
-    if spec.lstrip()[:1] in ("!", "&", "^"):
-        raise UsageError(f"host set {shown!r} starts with {spec.lstrip()[0]!r}, which takes hosts away from (or intersects "
-                         f"with) a set before it: e.g. all{spec.lstrip()}")
+    groups = groups or {}
+    _refuse_before_parsing(spec, shown, groups)
     from ClusterShell.NodeSet import NodeSet, NodeSetExternalError, NodeSetParseError  # not for "all"
     from ClusterShell.NodeUtils import GroupResolver, GroupSource
 
-    groups = groups or {}
-    for g in re.findall(r"@([^,!&^\s\[\]]*)", spec):
-        if g not in groups:
-            have = ", ".join(f"@{n}" for n in groups) or "none"
-            raise UsageError(f"unknown group @{g} in host set {shown!r}; the groups are the inventory's regions: {have}")
-    if _set_size(spec) > MAX_SET:
-        raise UsageError(f"host set {shown!r} expands to more than {MAX_SET:,} names")
     if re.search(r"(^|[,!&^])\s*all\s*($|[,!&^])", spec):  # "all" inside an expression: every inventory host
         spec = re.sub(r"(?<![\w@.-])all(?![\w.-])", hostset(known), spec)
     resolver = GroupResolver(GroupSource("inventory", {g: ",".join(hs) for g, hs in groups.items()}))
@@ -77,12 +102,7 @@ def select_hosts(spec: str, known: list[str], groups: dict[str, list[str]] | Non
         raise UsageError(f"bad host set {shown!r}: {str(e)[:200]}") from None
     unknown = ns.difference(NodeSet.fromlist(known))
     if unknown:
-        # gpu[1-2] for gpu01, gpu02: names are matched exactly, padding included
-        have = {re.sub(r"\d+", lambda m: str(int(m[0])), h): h for h in known}
-        near = [have[re.sub(r"\d+", lambda m: str(int(m[0])), u)] for u in unknown
-                if re.sub(r"\d+", lambda m: str(int(m[0])), u) in have]
-        hint = f" (did you mean {hostset(near)}? names are matched exactly, zero padding included)" if near else ""
-        raise UsageError(f"unknown host(s) {str(unknown)[:200]}{hint}; the inventory has {hostset(known)}")
+        _refuse_unknown(unknown, known)
     if not ns:
         raise UsageError(f"host set {shown!r} names no host")
     return [h for h in ns]

@@ -26,6 +26,36 @@ def _unknown(name: str, spec: str):
                       "(mfctl health --list-checks)")
 
 
+def _apply(items: list[str], spec: str) -> tuple[set[str], set[str]]:
+    """The checks ``items`` choose, and the ones they remove by name."""
+    bare = [i for i in items if i[0] not in "+-"]
+    chosen, removed = set(bare) if bare else set(DEFAULT), set()
+    for i in items:
+        name = i.lstrip("+-").strip()
+        if name not in NAMES:
+            raise _unknown(name, spec)
+        if i[0] == "-":
+            chosen.discard(name)
+            removed.add(name)
+        elif i[0] == "+":
+            chosen.add(name)
+    return chosen, removed
+
+
+def _with_needs(chosen: set[str], removed: set[str], spec: str) -> set[str]:
+    """``chosen`` and the checks they need; a needed check that was removed by name is a UsageError."""
+    from mfctl.errors import UsageError
+
+    out = set(chosen)
+    for name in sorted(chosen & set(CHECKS)):
+        for need in CHECKS[name].needs:
+            if need in removed:
+                raise UsageError(f"--checks {spec!r}: {name} needs {need} ({CHECKS[need].runs}): remove {name} too "
+                                 f"(-{name}) or keep {need}")
+            out.add(need)
+    return out
+
+
 def select_checks(spec: str | None) -> list[str]:
     """The checks a ``--checks`` value names, in :data:`NAMES` order: ``+name`` adds to the default
     set, ``-name`` removes from it, bare names are exactly these (then ``+``/``-`` apply to them);
@@ -37,24 +67,7 @@ def select_checks(spec: str | None) -> list[str]:
     items = [s.strip() for s in (spec or "").split(",") if s.strip()]
     if not items:
         return list(DEFAULT)
-    bare = [i for i in items if i[0] not in "+-"]
-    chosen = set(bare) if bare else set(DEFAULT)
-    removed = set()
-    for i in items:
-        name = i.lstrip("+-").strip()
-        if name not in NAMES:
-            raise _unknown(name, spec)
-        if i[0] == "-":
-            chosen.discard(name)
-            removed.add(name)
-        elif i[0] == "+":
-            chosen.add(name)
-    for name in sorted(chosen & set(CHECKS)):
-        for need in CHECKS[name].needs:
-            if need in removed:
-                raise UsageError(f"--checks {spec!r}: {name} needs {need} ({CHECKS[need].runs}): remove {name} too "
-                                 f"(-{name}) or keep {need}")
-            chosen.add(need)
+    chosen = _with_needs(*_apply(items, spec), spec)
     if not chosen:
         raise UsageError(f"--checks {spec!r} selects no check; the checks are {', '.join(NAMES)}")
     return [n for n in NAMES if n in chosen]

@@ -1,0 +1,25 @@
+"""mfctl health on the session's mock: checks chosen by name, each finding naming its check."""
+
+import json
+import subprocess
+import xml.etree.ElementTree as ET
+
+from conftest import mfctl_cmd
+
+
+def _health(mock, env, *args):
+    r = subprocess.run(mfctl_cmd("health", "-i", mock.inventory, "--no-ocs", *args), capture_output=True, text=True,
+                       env=env, timeout=120, check=False)
+    return r
+
+
+def test_chosen_checks_run_and_only_theirs(mock_testbed, cli_env):
+    r = _health(mock_testbed, cli_env, "--json", "--checks", "gpu,rdma,gids,+dcgm")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["checks"] == ["gpu", "rdma", "gids", "dcgm"] and doc["healthy"], r.stderr
+    assert all(t["links_up"] == [] for t in doc["targets"])  # links did not run
+    assert {f["source"] for t in doc["targets"] for f in t["findings"]} <= {"gpu", "rdma", "gids", "dcgm"}
+    suite = ET.fromstring(_health(mock_testbed, cli_env, "--checks", "xid", "--junit", "-").stdout)
+    assert {(tc.get("classname"), tc.get("name")) for tc in suite} == {(h, "gpu") for h in ("gpu01", "gpu02", "gpu03", "gpu04")}
+    r = _health(mock_testbed, cli_env)  # the table: the check's name per finding, folded hosts
+    assert r.returncode == 0 and "gpu[01-04]" in r.stdout
