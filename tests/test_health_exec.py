@@ -11,7 +11,8 @@ from conftest import DATA, PROTOTYPE, mfctl_cmd
 from mfctl import mockctl
 from mfctl.errors import ParseError
 from mfctl.hosts import ethtool
-from mfctl.hosts.fold import fold, hostset
+from mfctl.cli.fold import fold
+from mfctl.inventory.hostsets import hostset
 
 
 def test_ethtool_stats_real_captures():
@@ -170,7 +171,8 @@ def test_faults_injected_from_the_command_line_reach_the_health_sweep(tmp_path, 
 
 def test_nic_error_counters_are_judged_over_a_window_of_earlier_sweeps():
     from mfctl.hosts import ethtool
-    from mfctl.hosts.health import KEEP_READINGS_S, _history, new_errors, reading, reference, remember
+    from mfctl.health.history import KEEP_READINGS_S, new_errors, reading, reference, remember
+    from mfctl.health.history import history_of as _history
 
     stats = lambda crc: ethtool.parse_stats(f"NIC statistics:\n     rx_crc_errors_phy: {crc}\n"  # noqa: E731
                                             "     rx_symbol_err_phy: 4\n     tx_errors_phy: 0\n")
@@ -237,7 +239,7 @@ def test_nic_error_counters_are_judged_over_a_window_of_earlier_sweeps():
 
 def test_host_sets_name_unknown_hosts_and_groups_and_refuse_huge_ranges_at_once():
     from mfctl.errors import UsageError
-    from mfctl.hosts.fold import select_hosts
+    from mfctl.inventory.hostsets import select_hosts
 
     known = ["gpu01", "gpu02", "gpu03", "gpu04"]
     regions = {"region0": known[:3], "spare": ["gpu04"]}
@@ -307,7 +309,7 @@ def test_every_judgement_on_real_captures():
     EPS link and OCS alarms — judged from real tools' outputs (tests/data), with their codes."""
     from conftest import DATA, PROTOTYPE
 
-    from mfctl.hosts import health
+    from mfctl import health
     from mfctl.hosts.nvidia_smi import HEALTH_FIELDS
     from mfctl.inventory import load_inventory
 
@@ -328,7 +330,7 @@ def test_every_judgement_on_real_captures():
                      ("ethtool", "-m", "ens1f0np0"): read("ethtool", "m-sff8636-qsfp28-cwdm4-laser-disabled-alarms.txt"),
                      ("ethtool", "-m"): read("ethtool", "m-sff8636-qsfp28-cwdm4-healthy.txt"),
                      ("ethtool", "ens2f0np0"): read("ethtool", "link-cx4-40g-up.txt")})
-    [hh, ocs] = health.full_sweep(pool, inv, ["gpu01"], ocs_state={"standing": ["LOS-1 port 12"], "dark_outputs": [700]})
+    [hh, ocs] = health.sweep(pool, inv, ["gpu01"], ocs_state={"standing": ["LOS-1 port 12"], "dark_outputs": [700]})
     got = {(f.code, f.severity, f.component, f.value, f.limit, f.unit) for f in hh.findings if not isinstance(f.value, list)}
     assert ("gpu.temperature", "warning", "gpu2", 82, 80.0, "C") in got and ("gpu.temperature", "critical", "gpu3", 90, 87.0, "C") in got
     assert ("nic.eps_link_down", "critical", "ens4f0np0", "DOWN", None, None) in got
@@ -344,7 +346,7 @@ def test_every_judgement_on_real_captures():
     assert {(f.code, f.component, f.value) for f in ocs.findings} == {("ocs.alarm", None, "LOS-1 port 12"),
                                                                       ("ocs.dark_port", "port700", 700)}
     tl1 = '500:MJ,LOS,SA,11-30,03-30-00,NEND,RCV:\\"Loss of signal\\"'  # as RTRV-ALM-ALL answers (the OCS emulator)
-    [_, ocs] = health.full_sweep(pool, inv, ["gpu01"], ocs_state={"standing": [tl1], "dark_outputs": []})
+    [_, ocs] = health.sweep(pool, inv, ["gpu01"], ocs_state={"standing": [tl1], "dark_outputs": []})
     assert [(f.code, f.component) for f in ocs.findings] == [("ocs.alarm", "port500")]
 
 
@@ -353,7 +355,7 @@ def test_transceiver_readings_are_judged_against_the_modules_own_thresholds():
     from conftest import DATA
 
     from mfctl.hosts import ethtool
-    from mfctl.hosts.health import judge_module
+    from mfctl.health.checks.optics import judge_module
 
     mod = lambda name: ethtool.parse_module((DATA / "ethtool" / name).read_text())  # noqa: E731
     assert judge_module(mod("m-sff8636-qsfp28-cwdm4-healthy.txt")) == []
@@ -370,7 +372,7 @@ def test_transceiver_readings_are_judged_against_the_modules_own_thresholds():
 
 
 def test_threshold_overrides_are_checked_alone_and_together():
-    from mfctl.hosts.health import thresholds
+    from mfctl.health.thresholds import thresholds
 
     assert thresholds({"gpu_temp_warn_c": 88, "gpu_temp_crit_c": 95})["gpu_temp_warn_c"] == 88  # together they agree
     for bad, msg in (({"roce_priority": 9}, "priority from 0 to 7"), ({"roce_priority": 2.5}, "priority from 0 to 7"),
