@@ -88,3 +88,20 @@ def test_an_older_unfinished_change_is_superseded_not_resurrected(emu, tmp_path)
         d.apply({5: 60}, reason="a later change that finished")
         assert recover(d, Journal(journal).records())["action"] == "none"
     assert e.patches == {5: 60}
+
+
+def test_nothing_pending_says_whether_the_switch_differs_from_what_the_journal_verified(emu, tmp_path):
+    """The driver's recover, not the CLI, tells 'nothing to recover' from 'nothing to recover, but the
+    switch was changed behind the journal's back' (how many cross-connects differ)."""
+    e, port = emu
+    journal = tmp_path / "j.jsonl"
+    assert _crash(port, journal, 999, dict(os.environ)).returncode == 0  # an apply that finished
+    with OCSDriver(_ocs(port)) as d:
+        assert recover(d, Journal(journal).records()) == {"pending": None, "action": "none",
+                                                           "differs_from_last_verified": False, "differing": 0}
+    e.patches[7] = 60  # someone else, unjournalled: one cross-connect more
+    del e.patches[4]  # and one fewer
+    with OCSDriver(_ocs(port)) as d:
+        out = recover(d, Journal(journal).records())
+    assert out["action"] == "none" and out["differs_from_last_verified"] is True and out["differing"] == 2
+    assert e.patches == {1: 49, 2: 52, 7: 60}  # nothing was done about it

@@ -290,6 +290,16 @@ def journal(inventory: Path = INV_OPT, last: int = typer.Option(30, min=1, help=
                          pend.get("reason"), more), highlight=False)
 
 
+def _nothing_to_recover(plan: dict, json_out: bool) -> None:
+    if plan["differs_from_last_verified"]:
+        print_error(f"the switch differs from the state the journal last verified ({plan['differing']} "
+                    f"cross-connect(s)): changed by something else since; check it with mfctl ocs show", "warning")
+    if json_out:
+        emit_json({"schema": "mfctl.ocs.recover/v1", **plan})
+    else:
+        out_console().print("nothing to recover: every journalled change finished")
+
+
 @app.command()
 @handle_errors
 def recover(inventory: Path = INV_OPT,
@@ -305,13 +315,7 @@ def recover(inventory: Path = INV_OPT,
         recs = drv.device_records
         plan = do_recover(drv, recs, mode=mode, dry_run=True)  # what it would do, from a confirmed read
         if plan["pending"] is None:
-            if plan["differs_from_last_verified"]:
-                print_error(f"the switch differs from the state the journal last verified ({plan['differing']} "
-                            f"cross-connect(s)): changed by something else since; check it with mfctl ocs show", "warning")
-            if json_out:
-                emit_json({"schema": "mfctl.ocs.recover/v1", **plan})
-            else:
-                out_console().print("nothing to recover: every journalled change finished")
+            _nothing_to_recover(plan, json_out)
             return
         p = plan["pending"]
         if not json_out:
