@@ -66,17 +66,38 @@ def test_read_argv_gives_up_on_values_the_parser_refuses(args, env, monkeypatch)
     assert ahead.read_argv(args) is None
 
 
-def test_read_argv_knows_every_option_and_variable_of_exec():
-    """The tables of mfctl.cli.ahead against exec's real parameters: a new option or variable must be
-    taught to read_argv (or read_argv gives up on it, which the first assertion checks)."""
+def test_exec_and_the_reading_ahead_are_built_from_one_declaration():
+    """exec's Typer options and read_argv's grammar both come from ahead.OPTIONS (flags) and the
+    settings (variable, type, limits): the parser's options, variables and ranges are exactly those."""
     from typer.main import get_command
 
+    from mfctl.settings import SETTINGS
+
     exec_cmd = get_command(build("exec")).commands["exec"]
-    opts = {o for p in exec_cmd.params if p.param_type_name == "option" for o in p.opts if o not in ("-h", "--help")}
-    assert opts == set(ahead._VALUED) | set(ahead._FLAGS)
-    envs = {p.envvar for p in exec_cmd.params if p.envvar}
-    assert envs == set(ahead._ENV.values()) | set(ahead._FLAG_ENV.values())
+    params = {p.name: p for p in exec_cmd.params if p.param_type_name == "option" and p.name != "help"}
+    assert set(params) == set(ahead.OPTIONS)
+    valued, flags = ahead._grammar()
+    assert {o for p in params.values() for o in p.opts} == set(valued) | flags
+    for name, (setting, words) in ahead.OPTIONS.items():
+        s, p = SETTINGS[setting], params[name]
+        assert (tuple(sorted(p.opts)), p.envvar) == (tuple(sorted(words)), s.env)
+        assert p.is_flag == (s.type is bool) and all(valued.get(w) == name for w in words if not p.is_flag)
+        if s.type in (int, float):
+            assert (p.min, p.max) == (s.min, s.max)
     assert {p.name for p in exec_cmd.params if p.param_type_name == "argument"} == {"hosts", "command"}
+
+
+def test_read_argv_gives_up_where_the_settings_limits_end(monkeypatch):
+    from mfctl.settings import SETTINGS
+
+    monkeypatch.setenv("MFCTL_INVENTORY", "inv.yaml")
+    top = int(SETTINGS["fanout"].max)
+    assert ahead.read_argv(["--fanout", str(top), "all", "--", "x"])["fanout"] == str(top)
+    assert ahead.read_argv(["--fanout", str(top + 1), "all", "--", "x"]) is None
+    assert ahead.read_argv(["--fanout", "0", "all", "--", "x"]) is None
+    low = SETTINGS["connect_timeout"].min
+    assert ahead.read_argv(["--connect-timeout", f"{low:g}", "all", "--", "x"]) is not None
+    assert ahead.read_argv(["--timeout", "86401", "all", "--", "x"]) is None
 
 
 @pytest.fixture

@@ -11,9 +11,10 @@ and nothing changes. When in doubt (``--help``, an option it does not know, no `
 value, an inventory that does not load) :func:`start` does nothing at all, silently: the normal
 path then finds and reports whatever is wrong.
 
-The grammar read here is ``exec_cmd``'s: ``-i/--inventory PATH``, ``--fanout N``,
-``--connect-timeout S``, ``--timeout S``, ``--json``, in any order before ``--``, one host set,
-then ``--`` and the command. A test holds the two together.
+The grammar read here is ``exec_cmd``'s, and both are built from one declaration, :data:`OPTIONS`:
+each option's flags here, its variable, type and limits in :data:`mfctl.settings.SETTINGS`
+(``exec_cmd`` makes its Typer options from the same with :func:`mfctl.cli.common.option`). Options
+stand in any order before ``--``, with one host set, then ``--`` and the command.
 """
 
 from __future__ import annotations
@@ -25,14 +26,47 @@ from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
-_VALUED = {"-i": "inventory", "--inventory": "inventory", "--fanout": "fanout",
-           "--connect-timeout": "connect_timeout", "--timeout": "timeout"}
-_FLAGS = {"--json"}
-_ENV = {"inventory": "MFCTL_INVENTORY", "fanout": "MFCTL_FANOUT", "connect_timeout": "MFCTL_CONNECT_TIMEOUT",
-        "timeout": "MFCTL_COMMAND_TIMEOUT"}
-_FLAG_ENV = {"--json": "MFCTL_JSON"}  # a flag's variable: any value but these is refused by the parser
+#: ``exec_cmd``'s options, declared once: parameter → (setting of :data:`mfctl.settings.SETTINGS`, flags).
+#: ``exec_cmd`` builds its Typer options from this (variable, type, limits and help from the setting) and
+#: :func:`read_argv` its grammar; a flag's setting has type bool, every other option takes a value.
+OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "inventory": ("inventory", ("--inventory", "-i")),
+    "fanout": ("fanout", ("--fanout",)),
+    "connect_timeout": ("connect_timeout", ("--connect-timeout",)),
+    "timeout": ("command_timeout", ("--timeout",)),
+    "json_out": ("json", ("--json",)),
+}
 _INT = re.compile(r"[0-9]{1,9}")  # ASCII only: int() would also take other scripts' digits, the parser does not
 _FLOAT = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?")
+
+
+def _setting(param: str):
+    from mfctl.settings import SETTINGS
+
+    return SETTINGS[OPTIONS[param][0]]
+
+
+def _grammar() -> tuple[dict[str, str], set[str]]:
+    """(flag → parameter, for options that take a value; the flags that take none)."""
+    valued, flags = {}, set()
+    for param, (_, words) in OPTIONS.items():
+        if _setting(param).type is bool:
+            flags.update(words)
+        else:
+            valued.update(dict.fromkeys(words, param))
+    return valued, flags
+
+
+def _accepted(param: str, raw: str) -> bool:
+    """Whether the parser would take ``raw`` for ``param``: an ASCII number of the setting's type
+    within its limits (anything else, a path, is taken as it is)."""
+    s = _setting(param)
+    if s.type not in (int, float):
+        return True
+    if not (_INT if s.type is int else _FLOAT).fullmatch(raw):
+        return False
+    lo, hi = s.limits
+    return lo <= float(raw) <= hi
 
 
 @dataclass(frozen=True)
@@ -61,42 +95,50 @@ _pending: tuple[Key, object] | None = None  # (key, mfctl.transport.ssh.Batch)
 
 def read_argv(args: list[str]) -> dict | None:
     """``exec``'s options and host set from ``args`` (the words after ``exec``), or None when the
-    words are not plainly a runnable ``exec`` command line. Values are strings, as typed."""
-    if "--" not in args:
+    words are not plainly a runnable ``exec`` command line. Values are strings, as typed (or as
+    their variables hold them), by parameter name."""
+    if "--" not in args or args.index("--") == len(args) - 1:
+        return None  # no `--`, or no command
+    valued, flags = _grammar()
+    opts = _read_words(args[:args.index("--")], valued, flags)
+    if opts is None:
         return None
-    cut = args.index("--")
-    if cut == len(args) - 1:
-        return None  # no command
-    opts: dict = {}
-    words = iter(args[:cut])
-    for w in words:
-        name, eq, value = w.partition("=") if w.startswith("--") else (w, "", "")
-        if name in _VALUED:
-            if not eq:
-                value = next(words, None)
-                if value is None:
-                    return None
-            opts[_VALUED[name]] = value
-        elif w.startswith("-i") and len(w) > 2:  # -iPATH, as click reads it
-            opts["inventory"] = w[2:]
-        elif w in _FLAGS:
-            pass
-        elif w.startswith("-") or "hosts" in opts:
-            return None  # --help, an unknown option, a second positional word: let the parser speak
-        else:
-            opts["hosts"] = w
-    for name, env in _ENV.items():
-        if name not in opts and os.environ.get(env):
-            opts[name] = os.environ[env]
-    from mfctl.cli.plain import FALSE_WORDS, TRUE_WORDS
+    for param in OPTIONS:
+        env = _setting(param).env
+        if _setting(param).type is bool:
+            from mfctl.settings import FALSE_WORDS, TRUE_WORDS
 
-    if any(os.environ.get(env, "").strip().lower() not in TRUE_WORDS | FALSE_WORDS for env in _FLAG_ENV.values()):
-        return None
-    if "fanout" in opts and not _INT.fullmatch(opts["fanout"]):
-        return None
-    if any(k in opts and not _FLOAT.fullmatch(opts[k]) for k in ("connect_timeout", "timeout")):
+            if os.environ.get(env, "").strip().lower() not in TRUE_WORDS | FALSE_WORDS:
+                return None  # a flag's variable: any value but these is refused by the parser
+        elif param not in opts and os.environ.get(env):
+            opts[param] = os.environ[env]
+    if not all(_accepted(p, v) for p, v in opts.items() if p != "hosts"):
         return None
     return opts if "inventory" in opts and "hosts" in opts else None
+
+
+def _read_words(words: list[str], valued: dict[str, str], flags: set[str]) -> dict | None:
+    """The options and the host set among the words before ``--``; None for anything this reader
+    leaves to the parser (``--help``, an option it does not know, a second positional word)."""
+    opts: dict = {}
+    it = iter(words)
+    for w in it:
+        name, eq, value = w.partition("=") if w.startswith("--") else (w, "", "")
+        short = next((f for f in valued if len(f) == 2 and f != w and w.startswith(f)), None)  # -iPATH, as click reads it
+        if name in valued:
+            value = value if eq else next(it, None)
+            if value is None:
+                return None
+            opts[valued[name]] = value
+        elif short is not None:
+            opts[valued[short]] = w[2:]
+        elif w in flags:
+            pass
+        elif w.startswith("-") or "hosts" in opts:
+            return None
+        else:
+            opts["hosts"] = w
+    return opts
 
 
 def start(args: list[str]) -> None:
@@ -115,8 +157,6 @@ def start(args: list[str]) -> None:
 
         fanout = int(opts["fanout"]) if "fanout" in opts else settings.get_int("fanout")
         ct = float(opts["connect_timeout"]) if "connect_timeout" in opts else settings.get_float("connect_timeout")
-        if fanout < 1 or not 0.1 <= ct <= 86400 or not 0.1 <= float(opts.get("timeout", 1)) <= 86400:
-            return  # the parser refuses these (exec_cmd's min/max)
         setup_logging()  # a host key accepted ahead is logged where the command's log goes
         path = os.path.abspath(opts["inventory"])
         doc = load_inventory_data(path)

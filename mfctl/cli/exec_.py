@@ -10,7 +10,8 @@ import typer
 
 from typer.core import TyperCommand
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, print_error, print_heading
+from mfctl.cli import ahead
+from mfctl.cli.common import emit_json, handle_errors, option, print_error, print_heading
 
 _ARGS = "mfctl.exec.args"
 
@@ -25,24 +26,28 @@ class ExecCommand(TyperCommand):
         return super().parse_args(ctx, args)
 
 
+def _option(param: str, **kw):
+    """exec's option ``param`` from its one declaration (:data:`mfctl.cli.ahead.OPTIONS`: flags; the
+    setting's variable, type, limits and help), so that the reading ahead and Typer agree."""
+    setting, flags = ahead.OPTIONS[param]
+    return option(setting, *flags, **kw)
+
+
 @handle_errors
 def exec_cmd(ctx: typer.Context,
              hosts: str = typer.Argument(..., help="Host set: all, gpu01,gpu02, gpu[01-04], gpu[01-04]!gpu02 or @REGION."),
              command: list[str] = typer.Argument(..., help="The command and its arguments, after -- (mfctl's own "
                                                  "options may stand anywhere before it)."),
-             inventory: Path = typer.Option(..., "--inventory", "-i", envvar="MFCTL_INVENTORY"),
-             fanout: int = typer.Option(None, "--fanout", min=1, envvar="MFCTL_FANOUT",
-                                        help="Hosts contacted at once [default: 32, or the fanout setting]."),
-             connect_timeout: float = typer.Option(None, "--connect-timeout", min=0.1, max=86400, envvar="MFCTL_CONNECT_TIMEOUT",
-                                                   help="TCP, SSH handshake and login, per host, s [default: 10]."),
-             timeout: float = typer.Option(None, "--timeout", min=0.1, max=86400, envvar="MFCTL_COMMAND_TIMEOUT",
-                                           help="Per-command timeout, s [default: 30]."),
-             json_out: bool = JSON_OPT):
+             inventory: Path = _option("inventory", default=..., help="The inventory YAML."),
+             fanout: int = _option("fanout", default=None, help="Hosts contacted at once."),
+             connect_timeout: float = _option("connect_timeout", default=None,
+                                              help="TCP, SSH handshake and login, per host, s."),
+             timeout: float = _option("timeout", default=None, help="Per-command timeout, s."),
+             json_out: bool = _option("json_out", help="Print one JSON object on stdout (for CI).")):
     """Run COMMAND on HOSTS in parallel (each word quoted for the remote shell); identical results are folded.
     Exit code: 0 all ok, 1 a command failed somewhere, 2 usage, 4 a host was unreachable or timed out,
     130 interrupted (Ctrl-C: no further host gets the command, those under way are abandoned)."""
     from mfctl import settings
-    from mfctl.cli import ahead
     from mfctl.errors import UsageError
     from mfctl.hosts.fold import fold, one_host, select_hosts
     from mfctl.inventory.data import load_inventory_data
