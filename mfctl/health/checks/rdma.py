@@ -1,5 +1,5 @@
-"""RDMA checks: EPS RDMA ports (``rdma``: ``ibdev2netdev`` + ``ibstat``) and RoCE v2 GIDs (``gids``:
-``show_gids`` + ``ip -j addr show``).
+"""RDMA checks: EPS RDMA ports (``rdma``: ``ibdev2netdev`` + ``ibstat``, or ``ibv_devinfo`` where
+infiniband-diags is not installed) and RoCE v2 GIDs (``gids``: ``show_gids`` + ``ip -j addr show``).
 
 Which RDMA device serves which netdev is what the host says (``ibdev2netdev``): device numbers
 follow the kernel's probe order, so a NIC split into several netdevs (a breakout) shifts every
@@ -37,9 +37,23 @@ def judge_rdma(p: Probe, data: dict) -> None:
         p.add("warning", e, "rdma.unparsable", component="ibstat")
 
 
-RDMA = Check("rdma", "rdma", "ibdev2netdev; ibstat", "the EPS NICs' RDMA ports active (devices mapped to netdevs by "
-             "ibdev2netdev)", lambda p: {"ibdev2netdev": ["ibdev2netdev"], "ibstat": ["ibstat"]},
-             {"ibdev2netdev": rdma.parse_ibdev2netdev, "ibstat": rdma.parse_ibstat}, judge_rdma)
+def run_ports(p: Probe, argv: list[str]):
+    """``ibstat``; on a host without it (exit 127: infiniband-diags not installed), ``ibv_devinfo``
+    (rdma-core, wherever RDMA works at all)."""
+    r = p.run(argv)
+    if argv == ["ibstat"] and r.rc == 127:
+        r = p.run(["ibv_devinfo"])
+    return r
+
+
+def parse_ports(text: str) -> rdma.RdmaReport:
+    """``ibstat``'s or ``ibv_devinfo``'s port states (``hca_id:`` blocks are ibv_devinfo's)."""
+    return rdma.parse_ibv_devinfo(text) if text.lstrip().startswith("hca_id:") else rdma.parse_ibstat(text)
+
+
+RDMA = Check("rdma", "rdma", "ibdev2netdev; ibstat (without it: ibv_devinfo)", "the EPS NICs' RDMA ports active (devices "
+             "mapped to netdevs by ibdev2netdev)", lambda p: {"ibdev2netdev": ["ibdev2netdev"], "ibstat": ["ibstat"]},
+             {"ibdev2netdev": rdma.parse_ibdev2netdev, "ibstat": parse_ports}, judge_rdma, run=run_ports)
 
 
 def judge_gids(p: Probe, data: dict) -> None:

@@ -155,3 +155,15 @@ def test_the_report_is_the_v1_document_with_the_checks_it_ran():
     assert [t["host"] for t in doc["targets"]] == ["gpu01", inv.ocs.name]
     assert doc["targets"][1]["findings"][0]["code"] == "ocs.dark_port" and int(rep.exit_code()) == 1
     assert 'name="ocs"' in rep.junit() and 'name="gpu"' not in rep.junit()  # JUnit cases follow the checks that ran
+
+
+def test_without_ibstat_the_ports_come_from_ibv_devinfo():
+    from conftest import GOLDEN
+
+    inv = load_inventory(PROTOTYPE)
+    inv.hosts[0].nics[3].rdma_device = "mlx5_1"  # the capture's down port is the EPS NIC's
+    text = (GOLDEN / "ibv_devinfo" / "documented-format-two-hcas" / "output.txt").read_text()
+    pool = Answers({("ibv_devinfo",): text})
+    [hh] = health.sweep(pool, inv, ["gpu01"], checks=["rdma"]).targets
+    assert [(f.code, f.component, f.value) for f in hh.findings] == [("rdma.port_down", "mlx5_1/1", "Down")]
+    assert [a for _, a in pool.calls] == [("ibdev2netdev",), ("ibstat",), ("ibv_devinfo",)]
