@@ -395,7 +395,7 @@ def test_two_mocks_of_one_inventory_share_nothing(tmp_path, cli_env):
         ia, ib = load_inventory(a["inventory"]), load_inventory(b["inventory"])
         assert ia.name != ib.name and ia.ocs.serial != ib.ocs.serial and ia.ocs.sid != ib.ocs.sid
         assert journal_path(known_identity(ia)) != journal_path(known_identity(ib))
-        from mfctl.hosts.health import baseline_path
+        from mfctl.health import baseline_path
         from mfctl.lock import TestbedLock
 
         assert baseline_path(ia) != baseline_path(ib)  # one mock's NIC counter history is not the other's
