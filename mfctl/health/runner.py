@@ -37,6 +37,14 @@ def run_check(p: Probe, check: Check) -> None:
     check.judge(p, data)
 
 
+@dataclass
+class _Failed:
+    """Why a host's sweep gave no result (the MfctlError its function raised), as a CommandResult says it."""
+
+    error: str
+    endpoint: str = ""
+
+
 def _unreachable(name: str, r) -> HostHealth:
     return HostHealth(name, reachable=False, findings=[
         Finding(name, "critical", "ssh", r.error, "ssh.unreachable", value=r.endpoint or None)])  # (see shared_message)
@@ -51,9 +59,8 @@ def sweep_host(pool, inv_host, checks: list[Check], lim: dict[str, float], *, no
         run_check(p, c)
         if p.gone is not None:
             break
-    hh = p.health
-    if p.gone is not None or (p._results and not p.answered):  # nothing answered: unreachable (or every command hung)
-        hh = _unreachable(p.name, p.gone or next(iter(p._results.values())))
+    why = p.unreachable
+    hh = p.health if why is None else _unreachable(p.name, why)
     hh.elapsed_s = time.monotonic() - t0
     return hh
 
@@ -144,9 +151,3 @@ def sweep(pool, inv, hosts: list[str] | None = None, *, checks: list[str] | None
     if ocs.NAME in names and ocs_state is not None:
         targets.append(ocs.judge(inv, ocs_state))
     return HealthReport(targets, lim, names)
-
-
-@dataclass
-class _Failed:
-    error: str
-    endpoint: str = ""

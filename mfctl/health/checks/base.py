@@ -94,6 +94,14 @@ class Probe:
             self.gone = r
         return r
 
+    @property
+    def unreachable(self):
+        """The result that says why the host could not be reached (its first command's that could not
+        connect, or, when every command it ran hung, the first), or None: it answered."""
+        if self.gone is not None:
+            return self.gone
+        return None if self.answered or not self._results else next(iter(self._results.values()))
+
     def add(self, severity: str, message: str, code: str, **kw) -> None:
         """A finding of the check being judged (its group and name)."""
         self.health.findings.append(Finding(self.name, severity, kw.pop("group", self.group), message, code,
