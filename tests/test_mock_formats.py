@@ -10,7 +10,10 @@ import time
 import pytest
 
 from conftest import PROTOTYPE, mfctl_cmd
-from mfctl.hosts import dcgm, dcgmi, health, iproute, nvidia_smi, rdma
+from mfctl import health
+from mfctl.health.checks import CHECKS
+from mfctl.health.runner import sweep_host
+from mfctl.hosts import dcgm, dcgmi, iproute, mellanox, nvidia_smi, rdma
 from mfctl.inventory import load_inventory
 from mfctl.mock.gputools import GPUFaults
 from mfctl.mock.testbed import MockTestbed
@@ -50,6 +53,19 @@ def out(pool, host, argv) -> str:
 
 def csv_rows(pool, host, fields=nvidia_smi.HEALTH_FIELDS + ["uuid", "pci.bus_id"]):
     return nvidia_smi.parse_query_csv(out(pool, host, nvidia_smi.query_argv(fields)))
+
+
+#: The GPU query and the lane links: the checks that judge nvidia-smi's query and ``ip -j link``.
+GPU_AND_LINKS = ["gpu", "links"]
+
+
+def judge_given(inv_host, gpu_res, link_res):
+    """One host judged by the gpu and links checks from the two results given (no SSH)."""
+    class Given:
+        def run(self, host, argv, **_):
+            return gpu_res if argv[0] == "nvidia-smi" else link_res
+
+    return sweep_host(Given(), inv_host, [CHECKS[n] for n in GPU_AND_LINKS], health.thresholds())
 
 
 
@@ -151,8 +167,8 @@ def test_rdma_formats_follow_the_ocs_lanes(mock):
     assert [(p.device, p.state) for p in one.ports] == [("mlx5_1", "Down")] and one.firmware == {"mlx5_1": "22.39.1002"}
     assert pool.run("gpu01", ["ibv_devinfo", "-d", "mlx5_9"]).rc != 0
     assert "4096 (5)" in out(pool, "gpu01", ["ibv_devinfo", "-d", "mlx5_0"])  # active_mtu from the netdev's MTU 9000
-    up = dcgmi.parse_mlxlink(out(pool, "gpu01", ["mlxlink", "-d", "mlx5_0"]))
-    dark = dcgmi.parse_mlxlink(out(pool, "gpu01", ["mlxlink", "-d", "0000:12:00.0"]))  # by PCI address: nic1
+    up = mellanox.parse_mlxlink(out(pool, "gpu01", ["mlxlink", "-d", "mlx5_0"]))
+    dark = mellanox.parse_mlxlink(out(pool, "gpu01", ["mlxlink", "-d", "0000:12:00.0"]))  # by PCI address: nic1
     assert (up["State"], up["Physical state"], up["Speed"]) == ("Active", "LinkUp", "100GbE")
     assert dark["State"] != "Active" and dark["Speed"] == "N/A"
     # GIDs: link-local from the MAC, then RoCE v1/v2 IPv4 GIDs once an address is set
@@ -195,7 +211,7 @@ def test_injected_gpu_faults_reach_every_format_and_the_sweep(mock):
         diag = dcgmi.parse_diag(out(pool, "gpu03", ["dcgmi", "diag", "-r", "3"]))
         assert {"Page Retirement/Row Remap", "GPU Memory", "Targeted Power"} <= set(diag.failed)
 
-        [hh] = health.full_sweep(pool, inv, ["gpu03"])
+        [hh] = health.sweep(pool, inv, ["gpu03"]).targets
         got = {(f.severity, f.message) for f in hh.findings if f.check == "gpu"}
         assert got == {("critical", "GPU 2: XID 48 (double-bit ECC error) at PCI 0000:47:00"),
                        ("critical", "GPU 5: row remapping failed (memory repair exhausted: RMA)"),
@@ -203,7 +219,7 @@ def test_injected_gpu_faults_reach_every_format_and_the_sweep(mock):
                        ("warning", "GPU 3 clocks slowed by hw_slowdown, hw_thermal_slowdown (SM 705 of 1410 MHz)"),
                        ("warning", "GPU 4 SM clock far below its maximum (SM 420 of 1410 MHz)")}
         assert hh.worst == "critical"
-        [hh] = health.full_sweep(pool, inv, ["gpu03"], {"sm_clock_min_share": 0.25})  # the threshold is the table's
+        [hh] = health.sweep(pool, inv, ["gpu03"], limits={"sm_clock_min_share": 0.25}).targets  # the threshold is the table's
         assert not any("far below" in f.message for f in hh.findings)
         # and the CLI, end to end over its own SSH connections
         r = subprocess.run(mfctl_cmd("health", "-i", inv.source, "--hosts", "gpu03", "--json"), capture_output=True,
@@ -222,7 +238,7 @@ def test_injected_gpu_faults_reach_every_format_and_the_sweep(mock):
                                               "gpu.sm_clock_low"}
     finally:
         host.faults = GPUFaults()
-    [hh] = health.full_sweep(pool, inv, ["gpu03"])
+    [hh] = health.sweep(pool, inv, ["gpu03"]).targets
     assert not [f for f in hh.findings if f.check == "gpu"]
 
 
@@ -234,16 +250,16 @@ def test_an_old_xid_is_history_not_a_present_fault(mock):
     try:
         host.faults.xid(1, 48, ago_s=3 * 86400)
         host.faults.xid(6, 74, ago_s=120)
-        [hh] = health.full_sweep(pool, inv, ["gpu03"])
+        [hh] = health.sweep(pool, inv, ["gpu03"]).targets
         got = sorted((f.severity, f.message, f.limit) for f in hh.findings if f.code == "gpu.xid")
         assert got == [("critical", "GPU 6: XID 74 (NVLink error) at PCI 0000:b7:00", None),
                        ("warning", "GPU 1: XID 48 (double-bit ECC error) at PCI 0000:0f:00, 3 d ago (older than "
                                    "xid_window_s, 1 d: history)", 86400.0)]
-        [hh] = health.full_sweep(pool, inv, ["gpu03"], {"xid_window_s": 7 * 86400})
+        [hh] = health.sweep(pool, inv, ["gpu03"], limits={"xid_window_s": 7 * 86400}).targets
         assert all(f.severity == "critical" for f in hh.findings if f.code == "gpu.xid")
-        [hh] = health.full_sweep(pool, inv, ["gpu03"], {"xid_window_s": 60})
+        [hh] = health.sweep(pool, inv, ["gpu03"], limits={"xid_window_s": 60}).targets
         assert all(f.severity == "warning" for f in hh.findings if f.code == "gpu.xid")
-        [hh] = health.full_sweep(pool, inv, ["gpu03"], {"xid_window_s": 5400})  # the window as it was given
+        [hh] = health.sweep(pool, inv, ["gpu03"], limits={"xid_window_s": 5400}).targets  # the window as it was given
         assert any(f.message.endswith("(older than xid_window_s, 90 min: history)") for f in hh.findings)
         # an uptime that is no time at all: the age is unknown, the XIDs are judged as new (no crash)
         import math
@@ -253,7 +269,7 @@ def test_an_old_xid_is_history_not_a_present_fault(mock):
         real = gputools.uptime
         gputools.uptime = lambda: math.inf
         try:
-            [hh] = health.full_sweep(pool, inv, ["gpu03"])
+            [hh] = health.sweep(pool, inv, ["gpu03"]).targets
         finally:
             gputools.uptime = real
         assert sorted(f.severity for f in hh.findings if f.code == "gpu.xid") == ["critical", "critical"]
@@ -282,7 +298,7 @@ def test_a_gpu_fallen_off_the_bus_is_lost_to_the_tools_and_judged_alone(mock):
         assert r.rc == 15 and r.stdout.splitlines()[3] == lost
         assert [row["index"] for row in nvidia_smi.parse_query_csv(r.stdout)] == [0, 1, 3, 4, 5, 6, 7]
         assert pool.run("gpu03", ["nvidia-smi", "-i", "3", "-L"]).rc == 0  # only a lost GPU's own queries fail
-        [hh] = health.full_sweep(pool, inv, ["gpu03"])
+        [hh] = health.sweep(pool, inv, ["gpu03"]).targets
         got = {(f.code, f.severity, f.component, f.message) for f in hh.findings if f.check == "gpu"}
         assert got == {
             ("gpu.lost", "critical", "0000:47:00",
@@ -295,7 +311,7 @@ def test_a_gpu_fallen_off_the_bus_is_lost_to_the_tools_and_judged_alone(mock):
 
         link = pool.run("gpu03", ["ip", "-j", "link"])
         only = CommandResult("gpu03", ["nvidia-smi"], rc=15, stdout=lost + "\n", stderr=lost + "\n")
-        hh = health.check_host(inv.host("gpu03"), only, link)
+        hh = judge_given(inv.host("gpu03"), only, link)
         assert sorted(f.code for f in hh.findings if f.check == "gpu") == ["gpu.lost", "gpu.query_failed"]
         assert "no data for the other 7 GPUs (exit 15)" in next(f.message for f in hh.findings if f.code == "gpu.query_failed")
     finally:
@@ -319,7 +335,8 @@ def test_mig_mode_reports_missing_data_not_values(mock):
         assert nv.unsupported and all(links == {} for links in nv.gpus.values())
         by = {(s.metric, s.gpu): s.value for s in dcgm.parse_exporter(out(pool, "gpu04", EXPORTER))}
         assert by["DCGM_FI_DEV_GPU_UTIL", "0"] is None and by["DCGM_FI_DEV_GPU_TEMP", "0"] == rows[0]["temperature.gpu"]
-        [hh] = health.sweep(pool, inv, ["gpu04"])  # MIG itself is the only GPU finding: [N/A] is never judged
+        # MIG itself is the only GPU finding: [N/A] is never judged
+        [hh] = health.sweep(pool, inv, ["gpu04"], checks=GPU_AND_LINKS).targets
         assert [(f.severity, f.message.split(" (")[0]) for f in hh.findings if f.check == "gpu"] == [
             ("warning", "MIG mode is enabled on GPU 0-7")]
     finally:
@@ -336,7 +353,7 @@ def test_sweep_falls_back_to_an_older_drivers_field_names(mock):
     try:
         r = pool.run("gpu04", nvidia_smi.query_argv())
         assert r.rc == 2 and nvidia_smi.unknown_field(r.stdout)
-        hh = health.sweep(pool, inv, ["gpu04"])[0]
+        hh = health.sweep(pool, inv, ["gpu04"], checks=GPU_AND_LINKS).targets[0]
         gpu = [f for f in hh.findings if f.check == "gpu"]
         assert hh.gpus == 8 and [f.severity for f in gpu] == ["warning"] and "hw_slowdown" in gpu[0].message
     finally:
