@@ -48,26 +48,12 @@ def exec_cmd(ctx: typer.Context,
     Exit code: 0 all ok, 1 a command failed somewhere, 2 usage, 4 a host was unreachable or timed out,
     130 interrupted (Ctrl-C: no further host gets the command, those under way are abandoned)."""
     from mfctl import settings
-    from mfctl.errors import UsageError
     from mfctl.hosts.fold import fold, one_host, select_hosts
     from mfctl.inventory.data import load_inventory_data
     from mfctl.transport.results import Results
     from mfctl.transport.ssh import SSHPool
 
-    if not command:
-        raise UsageError("no command given (mfctl exec -i INV HOSTS -- COMMAND ...)")
-    words = ctx.meta.get(_ARGS)
-    if words is not None and "--" not in words:
-        raise UsageError("the command must follow --: mfctl exec [OPTIONS] HOSTS -- COMMAND (without it, the "
-                         "command's own options, such as -i, --json or --timeout, would be read as mfctl's)")
-    if words is not None:
-        tail = words[words.index("--") + 1:]
-        if hosts not in words[:words.index("--")]:
-            raise UsageError("HOSTS goes before --: mfctl exec [OPTIONS] HOSTS -- COMMAND")
-        if list(command) != tail:  # click took words before -- as the command's first ones
-            extra = list(command)[:len(command) - len(tail)]
-            raise UsageError(f"only HOSTS and mfctl's options go before --, the whole command after it "
-                             f"({' '.join(extra)[:200]!r} stands before --)")
+    _check_words(ctx.meta.get(_ARGS), hosts, command)
     path = os.path.abspath(inventory)
     doc = load_inventory_data(path)  # hosts, regions, SSH endpoints: no pydantic models needed
     names = select_hosts(hosts, [h["name"] for h in doc["hosts"]], {r["name"]: r["hosts"] for r in doc["regions"]})
@@ -91,19 +77,48 @@ def exec_cmd(ctx: typer.Context,
                                "stdout_dropped_bytes": r.stdout_dropped, "stderr_dropped_bytes": r.stderr_dropped}
                               for hs, r in groups]})
     else:
-        for hs, r in groups:  # the hosts' output as they wrote it (like ssh, pdsh, clush)
-            err = r.error if one_host(hs) else r.error_shared  # one host: its own address
-            print_heading(f"---- {hs} ({f'error: {err}' if r.error else f'rc={r.rc}'}) ----")
-            if r.stdout:
-                sys.stdout.write(r.stdout if r.stdout.endswith("\n") else r.stdout + "\n")
-            if r.stdout_dropped:
-                sys.stdout.write(_truncated(cap, r.stdout_dropped, "stdout") + "\n")
-            if r.stderr or r.stderr_dropped:
-                sys.stdout.flush()
-                mark = "\n" + _truncated(cap, r.stderr_dropped, "stderr") if r.stderr_dropped else ""
-                print_error(r.stderr.rstrip("\n") + mark, f"stderr {hs}")
-        sys.stdout.flush()
+        _print_groups(groups, cap)
     raise typer.Exit(worst)
+
+
+def _check_words(words: list[str] | None, hosts: str, command: list[str]) -> None:
+    """The remote command must stand after ``--`` and HOSTS before it (``words``: the command line
+    as click got it). Raises UsageError (exit 2)."""
+    from mfctl.errors import UsageError
+
+    if not command:
+        raise UsageError("no command given (mfctl exec -i INV HOSTS -- COMMAND ...)")
+    if words is None:
+        return
+    if "--" not in words:
+        raise UsageError("the command must follow --: mfctl exec [OPTIONS] HOSTS -- COMMAND (without it, the "
+                         "command's own options, such as -i, --json or --timeout, would be read as mfctl's)")
+    tail = words[words.index("--") + 1:]
+    if hosts not in words[:words.index("--")]:
+        raise UsageError("HOSTS goes before --: mfctl exec [OPTIONS] HOSTS -- COMMAND")
+    if list(command) != tail:  # click took words before -- as the command's first ones
+        extra = list(command)[:len(command) - len(tail)]
+        raise UsageError(f"only HOSTS and mfctl's options go before --, the whole command after it "
+                         f"({' '.join(extra)[:200]!r} stands before --)")
+
+
+def _print_groups(groups, cap: int) -> None:
+    """Each folded group's heading and the hosts' output as they wrote it (like ssh, pdsh, clush);
+    ``cap``: the bytes a truncated stream kept."""
+    from mfctl.hosts.fold import one_host
+
+    for hs, r in groups:
+        err = r.error if one_host(hs) else r.error_shared  # one host: its own address
+        print_heading(f"---- {hs} ({f'error: {err}' if r.error else f'rc={r.rc}'}) ----")
+        if r.stdout:
+            sys.stdout.write(r.stdout if r.stdout.endswith("\n") else r.stdout + "\n")
+        if r.stdout_dropped:
+            sys.stdout.write(_truncated(cap, r.stdout_dropped, "stdout") + "\n")
+        if r.stderr or r.stderr_dropped:
+            sys.stdout.flush()
+            mark = "\n" + _truncated(cap, r.stderr_dropped, "stderr") if r.stderr_dropped else ""
+            print_error(r.stderr.rstrip("\n") + mark, f"stderr {hs}")
+    sys.stdout.flush()
 
 
 def _truncated(kept: int, dropped: int, stream: str) -> str:
