@@ -36,12 +36,10 @@ def _driver(inventory: Path, *, mutating: bool, purpose: str = "ocs"):
 def _warn_legacy_journal(inv) -> None:
     """mfctl before device identities kept the journal by inventory name: say if one is left
     with a change that did not finish (it is not read any more)."""
-    from mfctl import settings
-    from mfctl.ocs.driver import pending_apply
-    from mfctl.ocs.journal import Journal
+    from mfctl.ocs.service import legacy_journal_unfinished
 
-    old = settings.state_path() / "ocs" / f"{inv.name}-{inv.ocs.name}.journal.jsonl"
-    if old.is_file() and pending_apply(Journal(old).records()):
+    old = legacy_journal_unfinished(inv)
+    if old is not None:
         print_error(f"{old} (a journal of an older mfctl, kept by inventory name) holds a change that did not finish; "
                     f"journals are now kept per device: check the switch with mfctl ocs show", "warning")
 
@@ -89,17 +87,10 @@ def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool,
             if json_out:
                 emit_json(result | {"changed": False, "would_change": not d.empty})
             raise typer.Exit(6 if (dry_run and not d.empty) else 0)
-        from mfctl.ocs.driver import journal_problems
+        from mfctl.ocs.service import change_warnings
 
-        pend = drv.pending
-        bad = [] if pend else journal_problems(drv.device_records)
-        if bad:
-            print_error(f"the OCS journal has {len(bad)} damaged or orphaned record(s) after its last readable change "
-                        f"(see mfctl ocs journal): a change may be unfinished; this one starts from the switch's "
-                        f"confirmed state", "warning")
-        if pend:
-            print_error(f"an earlier change ({pend['apply_id']}: {pend.get('reason')}) did not finish; this one "
-                        f"continues it (a later rollback returns to the state before {pend['apply_id']})", "warning")
+        for w in change_warnings(drv):
+            print_error(w, "warning")
         _confirm(f"apply {len(d.delete)} deletion(s) and {len(d.add)} addition(s) on {inv.ocs.name}?", yes)
         try:
             with DeferSignals():  # Ctrl-C waits until the change is applied and read back
@@ -218,14 +209,11 @@ def power(inventory: Path = INV_OPT, json_out: bool = JSON_OPT):
 def alarms(inventory: Path = INV_OPT, wait: float = typer.Option(0.0, min=0.0, max=3600.0, help="Also listen this many seconds for autonomous messages."),
            json_out: bool = JSON_OPT):
     """Standing alarms (RTRV-ALM-ALL) and autonomous REPT ALM/EVT messages. Exit 1 if any alarm stands."""
-    from mfctl.ocs.service import parse_alarm
+    from mfctl.ocs.service import named_alarms
 
     with _driver(inventory, mutating=False) as (inv, drv, pm, _):
         al = drv.alarms(wait_s=wait)
-    def lane(aid: str):
-        return pm.name(int(aid)) if aid.isascii() and aid.isdigit() else None
-
-    al["standing"] = [parse_alarm(ln) | {"lane": lane(ln.split(":", 1)[0])} for ln in al["standing"]]
+    al["standing"] = named_alarms(pm, al["standing"])
     if json_out:
         emit_json({"schema": "mfctl.ocs.alarms/v1", "ocs": inv.ocs.name, **al})
     else:
@@ -249,10 +237,9 @@ def journal(inventory: Path = INV_OPT, last: int = typer.Option(30, min=1, help=
     from rich.table import Table
 
     from mfctl.inventory import load_inventory
-    from mfctl.ocs.driver import journal_problems, pending_apply
     from mfctl.ocs.identity import journal_path, known_identity
     from mfctl.ocs.journal import Journal
-    from mfctl.ocs.service import journal_rows
+    from mfctl.ocs.service import journal_report
 
     inv = load_inventory(inventory)
     ident = known_identity(inv)
@@ -260,11 +247,8 @@ def journal(inventory: Path = INV_OPT, last: int = typer.Option(30, min=1, help=
         with _driver(inventory, mutating=False) as (_, drv, _, _):
             ident = drv.identity
     j = Journal(journal_path(ident))
-    recs = j.records()
-    rows = journal_rows(recs, last)
-    pend = pending_apply(recs)
-    unknowable = journal_problems(recs) if pend is None else []
-    damaged = [r for r in recs if r.get("op") in ("corrupt", "torn")]
+    rep = journal_report(j.records(), last)
+    rows, pend, damaged, unknowable = rep.rows, rep.pending, rep.damaged, rep.unknowable
     if json_out:
         emit_json({"schema": "mfctl.ocs.journal/v1", "path": str(j.path), "device": ident.key, "records": rows,
                    "pending": pend and pend.get("apply_id"), "damaged": damaged,

@@ -245,3 +245,65 @@ def one_way(pm: PortMap, xc: dict[int, int]) -> dict[int, int]:
 def journal_rows(records: list[dict], last: int) -> list[dict]:
     return [{"seq": r.get("seq"), "ts": r.get("ts"), "op": r.get("op"), "apply_id": r.get("apply_id"),
              "summary": journal_summary(r), "record": r} for r in records[-last:]]
+
+
+def named_alarms(pm: PortMap, standing: list[str]) -> list[dict]:
+    """Standing alarm lines (RTRV-ALM-ALL) as :func:`parse_alarm` fields plus the ``lane`` of a
+    numeric AID (None for equipment AIDs such as ``SYSTEM``)."""
+    def lane(aid: str):
+        return pm.name(int(aid)) if aid.isascii() and aid.isdigit() else None
+
+    return [parse_alarm(ln) | {"lane": lane(ln.split(":", 1)[0])} for ln in standing]
+
+
+@dataclass
+class JournalReport:
+    """What ``mfctl ocs journal`` shows of a device journal: the last rows, the unfinished change
+    (``pending``: :func:`mfctl.ocs.driver.pending_apply`, or None), the damaged records, and
+    ``unknowable``: the records after the last readable change that leave its ending unknown
+    (only when nothing is pending: :func:`mfctl.ocs.driver.journal_problems`)."""
+
+    rows: list[dict]
+    pending: dict | None
+    damaged: list[dict]
+    unknowable: list[dict]
+
+
+def journal_report(records: list[dict], last: int) -> JournalReport:
+    """The :class:`JournalReport` of ``records`` with their ``last`` rows."""
+    from mfctl.ocs.driver import journal_problems, pending_apply
+
+    pend = pending_apply(records)
+    return JournalReport(rows=journal_rows(records, last), pending=pend,
+                         damaged=[r for r in records if r.get("op") in ("corrupt", "torn")],
+                         unknowable=journal_problems(records) if pend is None else [])
+
+
+def legacy_journal_unfinished(inv) -> Path | None:
+    """The journal an mfctl before device identities kept by inventory name
+    (``<state>/ocs/<inventory>-<ocs>.journal.jsonl``), if it is left holding a change that did not
+    finish — it is not read any more; the operator should check the switch."""
+    from mfctl import settings
+    from mfctl.ocs.driver import pending_apply
+    from mfctl.ocs.journal import Journal
+
+    old = settings.state_path() / "ocs" / f"{inv.name}-{inv.ocs.name}.journal.jsonl"
+    return old if old.is_file() and pending_apply(Journal(old).records()) else None
+
+
+def change_warnings(driver) -> list[str]:
+    """What to warn of before a change on ``driver`` (opened with a purpose, so that its
+    ``pending`` change and ``device_records`` are read): an unfinished earlier change that this
+    one continues, or damaged/orphaned records that may hide one."""
+    from mfctl.ocs.driver import journal_problems
+
+    pend = driver.pending
+    if pend:
+        return [f"an earlier change ({pend['apply_id']}: {pend.get('reason')}) did not finish; this one "
+                f"continues it (a later rollback returns to the state before {pend['apply_id']})"]
+    bad = journal_problems(driver.device_records)
+    if bad:
+        return [f"the OCS journal has {len(bad)} damaged or orphaned record(s) after its last readable change "
+                f"(see mfctl ocs journal): a change may be unfinished; this one starts from the switch's "
+                f"confirmed state"]
+    return []
