@@ -131,6 +131,27 @@ def get(name: str) -> str:
     return os.environ.get(s.env) or s.default
 
 
+#: a secret setting's value (and default) wherever settings are listed (``mfctl version --settings``)
+SECRET_SHOWN = "********"
+
+
+def table() -> list[dict]:
+    """Every setting as ``mfctl version --settings --json`` lists it: name, variable, default,
+    value, help, whether it is secret and set, its type and limits. A secret's value and default
+    are :data:`SECRET_SHOWN` when not empty — never themselves."""
+    rows = []
+    for s in SETTINGS.values():
+        value = get(s.name)
+        row = {"name": s.name, "env": s.env, "default": s.default, "value": value, "help": s.help,
+               "secret": s.is_secret, "set": bool(os.environ.get(s.env)), "type": s.type.__name__,
+               "min": s.min, "max": s.max}
+        if s.is_secret:  # the default too: a secret with a default is still a secret
+            row["value"] = SECRET_SHOWN if value else ""
+            row["default"] = SECRET_SHOWN if s.default else ""
+        rows.append(row)
+    return rows
+
+
 def value(name: str):
     """The setting ``name`` as its declared type (:meth:`Setting.parse` of :func:`get`)."""
     return SETTINGS[name].parse(get(name))

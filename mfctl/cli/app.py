@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
 import typer
 
 from mfctl import __version__
 from mfctl.cli.common import JSON_OPT, emit_json
-
-SECRET_SHOWN = "********"  # a secret setting's value in `mfctl version --settings` (and --json)
+from mfctl.settings import SECRET_SHOWN  # noqa: F401 (re-exported: a secret's value in `mfctl version --settings`)
 
 # every top-level command: name → (module, attribute, a group of subcommands?), in the order of `mfctl --help`
 COMMANDS: dict[str, tuple[str, str, bool]] = {
@@ -71,16 +68,7 @@ def version(json_out: bool = JSON_OPT, settings_table: bool = typer.Option(False
 
     data = {"schema": "mfctl.version/v1", "version": __version__}
     if settings_table:
-        data["settings"] = []
-        for s in settings.SETTINGS.values():
-            value = settings.get(s.name)
-            row = {"name": s.name, "env": s.env, "default": s.default, "value": value, "help": s.help,
-                   "secret": s.is_secret, "set": bool(os.environ.get(s.env)), "type": s.type.__name__,
-                   "min": s.min, "max": s.max}
-            if s.is_secret:  # the default too: a secret with a default is still a secret
-                row["value"] = SECRET_SHOWN if value else ""
-                row["default"] = SECRET_SHOWN if s.default else ""
-            data["settings"].append(row)
+        data["settings"] = settings.table()
     if json_out:
         emit_json(data)
         return

@@ -44,3 +44,15 @@ def test_limits_are_declared_with_the_setting_and_describe_themselves():
     assert every_number == ["connect_timeout", "command_timeout", "fanout", "max_output_bytes"]
     for x in SETTINGS.values():  # every declared default is a valid value of its own setting
         x.parse(x.default)
+
+
+def test_the_table_never_holds_a_secret_not_even_a_default(monkeypatch):
+    monkeypatch.setitem(SETTINGS, "api_key", Setting("api_key", "built-in-key", "A key."))
+    monkeypatch.setenv("MFCTL_OCS_PASSWORD", "pw-123")
+    rows = {r["name"]: r for r in settings.table()}
+    assert (rows["api_key"]["value"], rows["api_key"]["default"]) == (settings.SECRET_SHOWN, settings.SECRET_SHOWN)
+    assert rows["ocs_password"]["value"] == settings.SECRET_SHOWN and rows["ocs_password"]["set"] is True
+    assert "pw-123" not in repr(rows) and "built-in-key" not in repr(rows)
+    assert rows["fanout"] | {} == {"name": "fanout", "env": "MFCTL_FANOUT", "default": "32", "value": "32",
+                                   "help": SETTINGS["fanout"].help, "secret": False, "set": False, "type": "int",
+                                   "min": 1, "max": 4096}
