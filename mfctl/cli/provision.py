@@ -20,9 +20,9 @@ HOSTS_OPT = typer.Option(None, "--hosts", help="Only these hosts (comma-separate
 
 @contextmanager
 def _ctx(spec_path: Path, inventory: Path | None, hosts: str | None):
+    """(recipe, inventory, firmware manifest or None, the hosts to work on, an SSH pool, the Context)."""
     spec_path = shipped(spec_path, Path("playbooks/provision.yaml"))
     from mfctl.context import Context
-    from mfctl.errors import UsageError
     from mfctl.inventory import load_inventory
     from mfctl.provision.models import load_manifest, load_spec
 
@@ -30,17 +30,25 @@ def _ctx(spec_path: Path, inventory: Path | None, hosts: str | None):
     inv = load_inventory(inventory or spec.path(spec.inventory))
     manifest = load_manifest(spec.path(spec.firmware_manifest)) if spec.firmware_manifest else None
     spec.check_addresses(inv)
-    names = None
-    if hosts is not None:
-        names = list(dict.fromkeys(h.strip() for h in hosts.split(",") if h.strip()))
-        if not names:
-            raise UsageError("--hosts is empty (leave it out for all hosts)")
-    unknown = [h for h in names or [] if h not in {x.name for x in inv.hosts}]
-    if unknown:
-        raise UsageError(f"unknown host(s): {', '.join(unknown)}; the inventory has {', '.join(h.name for h in inv.hosts)}")
+    names = _host_names(hosts, [h.name for h in inv.hosts])
     ctx = Context.from_settings(inv)
     with ctx.pool() as pool:
-        yield spec, inv, manifest, names or [h.name for h in inv.hosts], pool, ctx
+        yield spec, inv, manifest, names, pool, ctx
+
+
+def _host_names(hosts: str | None, known: list[str]) -> list[str]:
+    """``--hosts a,b`` as names of the inventory (all of them when not given); UsageError otherwise."""
+    from mfctl.errors import UsageError
+
+    if hosts is None:
+        return known
+    names = list(dict.fromkeys(h.strip() for h in hosts.split(",") if h.strip()))
+    if not names:
+        raise UsageError("--hosts is empty (leave it out for all hosts)")
+    unknown = [h for h in names if h not in known]
+    if unknown:
+        raise UsageError(f"unknown host(s): {', '.join(unknown)}; the inventory has {', '.join(known)}")
+    return names
 
 
 def _progress(json_out: bool):
@@ -67,6 +75,17 @@ def _render_plan(plans) -> None:
             t.add_row(a.phase, a.target, a.what, f"{a.before} → {a.after}",
                       "MANUAL: " + a.manual if a.manual else ", ".join(a.needs))
         con.print(t)
+
+
+def _render_apply(results) -> None:
+    con = out_console()
+    for r in results:
+        if r.failed:
+            con.print(markup("[red]{}: FAILED at {}[/]: {}", r.host, r.failed["step"], r.failed["error"]), highlight=False)
+            continue
+        extra = markup(", [yellow]{} left after verify[/]", len(r.left)) if r.left else (
+            markup(", [yellow]not verified[/]: {}", r.verify_error) if r.verify_error else ", verified")
+        con.print(markup("[green]{}[/]: {} change(s) applied", r.host, len(r.applied)) + extra, highlight=False)
 
 
 @app.command("plan")
@@ -135,14 +154,7 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
     if json_out:
         emit_json(out)
     else:
-        con = out_console()
-        for r in results:
-            if r.failed:
-                con.print(markup("[red]{}: FAILED at {}[/]: {}", r.host, r.failed["step"], r.failed["error"]), highlight=False)
-            else:
-                extra = markup(", [yellow]{} left after verify[/]", len(r.left)) if r.left else (
-                    markup(", [yellow]not verified[/]: {}", r.verify_error) if r.verify_error else ", verified")
-                con.print(markup("[green]{}[/]: {} change(s) applied", r.host, len(r.applied)) + extra, highlight=False)
+        _render_apply(results)
     if stop.is_set():
         print_error("interrupted: every host stopped after its current action (see above); re-run apply to finish",
                     "interrupted")
