@@ -71,7 +71,8 @@ def health(inventory: Path = typer.Option(None, "--inventory", "-i", envvar="MFC
            no_ocs: bool = typer.Option(False, "--no-ocs", help="Skip the OCS (alarms, dark connected ports): --checks -ocs."),
            since_boot: bool = typer.Option(False, "--since-boot", help="Judge NIC error counters as totals since the "
                                            "driver loaded, not by what they gained over the window of earlier sweeps."),
-           junit: Path = typer.Option(None, "--junit", help="Also write a JUnit XML report here (for CI; - prints only the XML on stdout)."),
+           junit: Path = typer.Option(None, "--junit", help="Also write a JUnit XML report here (for CI; - prints only "
+                                      "the XML on stdout)."),
            json_out: bool = JSON_OPT):
     """Sweep every host in parallel with the default checks (nvidia-smi, dmesg XIDs, NVLink, ip/ethtool links,
     ibstat, RoCE GIDs, ethtool -S errors and priorities, ethtool -m DOM) and the OCS; identical findings are folded.

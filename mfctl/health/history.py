@@ -93,9 +93,9 @@ def new_errors(now_reading: dict, names: tuple[str, ...], ref: dict | None, firs
     history's ``first`` reading, what it showed plus all gained since, across driver reloads — as
     errors of unknown age are judged, not hidden."""
     raw, total = now_reading["counters"], now_reading["total"]
-    if ref is None and first is None:
-        return {n: raw[n] for n in names if raw.get(n, 0) > 0}, "since the driver loaded", False
     if ref is None:
+        if first is None:
+            return {n: raw[n] for n in names if raw.get(n, 0) > 0}, "since the driver loaded", False
         return _all_known(now_reading, names, first)
     grown = {n: total[n] - _total(ref, n) for n in names if n in total and total[n] > _total(ref, n)}
     return grown, f"in the last {duration(now_reading['t'] - ref['t'])}", True

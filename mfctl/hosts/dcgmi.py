@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from mfctl.errors import ParseError
+from mfctl.hosts.mellanox import parse_mlxlink  # noqa: F401  (its old name here, until its importers have moved)
 
 
 @dataclass
@@ -19,8 +20,9 @@ class DiagResult:
 
     @property
     def failed(self) -> list[str]:
-        return [t for t, r in self.tests.items() if r.lower().startswith(("fail", "error"))] + \
-               [f"{t} (GPU {g})" for t, gs in self.per_gpu.items() for g, r in gs.items() if r.lower().startswith(("fail", "error"))]
+        bad = ("fail", "error")
+        return [t for t, r in self.tests.items() if r.lower().startswith(bad)] + \
+               [f"{t} (GPU {g})" for t, gs in self.per_gpu.items() for g, r in gs.items() if r.lower().startswith(bad)]
 
 
 def parse_diag(text: str) -> DiagResult:
@@ -93,6 +95,3 @@ def parse_discovery(text: str) -> list[DiscoveredGPU]:
     if not out:
         raise ParseError("dcgmi discovery", None, "'| <id> | Name: … |' rows", text.strip()[:80])
     return out
-
-
-from mfctl.hosts.mellanox import parse_mlxlink  # noqa: E402  (its old home: moved to mellanox.py)

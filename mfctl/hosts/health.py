@@ -7,10 +7,24 @@ from __future__ import annotations
 from mfctl.health.checks.gpu import XID_CRITICAL, XID_MEANING
 from mfctl.health.checks.optics import DOM, judge_module
 from mfctl.health.findings import Finding, HostHealth, junit
-from mfctl.health.history import (KEEP_READINGS_S, THIN_AFTER_S, _duration, _history, _total, baseline_path,
-                                  load_baseline, new_errors, reading, reference, remember, save_baseline)
+from mfctl.health.history import (
+    KEEP_READINGS_S,
+    THIN_AFTER_S,
+    _duration,
+    _history,
+    _total,
+    baseline_path,
+    load_baseline,
+    new_errors,
+    reading,
+    reference,
+    remember,
+    save_baseline,
+)
 from mfctl.health.thresholds import THRESHOLDS, XID_WINDOW_MAX_S, parse_overrides, thresholds
-from mfctl.health.words import ago as _ago, indexes as _indexes, span as _span
+from mfctl.health.words import ago as _ago
+from mfctl.health.words import indexes as _indexes
+from mfctl.health.words import span as _span
 
 #: The checks of the old ``sweep``/``check_host``: the GPU query and the lane links.
 BASE_CHECKS = ["gpu", "links"]

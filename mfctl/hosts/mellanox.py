@@ -192,7 +192,7 @@ def parse_mlnx_qos(text: str) -> QosState:
     """Parse ``mlnx_qos -i IF``: ``Priority trust state: dscp`` and the PFC ``enabled`` row."""
     trust = None
     pfc = None
-    for no, raw in enumerate(text.splitlines(), 1):
+    for raw in text.splitlines():
         s = raw.strip()
         m = re.match(r"^Priority trust (?:state|mode):\s*(\S+)", s)
         if m:
@@ -241,7 +241,7 @@ def parse_mlxlink(text: str) -> dict[str, str]:
     """The ``Operational Info`` block of ``mlxlink`` as {key: value}."""
     out: dict[str, str] = {}
     block = None
-    for no, raw in enumerate(text.splitlines(), 1):
+    for raw in text.splitlines():
         s = raw.strip()
         if not s or set(s) == {"-"}:
             continue

@@ -64,12 +64,13 @@ def select_checks(spec: str | None) -> list[str]:
     nothing selected."""
     from mfctl.errors import UsageError
 
-    items = [s.strip() for s in (spec or "").split(",") if s.strip()]
+    text = spec or ""
+    items = [s.strip() for s in text.split(",") if s.strip()]
     if not items:
         return list(DEFAULT)
-    chosen = _with_needs(*_apply(items, spec), spec)
+    chosen = _with_needs(*_apply(items, text), text)
     if not chosen:
-        raise UsageError(f"--checks {spec!r} selects no check; the checks are {', '.join(NAMES)}")
+        raise UsageError(f"--checks {text!r} selects no check; the checks are {', '.join(NAMES)}")
     return [n for n in NAMES if n in chosen]
 
 

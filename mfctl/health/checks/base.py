@@ -33,7 +33,7 @@ class Check:
     group: str  # the findings' group (Finding.check, the JUnit test case)
     runs: str  # what it runs, for people (--list-checks)
     judges: str  # what it judges, for people
-    argv: Callable[["Probe"], Mapping[Hashable, list[str]]]
+    argv: Callable[["Probe"], Mapping[Any, list[str]]]
     parse: Callable[[str], Any] | Mapping[Hashable, Callable[[str], Any]] | None
     judge: Callable[["Probe", dict], None]
     default: bool = True

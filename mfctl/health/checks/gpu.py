@@ -164,10 +164,10 @@ def _judge_xid(p: Probe, e: dmesg.XidEvent, now_up: float | None) -> None:
     who = f"GPU {gi}" if gi is not None else f"GPU at PCI {e.pci}"  # (a lost GPU has no row to name it)
     age = now_up - e.stamp_s if e.stamp_s is not None and now_up is not None else None
     old = age is not None and age > window
+    past = f", {ago(age)} ago (older than xid_window_s, {span(window)}: history)" if age is not None and old else ""
     p.add("critical" if e.xid in XID_CRITICAL and not old else "warning",
           f"{who}: XID {e.xid} ({XID_MEANING.get(e.xid, 'see the NVIDIA Xid catalogue')})"
-          + (f" at PCI {e.pci}" if gi is not None else "")
-          + (f", {ago(age)} ago (older than xid_window_s, {span(window)}: history)" if old else ""),
+          + (f" at PCI {e.pci}" if gi is not None else "") + past,
           "gpu.xid", component=f"gpu{gi}" if gi is not None else e.pci, value=e.xid,
           limit=window if old else None, unit="s" if old else None)
 

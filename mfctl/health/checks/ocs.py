@@ -33,11 +33,11 @@ def read_state(ctx) -> dict:
 
 def _alarm(host: str, a) -> Finding:
     m = re.match(r'^\s*"?([^:\s"]+):', str(a))  # TL1: AID:NTFCNCDE,CONDTYPE,... (the AID is the port)
-    aid = m.group(1) if m else None
-    text = str(a)
+    aid, text = None, str(a)
     if m:
         from mfctl.ocs.service import parse_alarm
 
+        aid = m.group(1)
         f = parse_alarm(str(a).strip().strip('"'))
         text = (f"{'port ' if aid.isdigit() else ''}{aid}: {f['severity']} {f['condition']}"
                 + (f" — {f['description']}" if f["description"] else ""))

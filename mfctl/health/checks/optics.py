@@ -80,7 +80,8 @@ def judge_module(mod) -> list[tuple]:
     module in an 8-lane CMIS cage — and not judged; an active channel with no Rx reading is
     dark: no light arrives (critical). Returns ``(severity, code, channel or None, value,
     limit, unit, message)`` tuples."""
-    out, seen = [], set()
+    out: list[tuple] = []
+    seen: set[tuple] = set()
     unused = _lasers_off(mod, out, seen)
     _readings(mod, unused, out, seen)
     _flags(mod, unused, out, seen)

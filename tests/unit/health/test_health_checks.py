@@ -8,7 +8,7 @@ import pytest
 from conftest import DATA, PROTOTYPE
 from mfctl import health
 from mfctl.errors import UsageError
-from mfctl.health.checks import CHECKS, DEFAULT, NAMES, select_checks
+from mfctl.health.checks import CHECKS, DEFAULT, select_checks
 from mfctl.inventory import load_inventory
 from mfctl.transport.ssh import CommandResult
 
