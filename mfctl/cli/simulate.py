@@ -9,6 +9,29 @@ import typer
 from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console
 
 
+def _checked(model: str, link_gbps: int, reconfig_latency_ms: float, plot: Path | None, fabric: list[str] | None) -> list[str]:
+    """The fabrics to compare (the fat-tree first: the reference for performance per dollar), once
+    every option is known to be right; UsageError (exit 2) naming the first that is not."""
+    import math
+
+    from mfctl.errors import UsageError
+    from mfctl.fabric import whatif
+
+    if model not in whatif.PRESETS:
+        raise UsageError(f"--model must be one of {', '.join(whatif.PRESETS)}")
+    if link_gbps not in whatif.PRICES:
+        raise UsageError(f"--link-gbps must be one of {', '.join(map(str, whatif.PRICES))}")
+    if not math.isfinite(reconfig_latency_ms):
+        raise UsageError("--reconfig-latency-ms must be a finite number")
+    if plot is not None and (plot.suffix.lower() != ".png" or not plot.parent.is_dir()):
+        raise UsageError(f"--plot needs a .png file in an existing directory, got {str(plot)!r}")
+    fabrics = list(dict.fromkeys(fabric or whatif.FABRICS))
+    bad = [f for f in fabrics if f not in whatif.FABRICS]
+    if bad:
+        raise UsageError(f"unknown fabric {bad[0]!r}; one of {', '.join(whatif.FABRICS)}")
+    return fabrics if "fat-tree" in fabrics else ["fat-tree", *fabrics]
+
+
 @handle_errors
 def simulate(model: str = typer.Option("mixtral-8x7b", help="mixtral-8x7b, mixtral-8x22b, qwen-moe, deepseek-256."),
              gpus: int = typer.Option(1024, min=8, help="Cluster size (GPUs, 8 per server)."),
@@ -26,22 +49,7 @@ def simulate(model: str = typer.Option("mixtral-8x7b", help="mixtral-8x7b, mixtr
     from mfctl.errors import UsageError
     from mfctl.fabric import whatif
 
-    if model not in whatif.PRESETS:
-        raise UsageError(f"--model must be one of {', '.join(whatif.PRESETS)}")
-    if link_gbps not in whatif.PRICES:
-        raise UsageError(f"--link-gbps must be one of {', '.join(map(str, whatif.PRICES))}")
-    import math
-
-    if not math.isfinite(reconfig_latency_ms):
-        raise UsageError("--reconfig-latency-ms must be a finite number")
-    if plot is not None and (plot.suffix.lower() != ".png" or not plot.parent.is_dir()):
-        raise UsageError(f"--plot needs a .png file in an existing directory, got {str(plot)!r}")
-    fabrics = list(dict.fromkeys(fabric or whatif.FABRICS))
-    bad = [f for f in fabrics if f not in whatif.FABRICS]
-    if bad:
-        raise UsageError(f"unknown fabric {bad[0]!r}; one of {', '.join(whatif.FABRICS)}")
-    if "fat-tree" not in fabrics:
-        fabrics = ["fat-tree", *fabrics]  # the reference for performance per dollar
+    fabrics = _checked(model, link_gbps, reconfig_latency_ms, plot, fabric)
     sc = whatif.Scenario(whatif.PRESETS[model], gpus=gpus, link_gbps=link_gbps, alpha=alpha,
                          reconfig_latency_s=reconfig_latency_ms / 1000, micro_batches=micro_batches)
     try:

@@ -53,6 +53,6 @@ def test_the_table_never_holds_a_secret_not_even_a_default(monkeypatch):
     assert (rows["api_key"]["value"], rows["api_key"]["default"]) == (settings.SECRET_SHOWN, settings.SECRET_SHOWN)
     assert rows["ocs_password"]["value"] == settings.SECRET_SHOWN and rows["ocs_password"]["set"] is True
     assert "pw-123" not in repr(rows) and "built-in-key" not in repr(rows)
-    assert rows["fanout"] | {} == {"name": "fanout", "env": "MFCTL_FANOUT", "default": "32", "value": "32",
+    assert rows["fanout"] == {"name": "fanout", "env": "MFCTL_FANOUT", "default": "32", "value": "32",
                                    "help": SETTINGS["fanout"].help, "secret": False, "set": False, "type": "int",
                                    "min": 1, "max": 4096}
