@@ -299,9 +299,8 @@ class SSHPool:
         with its message as the error); any other exception is a bug and is raised here, after the
         hosts under way have finished (no new host starts). ``observer`` hears ``phase`` (with the
         number of hosts), then ``host_started``/``host_done`` per host, from the worker threads.
-        Ctrl-C: no host that has not begun is started; KeyboardInterrupt is raised at once."""
-        from concurrent.futures import ThreadPoolExecutor
-
+        Ctrl-C: no host that has not begun is started and KeyboardInterrupt is raised at once; the
+        workers are daemon threads, so a process that exits then does not wait for the hosts under way."""
         from mfctl.errors import MfctlError
         from mfctl.observer import NullObserver
         from mfctl.transport.results import HostResult, Results, outcome_of
@@ -310,10 +309,12 @@ class SSHPool:
         if phase is not None:
             obs.phase(phase, total=len(hosts))
         stop = threading.Event()
+        lock = threading.Lock()
+        todo = iter(range(len(hosts)))
+        out: list = [None] * len(hosts)
+        bugs: list[BaseException] = []
 
         def one(host: str) -> HostResult:
-            if stop.is_set():
-                return HostResult(host, error="not started: the operation stopped", exit_code=ExitCode.INTERRUPTED)
             obs.host_started(host)
             try:
                 v = fn(host)
@@ -322,25 +323,35 @@ class SSHPool:
                 r = HostResult(host, error=str(e).removeprefix(f"{host}: "), exit_code=ExitCode.UNREACHABLE)
             except MfctlError as e:
                 r = HostResult(host, error=str(e).removeprefix(f"{host}: "), exit_code=e.exit_code)
-            except BaseException:
-                stop.set()
-                raise
             obs.host_done(host, r)
             return r
 
-        if not hosts:
-            return Results([])
-        ex = ThreadPoolExecutor(max_workers=min(self.fanout, len(hosts)), thread_name_prefix="mfctl-map")
-        futures = [ex.submit(one, h) for h in hosts]
+        def work() -> None:
+            while True:
+                with lock:
+                    i = None if stop.is_set() else next(todo, None)
+                if i is None:
+                    return
+                try:
+                    out[i] = one(hosts[i])
+                except BaseException as e:  # noqa: BLE001 - a bug in fn: no new host starts, raised below
+                    with lock:
+                        bugs.append(e)
+                    stop.set()
+                    return
+
+        workers = [threading.Thread(target=work, daemon=True, name=f"mfctl-map-{k}")
+                   for k in range(min(self.fanout, len(hosts)))]
+        for t in workers:
+            t.start()
         try:
-            out = [f.result() for f in futures]
-        except BaseException:
+            for t in workers:
+                t.join()
+        except BaseException:  # Ctrl-C: no host that has not begun starts
             stop.set()
-            for f in futures:
-                f.cancel()
-            ex.shutdown(wait=False, cancel_futures=True)
             raise
-        ex.shutdown(wait=True)
+        if bugs:
+            raise bugs[0]
         return Results(out)
 
     def start_many(self, hosts: Sequence[str], *, close: bool = False) -> "Batch":

@@ -86,3 +86,43 @@ def test_config_error_of_one_host_is_that_hosts_outcome():
     def f(h):
         raise ConfigError("lane syntax")
     assert SSHPool([], fanout=1).map(["x"], f).exit_code() == ExitCode.CONFIG
+
+
+def test_a_bug_stops_new_hosts_and_is_raised_after_those_under_way():
+    started, finished, second = [], [], threading.Event()
+
+    def f(h):
+        started.append(h)
+        if h == "h0":
+            second.wait(5)  # the bug comes while h1 is under way
+            raise KeyError(h)
+        second.set()
+        threading.Event().wait(0.2)
+        finished.append(h)
+        return h
+
+    with pytest.raises(KeyError):
+        SSHPool([], fanout=2).map([f"h{i}" for i in range(10)], f)
+    assert sorted(started) == ["h0", "h1"]  # no third host began
+    assert finished == ["h1"]  # the host under way ended before the bug was raised
+
+
+def test_ctrl_c_raises_at_once_and_starts_no_new_host():
+    import os
+    import signal
+    import time
+
+    started = []
+
+    def slow(h):
+        started.append(h)
+        threading.Event().wait(1.5)
+        return h
+
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    t = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        SSHPool([], fanout=2).map([f"h{i}" for i in range(8)], slow)
+    assert time.monotonic() - t < 1.0
+    time.sleep(1.6)  # the two under way end; none after them begins
+    assert len(started) == 2
