@@ -95,3 +95,48 @@ def stop(state_dir: Path | None = None, *, timeout: float = 10.0) -> bool:
         os.kill(pid, signal.SIGKILL)
     (sd / "status.json").unlink(missing_ok=True)
     return True
+
+
+class MockTestbed:
+    """The mock testbed as a run sees it (:class:`mfctl.runtime.testbed.Testbed`): a mock of the
+    run's own in ``<run_dir>/mock`` for the playbook's inventory, or the hand-started one whose
+    inventory ``inventory_override`` names (its ``status.json`` beside it: its time scale must be
+    the playbook's ``mock.time_scale``). The controller listens on 127.0.0.1 (the mock's hosts
+    are there); ``mock.crash_host`` gets ``crash_at_iteration`` in its welcome (the simulated
+    runtime dies there)."""
+
+    def __init__(self, pb, inventory_override: str | None = None):
+        self.pb = pb
+        self.time_scale = float(pb.mock.time_scale)
+        self.inventory_override = inventory_override
+        self.state_dir: Path | None = None  # of the mock this run started
+
+    def start(self, run_dir: Path, observer) -> str:
+        if self.inventory_override:
+            return self.inventory_override
+        src = self.pb.inventory_path()
+        observer.phase("mock", f"starting the mock testbed for {Path(src).name}")
+        st = start(src, run_dir / "mock", time_scale=self.time_scale)
+        self.state_dir = run_dir / "mock"
+        return st["inventory"]
+
+    def check(self, inv) -> None:
+        p = Path(inv.source).parent / "status.json" if inv.source else None
+        if p is None or not p.exists():
+            return
+        ts = json.loads(p.read_text()).get("time_scale")
+        if ts is not None and abs(float(ts) - self.time_scale) > 1e-9:
+            raise ConfigError(f"the mock testbed runs at time scale {ts:g} but the playbook says {self.time_scale:g} "
+                              f"(mfctl mock up --time-scale {self.time_scale:g})", path=self.pb.source)
+
+    def stop(self) -> None:
+        if self.state_dir is not None:
+            stop(self.state_dir)
+            self.state_dir = None
+
+    def controller_listen(self, inv) -> str:
+        return "127.0.0.1"
+
+    def welcome_fields(self, host: str) -> dict:
+        m = self.pb.mock
+        return {"crash_at_iteration": m.crash_at_iteration if m.crash_host == host else None}

@@ -19,6 +19,7 @@ from mfctl import mockctl
 from mfctl.errors import OperationFailed
 from mfctl.runtime import controller as controller_mod
 from mfctl.runtime import job as job_mod
+from mfctl.runtime import testbed as testbed_mod
 from mfctl.runtime.client import ControllerLost, RuntimeClient
 from mfctl.runtime.controller import Controller
 from mfctl.runtime.playbook import load_playbook
@@ -229,8 +230,8 @@ def test_the_run_binds_the_controller_on_the_address_the_hosts_reach(tmp_path, m
         mockctl.stop(tmp_path / "mock")
     assert "stopped after the controller was bound" in (s["error"] or ""), s["error"]
     assert seen["listen"][0] == "127.0.0.1" and seen["bound"] == "127.0.0.1", seen
-    assert job_mod._advertised_ip("127.0.0.1") == "127.0.0.1"
-    assert job_mod._advertised_ip("localhost") == "127.0.0.1"
+    assert testbed_mod.advertised_ip("127.0.0.1") == "127.0.0.1"
+    assert testbed_mod.advertised_ip("localhost") == "127.0.0.1"
 
 
 def test_a_busy_flood_does_not_grow_threads_without_bound(ctrl):

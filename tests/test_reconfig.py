@@ -18,7 +18,7 @@ from mfctl.fabric import mapping
 from mfctl.ocs.client import TL1Deny, TL1Timeout
 from mfctl.ocs.driver import ApplyResult, diff
 from mfctl.ocs.tl1 import Reply
-from mfctl.runtime.reconfig import (LinkPoller, LinkWait, Phase, Proposal, Reconfigurator)
+from mfctl.runtime.reconfig import (Decision, LinkPoller, LinkWait, Phase, Proposal, Reconfigurator)
 from mfctl.transport.ssh import CommandResult
 
 # --- fakes ---------------------------------------------------------------------------------
@@ -127,7 +127,7 @@ class FakeLinks:
 def proposal(**kw):
     return Proposal(epoch=3, region="r0", hosts=HOSTS, lanes=LANES, iteration=7, old=list(OLD), new=list(NEW),
                     planned=mapping.circuit_matrix(NEW, HOSTS), ocs_before=xc(OLD), region_ports=REGION_PORTS,
-                    method="best", **kw)
+                    decision=Decision(method="best"), **kw)
 
 
 def run(ocs, workers=None, links=None, **kw):

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import typer
 
+from typing import TYPE_CHECKING
+
 from mfctl.cli.common import JSON_OPT, emit_json, err_console, handle_errors, markup, out_console, print_error
+
+if TYPE_CHECKING:
+    from mfctl.runtime.summary import RunSummary
 
 runs_app = typer.Typer(help="List and show past runs (runs/<run-id>/).", no_args_is_help=True)
 RUNS_DIR_OPT = typer.Option(None, "--runs-dir", envvar="MFCTL_RUNS_DIR", help="Where run directories go (default: ./runs).")
@@ -25,7 +30,7 @@ def _observer(json_out: bool, total: int, show_logs: bool = False):
             self.progress = None
             self.task = None
 
-        def phase(self, name, detail=""):
+        def phase(self, name, detail="", total=None):
             if name == "train" and live:
                 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -42,12 +47,11 @@ def _observer(json_out: bool, total: int, show_logs: bool = False):
             elif done % 10 == 0 or done == total_:
                 con.print(f"   train iteration {done}/{total_}: {m['seconds']:.3f} s (testbed time)", highlight=False)
 
-        def reconfiguration(self, r):
-            outcome = r.get("outcome", "applied")
-            head = f"epoch {r['epoch']} done" if outcome == "applied" else f"epoch {r['epoch']} {outcome.upper()}"
-            msg = (f"{head}: +{r['xc_added']}/-{r['xc_removed']} cross-connects, switch "
-                   f"{r['t_switch_ms']:.1f} ms, link-up {r['t_linkup_ms'] / 1000:.2f} s, runtime {r['t_runtime_ms']:.0f} ms"
-                   + (f" — {r['error']}" if r.get("error") else ""))
+        def reconfiguration(self, r):  # a mfctl.runtime.reconfig.Reconfiguration
+            head = f"epoch {r.epoch} done" if r.outcome == "applied" else f"epoch {r.epoch} {r.outcome.upper()}"
+            msg = (f"{head}: +{r.xc_added}/-{r.xc_removed} cross-connects, switch {r.t_switch_ms:.1f} ms, link-up "
+                   f"{r.t_linkup_ms / 1000:.2f} s, runtime {r.t_runtime_ms:.0f} ms"
+                   + (f" — {r.error}" if r.error else ""))
             con.print(markup("[magenta]{:>8}[/] {}", "reconfig", msg), highlight=False)
 
         def log_line(self, host, line):
@@ -64,66 +68,76 @@ def _observer(json_out: bool, total: int, show_logs: bool = False):
     return RichObserver()
 
 
-def render_summary(s: dict, show_error: bool = True) -> None:
-    from rich.table import Table
+def render_summary(s: "RunSummary", show_error: bool = True) -> None:
+    """A run's summary as tables on stdout (:class:`mfctl.runtime.summary.RunSummary`)."""
     from rich.text import Text
 
     con = out_console()  # (its strings are plain text: names, paths and messages print as they are)
-    colour = {"ok": "green", "failed": "red", "interrupted": "yellow"}[s["status"]]
-    con.print(markup("\n[bold]run {}[/] — {} on {}: ", s["run_id"], s["playbook"], s["inventory"])
-              + Text(s["status"], style=colour))
+    colour = {"ok": "green", "failed": "red", "interrupted": "yellow"}.get(s.status, "red")
+    con.print(markup("\n[bold]run {}[/] — {} on {}: ", s.run_id, s.playbook, s.inventory) + Text(s.status, style=colour))
+    con.print(_facts_table(s, show_error))
+    if s.reconfigurations:
+        con.print(_reconfig_table(s.reconfigurations))
+    elif not s.is_training_log and s.iterations:
+        con.print("no reconfigurations (the policy found none worth its cost)")
+    if s.ocs:
+        for region, cs in s.ocs["circuits"].items():
+            con.print(f"circuits in {region}: " + ", ".join(f"{c['a']}↔{c['b']}" for c in cs), highlight=False)
+    con.print(f"run directory: {s.run_dir}")
+
+
+def _facts_table(s: "RunSummary", show_error: bool):
+    from rich.table import Table
+    from rich.text import Text
+
     t = Table(show_header=False, title="summary", title_justify="left")
-    it = s.get("iteration_time_s") or {}
-    if s.get("error") and show_error:  # (mfctl run says it on stderr instead, once)
-        t.add_row("error", Text(str(s["error"]), style="red"))
-    t.add_row("iterations", f"{s['iterations']} / {s['iterations_planned']}")
+    it = s.iteration_time_s or {}
+    if s.error and show_error:  # (mfctl run says it on stderr instead, once)
+        t.add_row("error", Text(str(s.error), style="red"))
+    t.add_row("iterations", f"{s.iterations} / {s.iterations_planned}")
     if it:
         t.add_row("iteration time", f"mean {it['mean']:.3f} s, p50 {it['p50']:.3f} s, min {it['min']:.3f} s, max {it['max']:.3f} s")
-        t.add_row("throughput", f"{s['tokens_per_s']:,.0f} tokens/s")
-        by = s.get("iteration_time_by_epoch_s") or {}
-        if len(by) > 1:
-            t.add_row("per topology epoch", ", ".join(f"epoch {e}: {v:.3f} s" for e, v in by.items()))
-    if s.get("ep_share_on_circuits") is not None:
-        t.add_row("EP bytes on circuits", f"{100 * s['ep_share_on_circuits']:.1f}% of {s['ep_inter_server_bytes'] / 1e12:.2f} TB inter-server")
-    if s.get("prediction_rel_error"):
-        t.add_row("traffic prediction", ", ".join(f"{k} {100 * v:.1f}%" for k, v in s["prediction_rel_error"].items())
+        t.add_row("throughput", f"{s.tokens_per_s:,.0f} tokens/s")
+        if len(s.iteration_time_by_epoch_s) > 1:
+            t.add_row("per topology epoch", ", ".join(f"epoch {e}: {v:.3f} s" for e, v in s.iteration_time_by_epoch_s.items()))
+    if s.ep_share_on_circuits is not None:
+        t.add_row("EP bytes on circuits", f"{100 * s.ep_share_on_circuits:.1f}% of {s.ep_inter_server_bytes / 1e12:.2f} TB inter-server")
+    if s.prediction_rel_error:
+        t.add_row("traffic prediction", ", ".join(f"{k} {100 * v:.1f}%" for k, v in s.prediction_rel_error.items())
                   + " rel. error")
-    if s["health"]["hosts"]:
-        t.add_row("health", f"{s['health']['ok']}/{s['health']['hosts']} hosts ok (sweep {s['health']['sweep_s']:.2f} s)")
-    if s.get("fsmoe"):
-        f = s["fsmoe"]
+    if s.health["hosts"]:
+        t.add_row("health", f"{s.health['ok']}/{s.health['hosts']} hosts ok (sweep {s.health['sweep_s']:.2f} s)")
+    if s.fsmoe:
+        f = s.fsmoe
         deg = lambda r: str(r) if r else "best per layer"  # noqa: E731
         t.add_row("FSMoE", f"pipeline degree fwd {deg(f['pipeline_degree'])}, bwd {deg(f['bp_pipeline_degree'])}; "
                            f"gradient all-reduce in {f['grad_partitions']} partitions")
-    if s.get("slurm_job"):
-        t.add_row("launch", f"Slurm job {s['slurm_job']}")
-    t.add_row("time", f"{s['simulated_train_s']:.1f} s testbed time in {s['wall_train_s']:.1f} s wall (x{s['time_scale']:g})")
-    if s.get("note"):
-        t.add_row("note", s["note"])
-    for w in s.get("warnings") or []:
+    if s.slurm_job:
+        t.add_row("launch", f"Slurm job {s.slurm_job}")
+    t.add_row("time", f"{s.simulated_train_s:.1f} s testbed time in {s.wall_train_s:.1f} s wall (x{s.time_scale:g})")
+    if s.note:
+        t.add_row("note", s.note)
+    for w in s.warnings:
         t.add_row(Text("warning", style="yellow"), w)
-    if s.get("tflops_per_gpu_mean"):
-        t.add_row("TFLOP/s per GPU", f"{s['tflops_per_gpu_mean']:.1f} (mean of the logged iterations)")
-    ocs = s.get("ocs")
-    if ocs:
-        t.add_row("OCS read-back", (Text("matches the last plan", style="green") if ocs["matches_last_plan"]
+    if s.tflops_per_gpu_mean:
+        t.add_row("TFLOP/s per GPU", f"{s.tflops_per_gpu_mean:.1f} (mean of the logged iterations)")
+    if s.ocs:
+        t.add_row("OCS read-back", (Text("matches the last plan", style="green") if s.ocs["matches_last_plan"]
                                     else Text("DIFFERS from the last plan", style="red"))
-                  + f" — {len(ocs['cross_connects'])} cross-connects (a circuit is two: one per direction) via {ocs['endpoint']}")
-    con.print(t)
-    if s["reconfigurations"]:
-        r = Table("epoch", "iter", "outcome", "xc +/-", "switch", "link-up", "runtime", "a2a est. before→after",
-                  title="reconfigurations (link-up, runtime: testbed time)", title_justify="left")
-        for x in s["reconfigurations"]:
-            r.add_row(str(x["epoch"]), str(x["iteration"]), x.get("outcome", "applied"), f"+{x['xc_added']}/-{x['xc_removed']}",
-                      f"{x['t_switch_ms']:.1f} ms", f"{x['t_linkup_ms'] / 1000:.2f} s", f"{x['t_runtime_ms']:.0f} ms",
-                      f"{x['objective_before_s'] * 1000:.0f} → {x['objective_after_s'] * 1000:.0f} ms")
-        con.print(r)
-    elif s.get("inventory") != "(training log)" and s.get("iterations"):
-        con.print("no reconfigurations (the policy found none worth its cost)")
-    if ocs:
-        for region, cs in ocs["circuits"].items():
-            con.print(f"circuits in {region}: " + ", ".join(f"{c['a']}↔{c['b']}" for c in cs), highlight=False)
-    con.print(f"run directory: {s['run_dir']}")
+                  + f" — {len(s.ocs['cross_connects'])} cross-connects (a circuit is two: one per direction) via {s.ocs['endpoint']}")
+    return t
+
+
+def _reconfig_table(recs: list[dict]):
+    from rich.table import Table
+
+    r = Table("epoch", "iter", "outcome", "xc +/-", "switch", "link-up", "runtime", "a2a est. before→after",
+              title="reconfigurations (link-up, runtime: testbed time)", title_justify="left")
+    for x in recs:
+        r.add_row(str(x["epoch"]), str(x["iteration"]), x.get("outcome", "applied"), f"+{x['xc_added']}/-{x['xc_removed']}",
+                  f"{x['t_switch_ms']:.1f} ms", f"{x['t_linkup_ms'] / 1000:.2f} s", f"{x['t_runtime_ms']:.0f} ms",
+                  f"{x['objective_before_s'] * 1000:.0f} → {x['objective_after_s'] * 1000:.0f} ms")
+    return r
 
 
 @handle_errors
@@ -142,10 +156,10 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
         grad_partitions: int = typer.Option(None, "--grad-partitions", help="Override the gradient all-reduce partitions (1, 2, 4, 8, 16)."),
         json_out: bool = JSON_OPT):
     """Run a reconfigurable MoE training job (starts and stops the mock testbed if the playbook says so)."""
+    from mfctl.runtime.health_gate import parse_overrides
     from mfctl.runtime.job import Job
     from mfctl.runtime.playbook import load_playbook
-
-    from mfctl.hosts.health import parse_overrides
+    from mfctl.runtime.summary import RunSummary
 
     limits = parse_overrides(threshold)
     pb = load_playbook(playbook)
@@ -171,13 +185,14 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
         summary = job.run()
     finally:
         obs.close()
+    s = RunSummary.from_dict(summary)
     if json_out:
         emit_json(summary)
     else:
-        render_summary(summary, show_error=False)
-    if summary.get("error"):
-        print_error(summary["error"], "error" if summary["status"] == "failed" else summary["status"])
-    raise typer.Exit(summary["exit_code"])
+        render_summary(s, show_error=False)
+    if s.error:
+        print_error(s.error, "error" if s.status == "failed" else s.status)
+    raise typer.Exit(s.exit_code)
 
 
 def _print_launch(pb, job, json_out: bool) -> None:
@@ -215,6 +230,7 @@ def list_runs(ctx: typer.Context, runs_dir: Path = RUNS_DIR_OPT, json_out: bool 
     from rich.table import Table
 
     from mfctl.errors import UsageError
+    from mfctl.runtime.summary import RunSummary
 
     rows = []
     d = _runs_dir(runs_dir)
@@ -224,14 +240,12 @@ def list_runs(ctx: typer.Context, runs_dir: Path = RUNS_DIR_OPT, json_out: bool 
         raise UsageError(f"no runs directory {d}")
     for p in sorted(d.glob("*/summary.json")) if d.is_dir() else []:
         try:
-            s = json.loads(p.read_text())
-            if not isinstance(s, dict):
-                raise ValueError("not an object")
-        except (OSError, ValueError) as e:
+            s = RunSummary.from_dict(json.loads(p.read_text()))
+        except (OSError, ValueError, TypeError) as e:
             print_error(f"skipping {p}: unreadable summary ({e})", "warning")
             continue
-        rows.append({k: s.get(k) for k in ("run_id", "playbook", "status", "iterations", "tokens_per_s")}
-                    | {"reconfigurations": len(s.get("reconfigurations", []))})
+        rows.append({"run_id": s.run_id, "playbook": s.playbook, "status": s.status, "iterations": s.iterations,
+                     "tokens_per_s": s.tokens_per_s, "reconfigurations": len(s.reconfigurations)})
     if json_out:
         emit_json({"schema": "mfctl.runs.list/v1", "runs": rows})
         return
@@ -252,6 +266,7 @@ def show_run(run_id: str = typer.Argument(..., help="Run id (a directory under t
              runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
     """Show a run's summary."""
     from mfctl.errors import OperationFailed, UsageError
+    from mfctl.runtime.summary import RunSummary
 
     if not run_id or "/" in run_id or run_id.startswith("."):
         raise UsageError(f"{run_id!r} is not a run id (see mfctl runs list)")
@@ -263,13 +278,12 @@ def show_run(run_id: str = typer.Argument(..., help="Run id (a directory under t
     if not p.exists():
         raise UsageError(f"no run {run_id!r} in {_runs_dir(runs_dir)} (see mfctl runs list)")
     try:
-        s = json.loads(p.read_text())
-        if not isinstance(s, dict) or "run_id" not in s:
-            raise ValueError("not a run summary object")
-    except (OSError, ValueError) as e:
+        d = json.loads(p.read_text())
+        s = RunSummary.from_dict(d)
+    except (OSError, ValueError, TypeError) as e:
         raise OperationFailed(f"{p}: unreadable run summary: {e}") from None
     if json_out:
-        emit_json(s)
+        emit_json(d)  # as it is on disk (a newer mfctl's keys too)
     else:
         render_summary(s)
 
@@ -289,6 +303,7 @@ def import_log(log: Path = typer.Argument(..., help="A Megatron / Megatron-DeepS
     from mfctl.errors import ConfigError
     from mfctl.hosts.trainlog import parse_train_log
     from mfctl.metrics.store import MetricsStore
+    from mfctl.runtime.summary import TRAINING_LOG, RunSummary
 
     try:
         text = log.read_text(errors="replace")
@@ -327,26 +342,23 @@ def import_log(log: Path = typer.Argument(..., help="A Megatron / Megatron-DeepS
     total_s = sum(x["seconds"] * x["steps"] for x in rows)
     total_tokens = sum(x["tokens"] * x["steps"] for x in rows)
     n_iter = sum(x["steps"] for x in rows)
-    summary = {"schema": "mfctl.run.summary/v1", "run_id": run_id, "status": "ok", "error": None, "playbook": log.name,
-               "inventory": "(training log)", "run_dir": str(d), "time_scale": 1.0, "iterations": n_iter,
-               "iterations_planned": tl.iterations[-1].total, "tokens": total_tokens, "logged_lines": len(rows),
-               "iteration_time_s": {"mean": sum(secs) / len(secs), "p50": sorted(secs)[len(secs) // 2],
-                                    "min": min(secs), "max": max(secs)},
-               "tokens_per_s": total_tokens / total_s if total_s else None,
-               "tflops_per_gpu_mean": (sum(r.tflops_per_gpu for r in tl.iterations if r.tflops_per_gpu) /
-                                       max(1, sum(1 for r in tl.iterations if r.tflops_per_gpu))) or None,
-               "skipped_iterations": max((r.skipped or 0) for r in tl.iterations),
-               "simulated_train_s": total_s, "wall_train_s": total_s, "reconfigurations": [],
-               "health": {"hosts": 0, "ok": 0, "sweep_s": 0.0}, "ep_inter_server_bytes": 0, "ep_bytes_on_circuits": 0,
-               "ep_share_on_circuits": None,
-               "note": (f"{len(rows)} logged lines, each the mean of the iterations since the previous one"
-                        + (f"; tokens assume {seq_len} tokens per sample (--seq-len): the log has no 'consumed tokens'"
-                           if assumed_seq else ""))}
+    tflops = [r.tflops_per_gpu for r in tl.iterations if r.tflops_per_gpu]
+    summary = RunSummary(
+        run_id=run_id, status="ok", playbook=log.name, inventory=TRAINING_LOG, run_dir=str(d), time_scale=1.0,
+        iterations=n_iter, iterations_planned=tl.iterations[-1].total, tokens=total_tokens, logged_lines=len(rows),
+        iteration_time_s={"mean": sum(secs) / len(secs), "p50": sorted(secs)[len(secs) // 2], "min": min(secs),
+                          "max": max(secs)},
+        tokens_per_s=total_tokens / total_s if total_s else None,
+        tflops_per_gpu_mean=(sum(tflops) / max(1, len(tflops))) or None,
+        skipped_iterations=max((r.skipped or 0) for r in tl.iterations), simulated_train_s=total_s, wall_train_s=total_s,
+        note=(f"{len(rows)} logged lines, each the mean of the iterations since the previous one"
+              + (f"; tokens assume {seq_len} tokens per sample (--seq-len): the log has no 'consumed tokens'"
+                 if assumed_seq else "")))
     store.end_run(run_id, "ok", 0, summary)
     store.close()
-    (d / "summary.json").write_text(json.dumps(summary, indent=2))
+    (d / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2))
     if json_out:
-        emit_json(summary)
+        emit_json(summary.to_dict())
     else:
         render_summary(summary)
 

@@ -11,6 +11,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+from mfctl.runtime.summary import RunSummary
+
 
 def _db(run_dir: Path) -> sqlite3.Connection:
     """The run's ``metrics.db``, read-only. Raises UsageError when it is missing, not an SQLite
@@ -40,8 +42,8 @@ def registry(run_dir: Path):
     (run_id, playbook, inventory, status, scale) = db.execute(
         "SELECT run_id, playbook, inventory, status, time_scale FROM run").fetchone()
     try:  # the inventory's name (a mock's inventory file is always inventory.yaml): the run's summary has it
-        inv_name = json.loads((run_dir / "summary.json").read_text())["inventory"]
-    except (OSError, ValueError, KeyError, TypeError):
+        inv_name = RunSummary.from_dict(json.loads((run_dir / "summary.json").read_text())).inventory
+    except (OSError, ValueError, TypeError):
         inv_name = None
     Info("mfctl_run", "the run", registry=reg).info({"run_id": run_id, "playbook": Path(playbook).name,
                                                       "inventory": str(inv_name or Path(inventory).name),

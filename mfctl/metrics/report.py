@@ -11,6 +11,8 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
+
 
 def _png(fig) -> str:
     buf = io.BytesIO()
@@ -22,21 +24,20 @@ def _png(fig) -> str:
 
 
 def build(run_dir: Path) -> str:
+    """The report's HTML for the run in ``run_dir`` (its metrics.db and summary.json). Raises
+    UsageError when either is missing or unreadable."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
 
     from mfctl.errors import UsageError
     from mfctl.metrics.export import _db
+    from mfctl.runtime.summary import RunSummary
 
     db = _db(run_dir)
     try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-        if not isinstance(summary, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as e:  # missing, not UTF-8, not JSON
+        summary = RunSummary.from_dict(json.loads((run_dir / "summary.json").read_text()))
+    except (OSError, ValueError, TypeError) as e:  # missing, not UTF-8, not JSON, not a summary
         raise UsageError(f"{run_dir / 'summary.json'}: not a readable run summary ({e})") from None
     rows = db.execute("SELECT iteration, seconds, tokens, epoch, paused FROM iterations WHERE host = "
                       "(SELECT MIN(host) FROM iterations) ORDER BY iteration").fetchall()
@@ -45,118 +46,154 @@ def build(run_dir: Path) -> str:
     preds = db.execute("SELECT iteration, predictor, rel_error FROM predictions ORDER BY iteration").fetchall()
     health = db.execute("SELECT host, status, findings_json, wall_unix FROM health ORDER BY wall_unix").fetchall()
     plots: list[tuple[str, str, str]] = []  # (id, title, data uri)
-
     if rows:
-        it = np.array([r[0] for r in rows])
-        sec = np.array([r[1] or 0 for r in rows])
-        tok = np.array([r[2] or 0 for r in rows])
-        fig, ax = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
-        ax[0].plot(it, sec, marker=".", color="#4c72b0")
-        ax[0].set_ylabel("iteration time (s)")
-        ax[1].plot(it, np.divide(tok, sec, out=np.zeros_like(sec), where=sec > 0), marker=".", color="#55a868")
-        ax[1].set_ylabel("tokens/s")
-        ax[1].set_xlabel("iteration")
-        for e, i, *_ in recs:
-            for a in ax:
-                a.axvline(i, color="#c44e52", ls="--", lw=1)
-            ax[0].annotate(f"epoch {e}", (i, ax[0].get_ylim()[1]), fontsize=8, color="#c44e52", va="top")
-        fig.tight_layout()
-        plots.append(("iteration-time", "Iteration time and throughput (dashed: reconfigurations)", _png(fig)))
+        plots.append(_plot_iterations(rows, recs))
     if recs:
-        fig, ax = plt.subplots(figsize=(9, 3.5))
-        ep = [f"epoch {r[0]}" for r in recs]
-        sw = np.array([r[2] or 0 for r in recs]) / 1000
-        lu = np.array([r[3] or 0 for r in recs]) / 1000
-        rt = np.array([r[4] or 0 for r in recs]) / 1000
-        ax.barh(ep, sw, label="OCS switch (wall)", color="#4c72b0")
-        ax.barh(ep, lu, left=sw, label="link-up (testbed)", color="#dd8452")
-        ax.barh(ep, rt, left=sw + lu, label="runtime drain+resume (testbed)", color="#55a868")
-        ax.set_xlabel("seconds")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        plots.append(("phases", "Reconfiguration phase times", _png(fig)))
-        fig, ax = plt.subplots(figsize=(9, 3.5))
-        topo0 = summary.get("initial_topology") or {}
-        region = recs[0][6]  # one region's circuits (several regions: the first that was re-wired)
-        init = (topo0.get("circuits") or {}).get(region)
-        mine = [r for r in recs if r[6] == region]
-        mats = ([(0, np.array(init))] if init else []) + [(r[1], np.array(json.loads(r[5]))) for r in mine]
-        last_it = rows[-1][0] if rows else mats[-1][0]
-        n = mats[0][1].shape[0]
-        pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
-        names = (topo0.get("hosts") or {}).get(region)
-        names = names if names and len(names) == n else [f"s{i}" for i in range(n)]  # (runs before hosts were kept)
-        for k, (i, j) in enumerate(pairs):
-            xs = [m[0] for m in mats] + [last_it]
-            ys = [m[1][i, j] for m in mats] + [mats[-1][1][i, j]]
-            ax.step(xs, np.array(ys) + 0.04 * (k - len(pairs) / 2), where="post", label=f"{names[i]}-{names[j]}")
-        top = int(max(m[1].max() for m in mats))
-        ax.set_yticks(range(top + 1))  # whole circuits; the lines are nudged apart only to be told apart
-        ax.set_ylim(-0.4, top + 0.4)
-        ax.set_xlabel("iteration")
-        ax.set_ylabel("circuits")
-        ax.legend(fontsize=7, ncol=min(6, len(pairs)))
-        fig.tight_layout()
-        plots.append(("circuits", f"Circuits per server pair after each reconfiguration ({region})", _png(fig)))
-        fig, ax = plt.subplots(figsize=(4.5, 4))
-        last = np.array(json.loads(mine[-1][5]))
-        im = ax.imshow(last, cmap="viridis")
-        ax.set_xticks(range(n), names, rotation=45, ha="right", fontsize=8)
-        ax.set_yticks(range(n), names, fontsize=8)
-        ax.set_title("last plan: circuits between servers")
-        fig.colorbar(im, ax=ax, label="circuits", ticks=range(int(last.max()) + 1))
-        fig.tight_layout()
-        plots.append(("heatmap", f"Circuit matrix of the last plan (heat map, {region})", _png(fig)))
+        plots.append(_plot_phases(recs))
+        plots.extend(_plot_circuits(summary, rows, recs))
     if preds:
-        fig, ax = plt.subplots(figsize=(9, 3))
-        for name in sorted({p[1] for p in preds}):
-            pts = [(p[0], p[2]) for p in preds if p[1] == name]
-            ax.plot([a for a, _ in pts], [100 * b for _, b in pts], marker=".", label=name)
-        ax.set_ylabel("relative error (%)")
-        ax.set_xlabel("iteration")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        plots.append(("prediction", "Traffic prediction: predicted vs. actual", _png(fig)))
+        plots.append(_plot_predictions(preds))
     if health:  # the pre-flight sweep, then the samples taken during the run
-        fig, ax = plt.subplots(figsize=(9, 2.8))
-        t0 = min(h[3] for h in health)
-        top = 0
-        hosts_h = sorted({h[0] for h in health})
-        nudge = 0.3 / max(1, len(hosts_h))  # lines apart, all within a third of a finding
-        t_end = 0.0
-        for k, host in enumerate(hosts_h):
-            pts = [(h[3] - t0, len(json.loads(h[2] or "[]")), h[1]) for h in health if h[0] == host]
-            top = max([top] + [c for _, c, _ in pts])
-            t_end = max([t_end] + [p[0] for p in pts])
-            ys = [p[1] + nudge * k for p in pts]
-            ax.step([p[0] for p in pts], ys, where="post", marker="o", ms=3, label=host)  # (markers: one sweep shows)
-            crit = [(p[0], y) for p, y in zip(pts, ys) if p[2] == "critical"]
-            if crit:
-                ax.plot([c[0] for c in crit], [c[1] for c in crit], "x", color="#c44e52", ms=7)
-        ax.set_yticks(range(top + 1))
-        ax.set_ylim(-0.3, top + 0.6)
-        ax.set_xlim(-0.05 * max(t_end, 1.0), max(t_end, 1.0) * 1.05)
-        ax.set_xlabel("seconds since the pre-flight sweep (wall)")
-        ax.set_ylabel("findings")
-        ax.legend(fontsize=7, ncol=min(8, len({h[0] for h in health})))
-        fig.tight_layout()
-        plots.append(("health", "Health over the run: findings per host (x: critical)", _png(fig)))
+        plots.append(_plot_health(health))
+    return _page(summary, plots)
 
+
+def _plot_iterations(rows, recs):
+    import matplotlib.pyplot as plt
+
+    it = np.array([r[0] for r in rows])
+    sec = np.array([r[1] or 0 for r in rows])
+    tok = np.array([r[2] or 0 for r in rows])
+    fig, ax = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
+    ax[0].plot(it, sec, marker=".", color="#4c72b0")
+    ax[0].set_ylabel("iteration time (s)")
+    ax[1].plot(it, np.divide(tok, sec, out=np.zeros_like(sec), where=sec > 0), marker=".", color="#55a868")
+    ax[1].set_ylabel("tokens/s")
+    ax[1].set_xlabel("iteration")
+    for e, i, *_ in recs:
+        for a in ax:
+            a.axvline(i, color="#c44e52", ls="--", lw=1)
+        ax[0].annotate(f"epoch {e}", (i, ax[0].get_ylim()[1]), fontsize=8, color="#c44e52", va="top")
+    fig.tight_layout()
+    return ("iteration-time", "Iteration time and throughput (dashed: reconfigurations)", _png(fig))
+
+
+def _plot_phases(recs):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    ep = [f"epoch {r[0]}" for r in recs]
+    sw = np.array([r[2] or 0 for r in recs]) / 1000
+    lu = np.array([r[3] or 0 for r in recs]) / 1000
+    rt = np.array([r[4] or 0 for r in recs]) / 1000
+    ax.barh(ep, sw, label="OCS switch (wall)", color="#4c72b0")
+    ax.barh(ep, lu, left=sw, label="link-up (testbed)", color="#dd8452")
+    ax.barh(ep, rt, left=sw + lu, label="runtime drain+resume (testbed)", color="#55a868")
+    ax.set_xlabel("seconds")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return ("phases", "Reconfiguration phase times", _png(fig))
+
+
+def _plot_circuits(summary, rows, recs) -> list[tuple[str, str, str]]:
+    """Circuits per server pair over the run, and the last plan's matrix (one region's: the first
+    that was re-wired)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    topo0 = summary.initial_topology or {}
+    region = recs[0][6]  # one region's circuits (several regions: the first that was re-wired)
+    init = (topo0.get("circuits") or {}).get(region)
+    mine = [r for r in recs if r[6] == region]
+    mats = ([(0, np.array(init))] if init else []) + [(r[1], np.array(json.loads(r[5]))) for r in mine]
+    last_it = rows[-1][0] if rows else mats[-1][0]
+    n = mats[0][1].shape[0]
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    names = (topo0.get("hosts") or {}).get(region)
+    names = names if names and len(names) == n else [f"s{i}" for i in range(n)]  # (runs before hosts were kept)
+    for k, (i, j) in enumerate(pairs):
+        xs = [m[0] for m in mats] + [last_it]
+        ys = [m[1][i, j] for m in mats] + [mats[-1][1][i, j]]
+        ax.step(xs, np.array(ys) + 0.04 * (k - len(pairs) / 2), where="post", label=f"{names[i]}-{names[j]}")
+    top = int(max(m[1].max() for m in mats))
+    ax.set_yticks(range(top + 1))  # whole circuits; the lines are nudged apart only to be told apart
+    ax.set_ylim(-0.4, top + 0.4)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("circuits")
+    ax.legend(fontsize=7, ncol=min(6, len(pairs)))
+    fig.tight_layout()
+    out = [("circuits", f"Circuits per server pair after each reconfiguration ({region})", _png(fig))]
+    fig, ax = plt.subplots(figsize=(4.5, 4))
+    last = np.array(json.loads(mine[-1][5]))
+    im = ax.imshow(last, cmap="viridis")
+    ax.set_xticks(range(n), names, rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(n), names, fontsize=8)
+    ax.set_title("last plan: circuits between servers")
+    fig.colorbar(im, ax=ax, label="circuits", ticks=range(int(last.max()) + 1))
+    fig.tight_layout()
+    out.append(("heatmap", f"Circuit matrix of the last plan (heat map, {region})", _png(fig)))
+    return out
+
+
+def _plot_predictions(preds):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 3))
+    for name in sorted({p[1] for p in preds}):
+        pts = [(p[0], p[2]) for p in preds if p[1] == name]
+        ax.plot([a for a, _ in pts], [100 * b for _, b in pts], marker=".", label=name)
+    ax.set_ylabel("relative error (%)")
+    ax.set_xlabel("iteration")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return ("prediction", "Traffic prediction: predicted vs. actual", _png(fig))
+
+
+def _plot_health(health):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 2.8))
+    t0 = min(h[3] for h in health)
+    top = 0
+    hosts_h = sorted({h[0] for h in health})
+    nudge = 0.3 / max(1, len(hosts_h))  # lines apart, all within a third of a finding
+    t_end = 0.0
+    for k, host in enumerate(hosts_h):
+        pts = [(h[3] - t0, len(json.loads(h[2] or "[]")), h[1]) for h in health if h[0] == host]
+        top = max([top] + [c for _, c, _ in pts])
+        t_end = max([t_end] + [p[0] for p in pts])
+        ys = [p[1] + nudge * k for p in pts]
+        ax.step([p[0] for p in pts], ys, where="post", marker="o", ms=3, label=host)  # (markers: one sweep shows)
+        crit = [(p[0], y) for p, y in zip(pts, ys) if p[2] == "critical"]
+        if crit:
+            ax.plot([c[0] for c in crit], [c[1] for c in crit], "x", color="#c44e52", ms=7)
+    ax.set_yticks(range(top + 1))
+    ax.set_ylim(-0.3, top + 0.6)
+    ax.set_xlim(-0.05 * max(t_end, 1.0), max(t_end, 1.0) * 1.05)
+    ax.set_xlabel("seconds since the pre-flight sweep (wall)")
+    ax.set_ylabel("findings")
+    ax.legend(fontsize=7, ncol=min(8, len({h[0] for h in health})))
+    fig.tight_layout()
+    return ("health", "Health over the run: findings per host (x: critical)", _png(fig))
+
+
+def _page(summary, plots: list[tuple[str, str, str]]) -> str:
     esc = html.escape
-    it_t = summary.get("iteration_time_s") or {}
-    facts = [("status", summary.get("status")), ("playbook", summary.get("playbook")), ("inventory", summary.get("inventory")),
-             ("iterations", f"{summary.get('iterations')} / {summary.get('iterations_planned')}"),
+    it_t = summary.iteration_time_s or {}
+    share = summary.ep_share_on_circuits
+    facts = [("status", summary.status), ("playbook", summary.playbook), ("inventory", summary.inventory),
+             ("iterations", f"{summary.iterations} / {summary.iterations_planned}"),
              ("mean iteration time", f"{it_t.get('mean', 0):.3f} s" if it_t else "—"),
-             ("tokens/s", f"{summary.get('tokens_per_s') or 0:,.0f}"),
-             ("reconfigurations", str(len(summary.get("reconfigurations", [])))),
-             ("EP bytes on circuits", f"{100 * summary['ep_share_on_circuits']:.1f} %" if summary.get("ep_share_on_circuits") else "—")]
+             ("tokens/s", f"{summary.tokens_per_s or 0:,.0f}"),
+             ("reconfigurations", str(len(summary.reconfigurations))),
+             ("EP bytes on circuits", f"{100 * share:.1f} %" if share else "—")]
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(str(v))}</td></tr>" for k, v in facts)
     figs = "".join(f'<figure id="{i}"><figcaption>{esc(t)}</figcaption><img alt="{esc(t)}" src="{u}"></figure>'
                    for i, t, u in plots)
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>mfctl run {esc(summary['run_id'])}</title>"
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>mfctl run {esc(summary.run_id)}</title>"
             "<style>body{font-family:sans-serif;max-width:960px;margin:2em auto}th{text-align:left;padding-right:1em}"
             "figure{margin:1.5em 0}img{max-width:100%}</style></head><body>"
-            f"<h1>mfctl run {esc(summary['run_id'])}</h1><table>{body}</table>{figs}"
+            f"<h1>mfctl run {esc(summary.run_id)}</h1><table>{body}</table>{figs}"
             # records how many plots the browser decoded (used by the report test; harmless otherwise)
             "<script>window.addEventListener('load',function(){var n=0;document.querySelectorAll('img')"
             ".forEach(function(i){if(i.naturalWidth>0)n++});document.body.setAttribute('data-images-loaded',n);});"

@@ -11,6 +11,10 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mfctl.runtime.summary import RunSummary
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS run (
@@ -52,9 +56,10 @@ class MetricsStore:
         self._x("INSERT INTO run (run_id, playbook, inventory, started_unix, status, time_scale) VALUES (?,?,?,?,?,?)",
                 (run_id, playbook, inventory, time.time(), "running", time_scale))
 
-    def end_run(self, run_id: str, status: str, exit_code: int, summary: dict) -> None:
+    def end_run(self, run_id: str, status: str, exit_code: int, summary: "RunSummary") -> None:
+        """The run's end; ``summary_json`` is :meth:`RunSummary.to_dict` (summary.json's object)."""
         self._x("UPDATE run SET ended_unix=?, status=?, exit_code=?, summary_json=? WHERE run_id=?",
-                (time.time(), status, exit_code, json.dumps(summary), run_id))
+                (time.time(), status, exit_code, json.dumps(summary.to_dict()), run_id))
 
     def iteration(self, host: str, m: dict) -> None:
         self._x("INSERT OR REPLACE INTO iterations VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -88,16 +93,15 @@ class MetricsStore:
             self.db.close()
 
 
-def index_run(runs_dir: Path, summary: dict) -> None:
+def index_run(runs_dir: Path, summary: "RunSummary") -> None:
     """Record a finished run in ``runs/index.sqlite`` (one row per run)."""
     db = sqlite3.connect(str(Path(runs_dir) / "index.sqlite"))
     try:
         db.execute("CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, playbook TEXT, inventory TEXT, status TEXT, "
                    "iterations INTEGER, tokens_per_s REAL, reconfigurations INTEGER, run_dir TEXT, ended_unix REAL)")
         db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?)",
-                   (summary["run_id"], summary.get("playbook"), summary.get("inventory"), summary.get("status"),
-                    summary.get("iterations"), summary.get("tokens_per_s"), len(summary.get("reconfigurations", [])),
-                    summary.get("run_dir"), time.time()))
+                   (summary.run_id, summary.playbook, summary.inventory, summary.status, summary.iterations,
+                    summary.tokens_per_s, len(summary.reconfigurations), summary.run_dir, time.time()))
         db.commit()
     finally:
         db.close()

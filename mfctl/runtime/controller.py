@@ -116,39 +116,10 @@ class Controller:
         conn = Connection(s, max_line=self.max_line)
         host = None
         try:
-            try:
-                hello = conn.recv(max_line=HELLO_MAX, deadline=time.monotonic() + HELLO_TIMEOUT_S)
-            except ProtocolError as e:
-                self._refused(peer, f"protocol error: {e}")
-                _send_quietly(conn, {"type": "error", "message": f"protocol error: {e}"})
+            hello = self._read_hello(conn, s, peer)
+            host = self._admit(conn, peer, hello) if hello is not None else None
+            if host is None:
                 return
-            except OSError as e:  # the deadline, a reset, or dropped for a newer connection
-                why = f"no complete hello within {HELLO_TIMEOUT_S:g} s" if isinstance(e, TimeoutError) else str(e)
-                self._refused(peer, why or "connection closed")
-                return
-            finally:
-                with self._lock:
-                    self._pending.pop(s, None)
-            if hello is None:
-                return  # connected and closed without a word (a port scan)
-            claimed = hello.get("host")
-            token = hello.get("token")
-            ok = (hello.get("type") == "hello" and isinstance(claimed, str) and claimed in self.expected
-                  and isinstance(token, str) and hmac.compare_digest(token.encode(), self.token.encode()))
-            if not ok:
-                self._refused(peer, "not a hello" if hello.get("type") != "hello" else "unknown worker or bad token",
-                              claimed)
-                _send_quietly(conn, {"type": "stop", "reason": "unknown worker or bad token"})
-                return
-            with self._lock:
-                taken = claimed in self.workers
-                if not taken:
-                    self.workers[claimed] = conn
-            if taken:
-                self._refused(peer, "that host's runtime is already connected (the first connection stays)", claimed)
-                _send_quietly(conn, {"type": "stop", "reason": f"a runtime for {claimed} is already connected"})
-                return
-            host = claimed
             s.settimeout(None)
             conn.send({"type": "welcome", **self.welcome(host)})
             self.events.put((host, hello))
@@ -171,6 +142,43 @@ class Controller:
                     if self.workers.get(host) is conn:
                         del self.workers[host]
                 self.events.put((host, {"type": "_disconnected"}))
+
+    def _read_hello(self, conn: Connection, s: socket.socket, peer) -> dict | None:
+        """The connection's first message within :data:`HELLO_TIMEOUT_S` (at most
+        :data:`HELLO_MAX` bytes); None when there is none (refused, or closed without a word)."""
+        try:
+            return conn.recv(max_line=HELLO_MAX, deadline=time.monotonic() + HELLO_TIMEOUT_S)
+        except ProtocolError as e:
+            self._refused(peer, f"protocol error: {e}")
+            _send_quietly(conn, {"type": "error", "message": f"protocol error: {e}"})
+        except OSError as e:  # the deadline, a reset, or dropped for a newer connection
+            why = f"no complete hello within {HELLO_TIMEOUT_S:g} s" if isinstance(e, TimeoutError) else str(e)
+            self._refused(peer, why or "connection closed")
+        finally:
+            with self._lock:
+                self._pending.pop(s, None)
+        return None
+
+    def _admit(self, conn: Connection, peer, hello: dict) -> str | None:
+        """The host a ``hello`` is for, registered as connected; None (refused, told ``stop``) for
+        a stranger, a bad token, or a host whose runtime is already connected (the first stays)."""
+        claimed = hello.get("host")
+        token = hello.get("token")
+        ok = (hello.get("type") == "hello" and isinstance(claimed, str) and claimed in self.expected
+              and isinstance(token, str) and hmac.compare_digest(token.encode(), self.token.encode()))
+        if not ok:
+            self._refused(peer, "not a hello" if hello.get("type") != "hello" else "unknown worker or bad token", claimed)
+            _send_quietly(conn, {"type": "stop", "reason": "unknown worker or bad token"})
+            return None
+        with self._lock:
+            taken = claimed in self.workers
+            if not taken:
+                self.workers[claimed] = conn
+        if taken:
+            self._refused(peer, "that host's runtime is already connected (the first connection stays)", claimed)
+            _send_quietly(conn, {"type": "stop", "reason": f"a runtime for {claimed} is already connected"})
+            return None
+        return claimed
 
     def send(self, host: str, msg: dict) -> bool:
         with self._lock:

@@ -1,13 +1,20 @@
 """Launch runtime workers on hosts over SSH and stream their output to per-host log files.
 
-Each worker runs in its own SSH session with a pty, so closing the session hangs up the
-remote process group (sshd sends SIGHUP), on real hosts as on the mock. :meth:`Launcher.stop`
-closes every session.
+:class:`Launcher` is what the job sees of a launcher: ``start(controller, token)``,
+``wait_running()``, ``stop(grace_s)``, ``workers`` (host → :class:`Worker`) and ``job_id``.
+Two implement it: :class:`SSHLauncher` (each host's command over SSH: the simulated runtime,
+or torchrun) and :class:`mfctl.runtime.slurm.SlurmLaunch` (one batch job); :func:`launcher_for`
+picks one by the playbook's ``runtime.launcher``. A new launcher implements the protocol and
+gets a line in :func:`launcher_for`.
+
+Each worker runs in its own SSH session with a pty (:class:`SessionLauncher`), so closing the
+session hangs up the remote process group (sshd sends SIGHUP), on real hosts as on the mock.
+:meth:`SessionLauncher.stop` closes every session.
 
 The run token is never on a command line (``ps``, auditd and error messages would show it):
-:meth:`Launcher.start` takes it out of the ``env`` words, writes it to a 0600 file on the host
-(:func:`write_token`, the token on the command's stdin) and passes ``MFCTL_RUN_TOKEN_FILE``
-instead; :meth:`Launcher.stop` removes the files.
+:meth:`SessionLauncher.start` takes it out of the ``env`` words, writes it to a 0600 file on the
+host (:func:`write_token`, the token on the command's stdin) and passes ``MFCTL_RUN_TOKEN_FILE``
+instead; :meth:`SessionLauncher.stop` removes the files.
 """
 
 from __future__ import annotations
@@ -18,12 +25,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import paramiko
 
-from mfctl.errors import MfctlError, OperationFailed
-from mfctl.runtime.render import TOKEN_FILE_ENV, redact, split_token, token_file_command
+from mfctl.errors import MfctlError, OperationFailed, UnreachableError
+from mfctl.runtime.render import TOKEN_FILE_ENV, redact, render_hosts, split_token, token_file_command
 from mfctl.transport.ssh import SSHPool, quote_argv
+
+if TYPE_CHECKING:
+    from mfctl.observer import Observer
+    from mfctl.runtime.playbook import Playbook
 
 log = logging.getLogger(__name__)
 MAX_LINE_BYTES = 65536  # of one output line handed to on_line (the log file gets everything)
@@ -60,7 +72,27 @@ class Worker:
     last_data: float = 0.0  # time.monotonic() of the last output received
 
 
-class Launcher:
+class Launcher(Protocol):
+    """A way to start the runtime on the hosts, follow it and stop it (see the module docstring)."""
+
+    workers: dict[str, Worker]  #: host → its worker (``done`` set when it ended, with ``rc``/``error``)
+    job_id: int | None  #: the scheduler's job id (Slurm), or None
+
+    def start(self, controller: str, token: str) -> None:
+        """Start the runtime on every host, told to reach ``controller`` (``host:port``) with the
+        run ``token``. Raises UnreachableError / OperationFailed (the token redacted)."""
+
+    def wait_running(self) -> None:
+        """Block until the runtime runs (a batch job left the queue). Raises OperationFailed."""
+
+    def stop(self, grace_s: float) -> None:
+        """Let the runtime end by itself for ``grace_s`` s (0: the run failed, at once), then end
+        it; remove the token files."""
+
+
+class SessionLauncher:
+    """One SSH session per worker, its output pumped to ``<log_dir>/<name>.log`` and ``on_line``."""
+
     def __init__(self, pool: SSHPool, log_dir: Path, on_line=None):
         self.pool = pool
         self.log_dir = log_dir
@@ -135,6 +167,45 @@ class Launcher:
             w.done.wait(max(0.0, deadline - time.monotonic()))
         remove_token_files(self.pool, self.token_files)
         self.token_files = {}
+
+
+class SSHLauncher:
+    """Each host's command (``runtime.launcher: sim`` — the simulated runtime — or ``ssh`` —
+    torchrun) in an SSH session of its own (:class:`SessionLauncher`); each launch journalled as
+    ``runtime.launch`` with the token redacted."""
+
+    job_id = None
+
+    def __init__(self, pb: "Playbook", inv, pool: SSHPool, log_dir: Path, *, journal, on_line=None):
+        self.pb, self.inv, self.journal = pb, inv, journal
+        self.sessions = SessionLauncher(pool, log_dir, on_line=on_line)
+
+    @property
+    def workers(self) -> dict[str, Worker]:
+        return self.sessions.workers
+
+    def start(self, controller: str, token: str) -> None:
+        for hl in render_hosts(self.pb, self.inv, controller, token):
+            self.journal.append("runtime.launch", host=hl.host, command=hl.command_line(redact=True))
+            w = self.sessions.start(hl.host, hl.full_argv())
+            if w.error:
+                raise UnreachableError(w.error)
+
+    def wait_running(self) -> None:
+        pass  # a session runs its command at once
+
+    def stop(self, grace_s: float = 0.0) -> None:
+        self.sessions.stop()  # (hanging up is the stop: the controller has said stop already)
+
+
+def launcher_for(pb: "Playbook", inv, pool: SSHPool, run_dir: Path, run_id: str, *, journal,
+                 observer: "Observer", on_line=None) -> Launcher:
+    """The launcher the playbook names (``runtime.launcher``), logs in ``<run_dir>/logs``."""
+    if pb.runtime.launcher == "slurm":
+        from mfctl.runtime.slurm import SlurmLaunch
+
+        return SlurmLaunch.for_run(pb, inv, pool, run_dir, run_id, journal=journal, observer=observer, on_line=on_line)
+    return SSHLauncher(pb, inv, pool, run_dir / "logs", journal=journal, on_line=on_line)
 
 
 def remove_token_files(pool: SSHPool, files: dict[str, str], timeout: float = 10.0) -> None:

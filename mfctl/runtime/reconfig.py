@@ -122,6 +122,15 @@ class LinkPoller:
         self.min_poll_timeout_s = min_poll_timeout_s
         self.clock, self.sleep = clock, sleep
 
+    @classmethod
+    def for_run(cls, pool, *, linkup_timeout_s: float, scale: float, command_timeout_s: float) -> "LinkPoller":
+        """A run's poller on ``pool`` (sessions of its own: a poll must not wait behind another
+        command — a Slurm poll, a hung tool): ``linkup_timeout_s`` testbed seconds for the lanes,
+        a round every 0.25 testbed s, each poll at most ``command_timeout_s`` wall s."""
+        timeout_s = linkup_timeout_s / scale
+        return cls(pool, timeout_s=timeout_s, interval_s=max(0.005, 0.25 / scale),
+                   poll_timeout_s=min(command_timeout_s, max(1.0, timeout_s)))
+
     def wait(self, circuits: list[mapping.Circuit], *, timeout_s: float | None = None) -> LinkWait:
         """Wait (≤ ``timeout_s`` wall seconds, default :attr:`timeout_s`) until both lanes of
         every circuit are up."""
@@ -139,26 +148,53 @@ class LinkPoller:
             t_back = self.clock()
             out.polls.append(t_back - t_sent)
             for r in results:
-                if not r.ok:
-                    out.errors[r.host] = r.error or f"exit {r.rc}: {r.stderr.strip()[:200]}"
-                    log.info("link poll on %s failed: %s", r.host, out.errors[r.host])
-                    continue
-                try:
-                    links = iproute.parse_links(r.stdout)
-                except MfctlError as e:
-                    out.errors[r.host] = str(e)
-                    log.warning("link poll on %s: %s", r.host, e)
-                    continue
-                out.errors.pop(r.host, None)
-                want[r.host] = {d for d in want[r.host] if not (d in links and links[d].up)}
-                if not want[r.host]:
-                    del want[r.host]
+                _take_poll(r, want, out.errors)
             out.up_at = (t_sent + t_back) / 2  # the hosts read their links somewhere inside the poll
             if not want or self.clock() > deadline:
                 break
             self.sleep(self.interval_s)
         out.down = sorted(f"{h}:{d}" for h, ds in want.items() for d in ds)
         return out
+
+
+def _take_poll(r, want: dict[str, set[str]], errors: dict[str, str]) -> None:
+    """One host's ``ip -j link`` result: its lanes seen up leave ``want``; a failed poll is kept
+    in ``errors`` (until one succeeds)."""
+    if not r.ok:
+        errors[r.host] = r.error or f"exit {r.rc}: {r.stderr.strip()[:200]}"
+        log.info("link poll on %s failed: %s", r.host, errors[r.host])
+        return
+    try:
+        links = iproute.parse_links(r.stdout)
+    except MfctlError as e:
+        errors[r.host] = str(e)
+        log.warning("link poll on %s: %s", r.host, e)
+        return
+    errors.pop(r.host, None)
+    want[r.host] = {d for d in want[r.host] if not (d in links and links[d].up)}
+    if not want[r.host]:
+        del want[r.host]
+
+
+@dataclass
+class Decision:
+    """Why the policy proposed a change, with its figures (testbed s; ``t_plan_ms`` wall ms):
+    the planner's ``method``, the predicted gain over the window and cost of reconfiguring, the
+    all-to-all objective per micro-batch before and after. Shared by :class:`Proposal` and
+    :class:`Reconfiguration` (the record's ``to_dict`` flattens it)."""
+
+    reason: str = "predicted gain > cost"
+    method: str = ""
+    predicted_gain_s: float = 0.0
+    predicted_cost_s: float = 0.0
+    objective_before_s: float = 0.0
+    objective_after_s: float = 0.0
+    t_plan_ms: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"predicted_gain_s": round(self.predicted_gain_s, 4), "predicted_cost_s": round(self.predicted_cost_s, 4),
+                "objective_before_s": round(self.objective_before_s, 6),
+                "objective_after_s": round(self.objective_after_s, 6)}
 
 
 @dataclass
@@ -179,19 +215,18 @@ class Proposal:
     ocs_before: dict[int, int]
     region_ports: set[int]
     routed: list[mapping.Circuit] | None = None  # default: every old circuit
-    reason: str = "predicted gain > cost"
-    method: str = ""
-    predicted_gain_s: float = 0.0
-    predicted_cost_s: float = 0.0
-    objective_before_s: float = 0.0
-    objective_after_s: float = 0.0
-    t_plan_ms: float = 0.0
+    decision: Decision = field(default_factory=Decision)
 
     def desired(self) -> dict[int, int]:
         """The whole OCS after the change: the region's cross-connects replaced by the new circuits'."""
         out = {i: o for i, o in self.ocs_before.items() if i not in self.region_ports and o not in self.region_ports}
         out.update(mapping.cross_connect_map(self.new))
         return out
+
+    @property
+    def keep(self) -> list[mapping.Circuit]:
+        """The new circuits that are old ones too (the driver never touches their cross-connects)."""
+        return [c for c in self.new if c in self.old]
 
 
 @dataclass
@@ -215,14 +250,8 @@ class Reconfiguration:
     epoch: int
     region: str
     iteration: int
-    reason: str
     circuits_planned: list
-    method: str = ""
-    predicted_gain_s: float = 0.0
-    predicted_cost_s: float = 0.0
-    objective_before_s: float = 0.0
-    objective_after_s: float = 0.0
-    t_plan_ms: float = 0.0
+    decision: Decision = field(default_factory=Decision)
     outcome: str = "applied"  # one of OUTCOMES
     phase: Phase = Phase.PROPOSE  # the phase reached (DONE, or FAILED)
     failures: list[Failure] = field(default_factory=list)
@@ -245,6 +274,24 @@ class Reconfiguration:
     ocs_state: dict[int, int] | None = field(default=None, repr=False)  # the OCS read back; None: unknown
     hosts: list[str] = field(default_factory=list, repr=False)
 
+    @classmethod
+    def start(cls, p: Proposal) -> "Reconfiguration":
+        """The record of ``p`` before its first phase: the OCS holds ``ocs_before``, the old
+        circuits are in force."""
+        return cls(epoch=p.epoch, region=p.region, iteration=p.iteration, circuits_planned=np.asarray(p.planned).tolist(),
+                   decision=p.decision, hosts=list(p.hosts), in_force=list(p.old),
+                   routed=list(p.routed if p.routed is not None else p.old), ocs_state=dict(p.ocs_before))
+
+    @property
+    def t_runtime_ms(self) -> float:
+        """Drain + resume, testbed ms (the runtime's share), as the records round it."""
+        return round(self.t_drain_ms + self.t_resume_ms, 1)
+
+    @property
+    def t_total_s(self) -> float:
+        """Drain + switch + link-up + resume, testbed-ish seconds (the policy's expected cost)."""
+        return (self.t_switch_ms + self.t_linkup_ms + self.t_drain_ms + self.t_resume_ms) / 1000
+
     @property
     def error(self) -> str | None:
         return self.failures[0].error if self.failures else None
@@ -261,17 +308,16 @@ class Reconfiguration:
     def to_dict(self) -> dict:
         mat = mapping.circuit_matrix(self.in_force, self.hosts).tolist() if self.hosts else self.circuits_planned
         routed = mapping.circuit_matrix(self.routed, self.hosts).tolist() if self.hosts else None
-        return {"epoch": self.epoch, "region": self.region, "iteration": self.iteration, "reason": self.reason,
+        dec = self.decision
+        return {"epoch": self.epoch, "region": self.region, "iteration": self.iteration, "reason": dec.reason,
                 "circuits": mat, "circuits_planned": self.circuits_planned, "circuits_routed": routed,
                 "outcome": self.outcome, "error": self.error, "failures": [f.to_dict() for f in self.failures],
                 "xc_added": self.xc_added, "xc_removed": self.xc_removed,
-                "t_plan_ms": round(self.t_plan_ms, 3), "t_drain_ms": round(self.t_drain_ms, 1),
+                "t_plan_ms": round(dec.t_plan_ms, 3), "t_drain_ms": round(self.t_drain_ms, 1),
                 "t_switch_ms": round(self.t_switch_ms, 2), "t_verify_ms": round(self.t_verify_ms, 2),
                 "t_rollback_ms": round(self.t_rollback_ms, 2), "t_linkup_ms": round(self.t_linkup_ms, 1),
-                "t_resume_ms": round(self.t_resume_ms, 1), "t_runtime_ms": round(self.t_drain_ms + self.t_resume_ms, 1),
-                "predicted_gain_s": round(self.predicted_gain_s, 4), "predicted_cost_s": round(self.predicted_cost_s, 4),
-                "objective_before_s": round(self.objective_before_s, 6), "objective_after_s": round(self.objective_after_s, 6),
-                "lanes_failed": len(self.lanes_down), "lanes_down": self.lanes_down, "method": self.method,
+                "t_resume_ms": round(self.t_resume_ms, 1), "t_runtime_ms": self.t_runtime_ms,
+                **dec.to_dict(), "lanes_failed": len(self.lanes_down), "lanes_down": self.lanes_down, "method": dec.method,
                 "ocs_matches_plan": self.ocs_matches_plan, "ocs_needs_recovery": self.ocs_needs_recovery,
                 "phases": [[p, round(t, 3)] for p, t in self.phases]}
 
@@ -318,6 +364,12 @@ class Reconfigurator:
         self.guard = guard
         self.clock = clock
         self.rec: Reconfiguration | None = None  # the one under way, or the last one
+        self.p: Proposal | None = None  # ... and its proposal
+        self.keep: list[mapping.Circuit] = []  # circuits the change keeps
+        self.touched: list[mapping.Circuit] = []  # circuits whose lanes went dark: to poll
+        self._apply_left: str | None = None  # the driver's word on a failed apply (TL1Deny.left)
+        self._apply_chain: dict | None = None  # the failed change, for a rollback in its chain
+        self._t0 = 0.0
 
     # ---------------------------------------------------------------------------------------
     def run(self, p: Proposal) -> Reconfiguration:
@@ -325,21 +377,14 @@ class Reconfigurator:
         what ``Workers.await_all`` raises (a lost worker) and KeyboardInterrupt; :attr:`rec` then
         holds the record so far (journalled), its ``ocs_state`` what the OCS holds."""
         self.p = p
-        self.rec = Reconfiguration(
-            epoch=p.epoch, region=p.region, iteration=p.iteration, reason=p.reason,
-            circuits_planned=np.asarray(p.planned).tolist(), method=p.method, predicted_gain_s=p.predicted_gain_s,
-            predicted_cost_s=p.predicted_cost_s, objective_before_s=p.objective_before_s,
-            objective_after_s=p.objective_after_s, t_plan_ms=p.t_plan_ms, hosts=list(p.hosts),
-            in_force=list(p.old), routed=list(p.routed if p.routed is not None else p.old),
-            ocs_state=dict(p.ocs_before))
-        self.keep = [c for c in p.new if c in p.old]
-        self._apply_left: str | None = None
-        self._apply_chain: dict | None = None
-        self.touched: list[mapping.Circuit] = []  # circuits whose lanes went dark: to poll
+        self.rec = Reconfiguration.start(p)
+        self.keep = p.keep
+        self._apply_left = self._apply_chain = None
+        self.touched = []
         self._t0 = self.clock()
         self.journal("reconfig.propose", epoch=p.epoch, region=p.region, iteration=p.iteration,
-                     circuits=np.asarray(p.planned).tolist(), predicted_gain_s=p.predicted_gain_s,
-                     predicted_cost_s=p.predicted_cost_s)
+                     circuits=np.asarray(p.planned).tolist(), predicted_gain_s=p.decision.predicted_gain_s,
+                     predicted_cost_s=p.decision.predicted_cost_s)
         handlers = {Phase.PROPOSE: self._propose, Phase.APPLY: self._apply, Phase.ROLLBACK: self._rollback,
                     Phase.READBACK: self._readback, Phase.LINKUP: self._linkup, Phase.ROUTES: self._routes}
         phase = Phase.PROPOSE
@@ -505,6 +550,46 @@ class Reconfigurator:
             self.rec.fatal = msg
             return Phase.FAILED
         return Phase.DONE
+
+
+# --- after a failed reconfiguration: what the OCS holds, what to tell the operator --------------
+def reread_ocs(ocs: OCS, regions, journal: Callable[..., object], endpoint: str = "") -> dict[int, int] | None:
+    """Read the OCS again after it could not be read; its cross-connects, or None when it still
+    cannot be read. Each region (:class:`mfctl.runtime.plan.RegionState`) then holds the circuits
+    the read shows; a circuit new to us carries no traffic until polled up."""
+    try:
+        rb = ocs.cross_connects()
+    except (OperationFailed, UnreachableError) as e:
+        log.warning("OCS still unreadable: %s", e)
+        return None
+    for reg in regions:
+        found = mapping.circuits_from_cross_connects(reg.lanes, rb)
+        routed = reg.in_use
+        reg.circuits = _known(found, reg.circuits)
+        reg.routed = [c for c in reg.circuits if c in routed]
+    journal("ocs.state", endpoint=endpoint, cross_connects=sorted(rb.items()), reread=True)
+    return rb
+
+
+def recovery_hint(reconfigs: list[Reconfiguration], journal_records: Callable[[], list[dict]], inventory: str) -> list[str]:
+    """The warning to run ``mfctl ocs recover`` when the last reconfiguration (not cancelled) left
+    the OCS differing from its plan and that change is still pending in the run's journal
+    (``journal_records()``, as ``ocs recover`` finds it: a later change supersedes it)."""
+    from mfctl.ocs.driver import pending_apply
+
+    last = next((r for r in reversed(reconfigs) if r.outcome != "cancelled"), None)
+    if last is None or not last.ocs_needs_recovery:
+        return []
+    try:
+        pend = pending_apply([r for r in journal_records() if str(r.get("op", "")).startswith("ocs.")])
+    except (OSError, ValueError) as e:
+        log.warning("run journal not readable for the recovery hint: %s", e)
+        pend = {"reason": f"epoch {last.epoch}"}
+    if pend is None:
+        return []
+    return [f"the OCS was left differing from the plan by epoch {last.epoch} ({last.outcome}; change "
+            f"{pend.get('reason')!r} unfinished): run `mfctl ocs recover -i {inventory}` after the run to finish it, "
+            "or with --rollback to undo it"]
 
 
 def _known(found: list[mapping.Circuit], known: list[mapping.Circuit]) -> list[mapping.Circuit]:

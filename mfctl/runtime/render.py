@@ -70,8 +70,8 @@ class HostLaunch:
         return " ".join(shlex.quote(x) for x in ["env", *[f"{k}={v}" for k, v in env.items()], *self.argv])
 
     def full_argv(self) -> list[str]:
-        """``env VAR=value ... command``, the token included: for :meth:`Launcher.start
-        <mfctl.runtime.launcher.Launcher.start>`, which moves it to a file before anything runs."""
+        """``env VAR=value ... command``, the token included: for :meth:`SessionLauncher.start
+        <mfctl.runtime.launcher.SessionLauncher.start>`, which moves it to a file before anything runs."""
         return ["env", *[f"{k}={v}" for k, v in self.env.items()], *self.argv]
 
 

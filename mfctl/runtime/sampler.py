@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Callable
 
-from mfctl.hosts import health
+from mfctl.runtime.health_gate import health
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +132,18 @@ class HealthSampler:
         self.pool.close()
         for t in list(self._busy.values()):
             t.join(max(0.0, deadline - time.monotonic()))
+
+
+def warn_once_per_tool(warn: Callable[[str], None]) -> Callable[[str, "health.Finding"], None]:
+    """An ``on_timeout`` for a run: ``warn(message)`` once per host and tool that hung."""
+    warned: set[tuple[str, str]] = set()
+
+    def on_timeout(host: str, f) -> None:
+        if (host, f.component) not in warned:
+            warned.add((host, f.component))
+            warn(f"{host}: {f.message}; recorded as {f.code}, training unaffected")
+
+    return on_timeout
 
 
 def _short(argv: list[str], width: int = 48) -> str:

@@ -10,15 +10,17 @@ The flow (``runtime.launcher: slurm``):
 2. ``squeue -h -j ID -o %T`` every ``poll_s`` for the state, ``sacct -n -P -X -j ID -o
    State,ExitCode`` once the job has left the queue;
 3. the job's output file (``srun --label``: every line starts with the task id) is followed
-   with ``tail -F`` in a :class:`~mfctl.runtime.launcher.Launcher` session (the raw output in
+   with ``tail -F`` in a :class:`~mfctl.runtime.launcher.SessionLauncher` session (the raw output in
    ``logs/slurm-<ID>.log``) and split per host into ``logs/<host>.log``; each line is passed
    to ``on_line(host, line)`` (``"slurm"`` for the batch script's own lines);
 4. :meth:`SlurmLaunch.stop` waits ``grace_s`` for the job to end by itself (the controller
    has said ``stop``), then ``scancel``\\ s it and waits until Slurm reports it ended.
 
-:class:`SlurmLaunch` has the :class:`~mfctl.runtime.launcher.Launcher` interface the job
-loop uses: ``workers`` (host → :class:`~mfctl.runtime.launcher.Worker`, all done when the
-job ends, with its exit code) and ``stop()``.
+:class:`SlurmLaunch` implements the :class:`~mfctl.runtime.launcher.Launcher` protocol:
+``start`` renders and submits the script (kept as ``sbatch.sh`` in the run directory),
+``wait_running`` waits while the job is queued (``runtime.slurm.queue_timeout_s``), ``workers``
+(host → :class:`~mfctl.runtime.launcher.Worker`, all done when the job ends, with its exit code),
+``stop(grace_s)``.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ import time
 from pathlib import Path
 
 from mfctl.errors import MfctlError, OperationFailed, ParseError
-from mfctl.runtime.launcher import Launcher, Worker, remove_token_files, write_token
-from mfctl.runtime.render import TOKEN_FILE_ENV, redact
+from mfctl.runtime.launcher import SessionLauncher, Worker, remove_token_files, write_token
+from mfctl.runtime.render import TOKEN_FILE_ENV, redact, render_slurm, slurm_output
 from mfctl.transport.ssh import SSHPool
 
 log = logging.getLogger(__name__)
@@ -81,8 +83,15 @@ class SlurmLaunch:
     by the pool's timeouts; state polls happen in a background thread."""
 
     def __init__(self, pool: SSHPool, submit_host: str, hosts: list[str], log_dir: Path, *, on_line=None,
-                 poll_s: float = 1.0, journal=None):
+                 poll_s: float = 1.0, journal=None, observer=None):
         self.pool, self.submit_host, self.hosts = pool, submit_host, list(hosts)
+        self.observer = observer  # phase("launch"/"stop", …): the job's state for whoever watches
+        self.pb = self.inv = None  # (for_run: what start renders)
+        self.run_dir: Path = log_dir.parent
+        self.run_id = ""
+        self.queue_timeout_s = 600.0
+        self.output = ""
+        self._shown: list[tuple[str, str]] = []  # the queue states already said
         self.log_dir, self.on_line, self.poll_s, self.journal = log_dir, on_line, poll_s, journal
         self.workers = {h: Worker(h, [], log_dir / f"{h}.log") for h in self.hosts}
         self.job_id: int | None = None
@@ -90,11 +99,34 @@ class SlurmLaunch:
         self.reason = ""
         self.exit_code: int | None = None
         self._ended = threading.Event()
-        self._follower: Launcher | None = None
+        self._follower: SessionLauncher | None = None
         self._tail: Worker | None = None  # the tail -F session
         self._host_logs: dict = {}  # host → open per-host log file
         self.token_files: dict[str, str] = {}  # submit host → the run token's file
         self._t_submit = time.monotonic()
+
+    @classmethod
+    def for_run(cls, pb, inv, pool: SSHPool, run_dir: Path, run_id: str, *, journal, observer, on_line=None) -> "SlurmLaunch":
+        """The launcher of a run of ``pb`` on ``inv`` (submit host: ``runtime.slurm.submit_host``,
+        else the first host)."""
+        hosts = [h.name for h in inv.hosts]
+        sl = pb.runtime.slurm
+        self = cls(pool, sl.submit_host or hosts[0], hosts, run_dir / "logs", on_line=on_line, journal=journal,
+                   observer=observer)
+        self.pb, self.inv, self.run_dir, self.run_id = pb, inv, run_dir, run_id
+        self.queue_timeout_s = sl.queue_timeout_s
+        return self
+
+    def _phase(self, name: str, detail: str) -> None:
+        if self.observer is not None:
+            self.observer.phase(name, detail)
+
+    def start(self, controller: str, token: str) -> None:
+        """Render the batch script for ``controller``, keep it as ``sbatch.sh`` and submit it."""
+        script = render_slurm(self.pb, self.inv, controller, "<from-environment>", self.run_id)
+        (self.run_dir / "sbatch.sh").write_text(script)
+        job_id = self.submit(script, slurm_output(self.pb, self.run_id), token)
+        self._phase("launch", f"submitted Slurm job {job_id} on {self.submit_host}; waiting for it to start")
 
     # --- submit -----------------------------------------------------------------------------
     def submit(self, script: str, output: str, token: str) -> int:
@@ -120,9 +152,13 @@ class SlurmLaunch:
         threading.Thread(target=self._poll, daemon=True, name=f"slurm-{self.job_id}").start()
         return self.job_id
 
-    def wait_running(self, timeout_s: float, on_wait=None) -> None:
+    def wait_running(self, timeout_s: float | None = None, on_wait=None) -> None:
         """Block until the job runs (or already ended). Raises OperationFailed after
-        ``timeout_s`` in the queue (the job is then cancelled by :meth:`stop`)."""
+        ``timeout_s`` (default ``queue_timeout_s``) in the queue (the job is then cancelled by
+        :meth:`stop`). Each new state (and reason) while queued is a ``launch`` phase."""
+        timeout_s = self.queue_timeout_s if timeout_s is None else timeout_s
+        on_wait = on_wait or self._on_wait
+        self._shown = []
         deadline = time.monotonic() + timeout_s
         while self.state is None or self.state in QUEUED:
             if self._ended.is_set():
@@ -133,6 +169,11 @@ class SlurmLaunch:
             if on_wait:
                 on_wait(self.state, self.reason)
             time.sleep(0.2)
+
+    def _on_wait(self, state, reason) -> None:
+        if state and (state, reason) not in self._shown:
+            self._shown.append((state, reason))
+            self._phase("launch", f"Slurm job {self.job_id} {state or 'submitted'}{f' ({reason})' if reason else ''}")
 
     # --- state ------------------------------------------------------------------------------
     def _query(self) -> str | None:
@@ -179,9 +220,9 @@ class SlurmLaunch:
 
     # --- logs -------------------------------------------------------------------------------
     def _follow(self) -> None:
-        """``tail -F`` the job's output in a session of its own (a :class:`Launcher` worker: the
+        """``tail -F`` the job's output in a session of its own (a :class:`SessionLauncher` worker: the
         raw labelled output lands in ``logs/slurm-<job>.log``), split by task label."""
-        self._follower = Launcher(self.pool, self.log_dir, on_line=self._demux)
+        self._follower = SessionLauncher(self.pool, self.log_dir, on_line=self._demux)
         self._tail = self._follower.start(self.submit_host, ["tail", "-n", "+1", "-F", self.output],
                                           name=f"slurm-{self.job_id}")
         if self._tail.error:  # no log view is not fatal: the job still runs
@@ -227,7 +268,10 @@ class SlurmLaunch:
 
     def stop(self, timeout: float = 30.0, grace_s: float = 3.0) -> None:
         """Let the job end by itself for ``grace_s``, then cancel it and wait (``timeout``)
-        until Slurm reports it over; then stop following its output."""
+        until Slurm reports it over; then stop following its output. ``grace_s`` 0 (a failed or
+        interrupted run) cancels at once, and says so."""
+        if self.job_id is not None and grace_s <= 0 and not self.ended:
+            self._phase("stop", f"cancelling Slurm job {self.job_id} (scancel)")
         if self.job_id is not None:
             if not self._ended.wait(grace_s):
                 self.cancel()

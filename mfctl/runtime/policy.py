@@ -1,0 +1,106 @@
+"""The run's reconfiguration policy (DESIGN §6): score the traffic predictions, and decide whether
+re-wiring a region pays for itself.
+
+Per region: every predictor's guess of an iteration's dispatch bytes is scored against what came
+(:func:`score_predictions`, relative error); the policy's predictor (``policy.predictor``) then
+gives the next prediction, and :func:`consider` plans circuits for it with minimum change. A
+change is proposed when the predicted gain over the window (``policy.window_iterations``
+iterations, testbed s) minus the expected cost of reconfiguring exceeds ``policy.min_gain_s``.
+The cost is the expected reconfiguration time (the mean of the run's so far, else
+``policy.expected_reconfig_s``) times the share of an iteration lost while only the kept
+circuits carry traffic.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from mfctl.fabric import mapping
+from mfctl.fabric.planner import objective, plan as plan_circuits
+from mfctl.fabric.predict import EWMAPredictor, LastPredictor, rel_error
+from mfctl.runtime.plan import RegionState, RunPlan
+from mfctl.runtime.reconfig import Decision, Reconfiguration
+
+
+@dataclass
+class Candidate:
+    """A change worth making: the ``new`` circuits (mapped to lanes), the planner's matrix, why."""
+
+    new: list[mapping.Circuit]
+    planned: np.ndarray
+    decision: Decision
+
+
+def score_predictions(plan: RunPlan, reg: RegionState, iteration: int, B: np.ndarray, tokens: dict,
+                      record: Callable[[int, str, str, float], None]) -> np.ndarray | None:
+    """Score every predictor's guess for this iteration's ``B`` (dispatch bytes ``[L, n, n]``),
+    let them see it, and return the policy predictor's next prediction. ``record(iteration,
+    region, predictor, rel_error)`` gets each score. The cross-layer model predicts trace layer
+    b from layer a of the same iteration (``tokens``: layer → EP-rank × expert counts)."""
+    pb = plan.playbook
+    if not reg.predictors:
+        reg.predictors = {"last": LastPredictor(), "ewma": EWMAPredictor(pb.policy.ewma_alpha)}
+    for name, pr in reg.predictors.items():
+        guess = pr.predict()
+        if guess is not None and guess.shape == B.shape:
+            record(iteration, reg.name, name, rel_error(guess, B))
+        pr.observe(B)
+    if plan.crosslayer is not None and tokens:
+        n = len(reg.hosts)
+        for (a, b) in plan.crosslayer.P:
+            if str(a) in tokens and str(b) in tokens:
+                ta, tb = np.asarray(tokens[str(a)]), np.asarray(tokens[str(b)])
+                err = rel_error(plan.server_tokens(plan.crosslayer.predict_tokens(ta, a, b), n), plan.server_tokens(tb, n))
+                record(iteration, reg.name, f"crosslayer-{a}-{b}", err)
+    return reg.predictors[pb.policy.predictor].predict()
+
+
+def due(plan: RunPlan, reg: RegionState, iteration: int) -> bool:
+    """Whether the region may be reconfigured at ``iteration``: ``policy.min_interval_iterations``
+    since the last time, more than one iteration left, and one iteration's time known."""
+    pol, left = plan.playbook.policy, plan.playbook.training.iterations - iteration
+    if reg.last_reconfig_iter and iteration - reg.last_reconfig_iter < pol.min_interval_iterations:
+        return False
+    return left > 1 and reg.last_iter_s is not None
+
+
+def expected_reconfig_s(plan: RunPlan, done: list[Reconfiguration]) -> float:
+    """The expected time of one reconfiguration (s): the mean of ``done``, else the playbook's."""
+    if not done:
+        return plan.playbook.policy.expected_reconfig_s
+    return float(np.mean([r.t_total_s for r in done]))
+
+
+def consider(plan: RunPlan, reg: RegionState, iteration: int, expected_s: float,
+             journal: Callable[..., object]) -> Candidate | None:
+    """Plan the region for its prediction with minimum change (keep the current circuits unless
+    something is better by more than ``policy.min_improvement``, then change as few as possible);
+    journal the decision (``policy.decision``) and return the change when its gain exceeds its
+    cost by ``policy.min_gain_s``, else None."""
+    pb, pol = plan.playbook, plan.playbook.policy
+    t0 = time.perf_counter()
+    B = reg.predicted
+    C_cur = mapping.circuit_matrix(reg.circuits, reg.hosts)
+    p = plan_circuits(B, reg.ports, plan.rates, method=pb.topology.planner, current=C_cur, tolerance=pol.min_improvement)
+    if np.array_equal(p.circuits, C_cur):
+        return None
+    new = mapping.map_circuits(p.circuits, reg.hosts, reg.lanes, reg.circuits)
+    C_keep = mapping.circuit_matrix([c for c in new if c in reg.circuits], reg.hosts)
+    mb = pb.training.micro_batches
+    o_cur, o_new, o_keep = (float(x) for x in objective(B, np.stack([C_cur, p.circuits, C_keep]), plan.rates))
+    window = min(pol.window_iterations, pb.training.iterations - iteration)
+    slowdown = max(0.0, (o_keep - o_cur) * mb) / max(reg.last_iter_s, 1e-9)
+    cost = expected_s * slowdown / (1 + slowdown)
+    gain = (o_cur - o_new) * mb * window
+    t_plan = (time.perf_counter() - t0) * 1000
+    journal("policy.decision", region=reg.name, iteration=iteration, gain_s=gain, cost_s=cost,
+            objective_now_s=o_cur, objective_plan_s=o_new, method=p.method, circuits=p.circuits.tolist())
+    if gain - cost <= pol.min_gain_s:
+        return None
+    return Candidate(new=new, planned=p.circuits, decision=Decision(
+        method=p.method, predicted_gain_s=gain, predicted_cost_s=cost, objective_before_s=o_cur,
+        objective_after_s=o_new, t_plan_ms=t_plan))

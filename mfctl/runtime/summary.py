@@ -1,0 +1,227 @@
+"""The run summary: :class:`RunSummary`, the one owner of the ``mfctl.run.summary/v1`` schema.
+
+``runs/<run-id>/summary.json``, ``mfctl run --json``, ``mfctl runs show``, the metrics store's
+``run.summary_json``, the runs index, the HTML report and the Prometheus ``_info`` read it; only
+this module writes or parses its keys (:meth:`RunSummary.to_dict`, :meth:`RunSummary.from_dict`).
+
+Two kinds share the schema: a run of ``mfctl run`` (:meth:`RunSummary.of_run`) and a training
+log turned into a run (``mfctl runs import-log``: ``inventory`` is :data:`TRAINING_LOG`, and it
+has ``logged_lines``, ``tflops_per_gpu_mean``, ``skipped_iterations`` and ``note`` instead of the
+launch, FSMoE, prediction, initial-topology and OCS keys). Times: ``iteration_time_s``,
+``simulated_train_s`` testbed seconds; ``wall_train_s`` wall seconds; reconfiguration phase times
+in ms (:mod:`mfctl.runtime.reconfig`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from mfctl.runtime.plan import RegionState
+    from mfctl.runtime.playbook import Playbook
+    from mfctl.runtime.reconfig import Reconfiguration
+
+SCHEMA = "mfctl.run.summary/v1"
+TRAINING_LOG = "(training log)"  #: the ``inventory`` of an imported training log
+PHASE_KEYS = ("t_switch_ms", "t_linkup_ms", "t_runtime_ms")  #: averaged in ``reconfiguration_means``
+
+# the keys of each kind, in the order summary.json has always had them
+_HEAD = ("schema", "run_id", "status", "error", "playbook", "inventory", "run_dir", "time_scale")
+_RUN = _HEAD + ("launcher", "slurm_job", "fsmoe", "iterations", "iterations_planned", "iteration_time_s",
+                "tokens_per_s", "iteration_time_by_epoch_s", "tokens", "simulated_train_s", "wall_train_s",
+                "ep_inter_server_bytes", "ep_bytes_on_circuits", "ep_share_on_circuits", "reconfigurations",
+                "warnings", "prediction_rel_error", "health", "initial_topology")
+_RUN_OPTIONAL = ("ocs", "reconfiguration_means", "reconfigurations_failed")  # only when there is something to say
+_LOG = _HEAD + ("iterations", "iterations_planned", "tokens", "logged_lines", "iteration_time_s", "tokens_per_s",
+                "tflops_per_gpu_mean", "skipped_iterations", "simulated_train_s", "wall_train_s",
+                "reconfigurations", "health", "ep_inter_server_bytes", "ep_bytes_on_circuits",
+                "ep_share_on_circuits", "note")
+
+
+def rounded(x, nd: int = 4) -> float | None:
+    """``x`` as a float rounded to ``nd`` places (None stays None): the summary's figures."""
+    return None if x is None else round(float(x), nd)
+
+
+_r = rounded
+
+
+def _iteration_figures(iterations: list[dict]) -> dict:
+    """The summary's iteration fields from the leader's iteration messages, in order."""
+    secs = [r["seconds"] for r in iterations]
+    inter = sum(r["inter_bytes"] for r in iterations)
+    on_ocs = sum(r["ocs_bytes"] for r in iterations)
+    tokens = sum(r["tokens"] for r in iterations)
+    by_epoch: dict[int, list[float]] = {}
+    for r in iterations:
+        if not r.get("paused"):
+            by_epoch.setdefault(r["epoch"], []).append(r["seconds"])
+    out = {"iterations": len(iterations), "tokens": tokens, "simulated_train_s": _r(sum(secs)),
+           "iteration_time_s": None, "tokens_per_s": None,
+           "iteration_time_by_epoch_s": {str(e): _r(np.mean(v)) for e, v in sorted(by_epoch.items())},
+           "ep_inter_server_bytes": inter, "ep_bytes_on_circuits": on_ocs,
+           "ep_share_on_circuits": _r(on_ocs / inter) if inter else None}
+    if secs:
+        out["iteration_time_s"] = {"mean": _r(np.mean(secs)), "p50": _r(np.percentile(secs, 50)),
+                                   "min": _r(min(secs)), "max": _r(max(secs))}
+        out["tokens_per_s"] = _r(tokens / sum(secs))
+    return out
+
+
+def _failed(reconfigurations: list["Reconfiguration"]) -> list[dict] | None:
+    """What did not go as planned, and what the region was left on (None: everything did)."""
+    failed = [r for r in reconfigurations if r.outcome != "applied" or r.failures]
+    return [{"epoch": r.epoch, "region": r.region, "outcome": r.outcome, "error": r.error,
+             "ocs_needs_recovery": r.ocs_needs_recovery} for r in failed] or None
+
+
+@dataclass
+class RunRecord:
+    """What a run has learnt so far (it outlives a failure: the summary is made of it). The
+    topology ``epoch``; the region leaders' ``iteration`` messages by iteration; the
+    reconfigurations; each predictor's relative errors; the hosts that finished (``bye``);
+    ``last_plan``: what the OCS holds (``{input: output}``; None: unknown since a failed read);
+    the initial topology's apply result (:meth:`mfctl.ocs.driver.ApplyResult.to_dict`), circuit
+    matrices by region and link-up (testbed ms); the final read-back and whether it matched."""
+
+    epoch: int = 0
+    iterations: dict[int, dict] = field(default_factory=dict)
+    reconfigs: list["Reconfiguration"] = field(default_factory=list)
+    pred_errors: dict[str, list[float]] = field(default_factory=dict)
+    done_hosts: set[str] = field(default_factory=set)
+    last_plan: dict[int, int] | None = None
+    initial_apply: dict | None = None
+    initial_circuits: dict[str, list] | None = None
+    initial_linkup_ms: float = 0.0
+    ocs_endpoint: str | None = None
+    final_readback: dict[int, int] | None = None
+    final_matches: bool | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def rows(self) -> list[dict]:
+        return [self.iterations[k] for k in sorted(self.iterations)]
+
+
+@dataclass
+class RunSummary:
+    """One run's outcome. ``reconfigurations`` holds
+    :meth:`mfctl.runtime.reconfig.Reconfiguration.to_dict` entries; ``health`` is ``{hosts, ok,
+    sweep_s}``; ``ocs`` (``{endpoint, cross_connects, matches_last_plan, circuits}``) is there when
+    the OCS was read back at the end; ``exit_code`` is not part of summary.json."""
+
+    run_id: str
+    status: str  # ok | failed | interrupted
+    playbook: str
+    inventory: str
+    run_dir: str
+    error: str | None = None
+    time_scale: float = 1.0
+    launcher: str | None = None
+    slurm_job: int | None = None
+    fsmoe: dict | None = None
+    iterations: int = 0
+    iterations_planned: int = 0
+    iteration_time_s: dict | None = None  # {mean, p50, min, max}
+    tokens_per_s: float | None = None
+    iteration_time_by_epoch_s: dict[str, float] = field(default_factory=dict)
+    tokens: int = 0
+    simulated_train_s: float | None = 0.0
+    wall_train_s: float | None = 0.0
+    ep_inter_server_bytes: float = 0
+    ep_bytes_on_circuits: float = 0
+    ep_share_on_circuits: float | None = None
+    reconfigurations: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    prediction_rel_error: dict[str, float] = field(default_factory=dict)
+    health: dict = field(default_factory=lambda: {"hosts": 0, "ok": 0, "sweep_s": 0.0})
+    initial_topology: dict | None = None
+    ocs: dict | None = None
+    reconfiguration_means: dict | None = None
+    reconfigurations_failed: list[dict] | None = None
+    # an imported training log's
+    logged_lines: int | None = None
+    tflops_per_gpu_mean: float | None = None
+    skipped_iterations: int | None = None
+    note: str | None = None
+    exit_code: int | None = None  # the process's (mfctl run), not in summary.json
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)  # keys of a newer mfctl, kept as they are
+
+    @property
+    def is_training_log(self) -> bool:
+        return self.inventory == TRAINING_LOG
+
+    # --- building ------------------------------------------------------------------------------
+    @classmethod
+    def of_run(cls, pb: "Playbook", rec: RunRecord, regions: dict[str, "RegionState"], **kw) -> "RunSummary":
+        """A run's summary from its record, the playbook and the regions (their hosts are the
+        matrices' order; their circuits at the end); ``kw`` the other fields (run_id, status,
+        error, inventory, run_dir, time_scale, slurm_job, wall_train_s, health; ``warnings``
+        beyond the record's)."""
+        ocs = None
+        if rec.final_readback is not None:
+            ocs = {"endpoint": rec.ocs_endpoint, "cross_connects": sorted([i, o] for i, o in rec.final_readback.items()),
+                   "matches_last_plan": rec.final_matches,
+                   "circuits": {r.name: [c.to_dict() for c in r.circuits] for r in regions.values()}}
+        t = pb.training
+        return cls.of_iterations(
+            iterations=rec.rows(), reconfigurations=rec.reconfigs, prediction_errors=rec.pred_errors, playbook=pb.name,
+            launcher=pb.runtime.launcher, iterations_planned=t.iterations,
+            fsmoe={"pipeline_degree": t.pipeline_degree,  # 0: best per layer
+                   "bp_pipeline_degree": t.bp_pipeline_degree, "grad_partitions": t.grad_partitions},
+            initial_topology={"mode": pb.topology.initial, "circuits": rec.initial_circuits,
+                              "hosts": {r: list(st.hosts) for r, st in regions.items()},  # matrix order
+                              "apply": rec.initial_apply, "linkup_ms": _r(rec.initial_linkup_ms)},
+            ocs=ocs, **kw | {"warnings": rec.warnings + kw.get("warnings", [])})
+
+    @classmethod
+    def of_iterations(cls, *, iterations: list[dict], reconfigurations: list, prediction_errors: dict[str, list[float]],
+                      **kw) -> "RunSummary":
+        """A run's summary from the leader's ``iteration`` messages (``seconds``, ``tokens``,
+        ``epoch``, ``paused``, ``inter_bytes``, ``ocs_bytes``) in order, its
+        :class:`~mfctl.runtime.reconfig.Reconfiguration` records and each predictor's relative
+        errors; ``kw`` the other fields."""
+        recs = [r.to_dict() for r in reconfigurations]
+        s = cls(**_iteration_figures(iterations), reconfigurations=recs,
+                prediction_rel_error={k: _r(np.mean(v)) for k, v in sorted(prediction_errors.items())}, **kw)
+        s.wall_train_s = _r(s.wall_train_s)
+        s.health = {**s.health, "sweep_s": _r(s.health.get("sweep_s", 0.0))}
+        if recs:
+            s.reconfiguration_means = {k: _r(np.mean([r[k] for r in recs])) for k in PHASE_KEYS}
+            s.reconfigurations_failed = _failed(reconfigurations)
+        return s
+
+    # --- the schema ----------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """summary.json's object (keys in their usual order; ``exit_code`` left out)."""
+        vals = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("extra", "exit_code")}
+        vals["schema"] = SCHEMA
+        if self.is_training_log:
+            out = {k: vals[k] for k in _LOG}
+        else:
+            out = {k: vals[k] for k in _RUN}
+            out.update({k: vals[k] for k in _RUN_OPTIONAL if vals[k] is not None})
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunSummary":
+        """Read a summary.json object (older runs may lack keys: their defaults). Raises
+        ValueError when ``d`` is not a run summary."""
+        if not isinstance(d, dict) or not isinstance(d.get("run_id"), str):
+            raise ValueError("not a run summary object")
+        if d.get("schema", SCHEMA) != SCHEMA:
+            raise ValueError(f"schema {d.get('schema')!r}, not {SCHEMA}")
+        names = set(cls.__dataclass_fields__) - {"extra", "exit_code"}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw.setdefault("status", "unknown")
+        kw.setdefault("playbook", "?")
+        kw.setdefault("inventory", "?")
+        kw.setdefault("run_dir", "")
+        for k in ("reconfigurations", "warnings"):
+            if kw.get(k) is None:
+                kw.pop(k, None)
+        return cls(**kw, exit_code=d.get("exit_code"),
+                   extra={k: v for k, v in d.items() if k not in names and k not in ("schema", "exit_code")})
