@@ -25,10 +25,11 @@ def _facts(inv) -> dict:
 def validate(path: Path = INV_ARG, json_out: bool = JSON_OPT):
     """Check an inventory: schema, unknown/duplicate keys, OCS ports, regions. Exit 3 if invalid."""
     from mfctl.inventory import load_inventory
+    from mfctl.inventory.local import local_file_problems
 
     inv = load_inventory(path, cached=False)  # the file itself, every time (and the cache refreshed)
     facts = _facts(inv)
-    notes = _local_files(inv)
+    notes = local_file_problems(inv)
     if json_out:
         emit_json({"schema": "mfctl.inventory.validate/v1", "valid": True, "path": str(path), **facts, "warnings": notes})
         return
@@ -36,28 +37,6 @@ def validate(path: Path = INV_ARG, json_out: bool = JSON_OPT):
                f"on {facts['ocs']}, {len(inv.regions)} region(s)")
     for n in notes:
         print_error(n, "warning")
-
-
-def _local_files(inv) -> list[str]:
-    """Warnings about the files this machine needs to reach the testbed: the known_hosts file and
-    each SSH key file (missing, unreadable, not a private key). Not errors: an inventory may be
-    validated away from the machine that runs it."""
-    from mfctl.transport.libssh2 import key_file_problem
-    from mfctl.transport.ssh import targets_from_inventory
-
-    out, seen = [], set()
-    for t in targets_from_inventory(inv):
-        kh = Path(t.known_hosts).expanduser()
-        if str(kh) not in seen:
-            seen.add(str(kh))
-            if not kh.is_file():
-                out.append(f"known_hosts {kh} does not exist (strict host-key checking will refuse every host)")
-        if t.key_file and t.key_file not in seen:
-            seen.add(t.key_file)
-            problem = key_file_problem(t.key_file)
-            if problem:
-                out.append(f"{problem} ({t.name})")
-    return out
 
 
 @app.command()
