@@ -80,7 +80,7 @@ def test_main_job_end_to_end_via_cli(tmp_path, cli_env):
     assert idx.execute("SELECT status, iterations FROM runs WHERE run_id=?", (s["run_id"],)).fetchone() == ("ok", 12)
     assert 0 < s["ep_share_on_circuits"] <= 1
     # the journal has intent, commands and verification for every OCS change
-    ops = [json.loads(l)["op"] for l in (run_dir / "journal.jsonl").read_text().splitlines()]
+    ops = [json.loads(ln)["op"] for ln in (run_dir / "journal.jsonl").read_text().splitlines()]
     assert ops.count("ocs.intent") == ops.count("ocs.verify") == 1 + len(s["reconfigurations"])
     assert (run_dir / "logs" / "gpu01.log").read_text().count("iteration ") >= 12
     # the mock was stopped with the run
@@ -112,7 +112,7 @@ def test_worker_crash_stops_everything_and_exits_1(tmp_path):
     pb = load_playbook(_variant(tmp_path, mock={"crash_host": "gpu03", "crash_at_iteration": 5}))
     s = Job(pb, runs_dir=str(tmp_path / "runs")).run()
     assert s["exit_code"] == 1 and s["status"] == "failed" and "gpu03" in s["error"]
-    recs = [json.loads(l) for l in (Path(s["run_dir"]) / "journal.jsonl").read_text().splitlines()]
+    recs = [json.loads(ln) for ln in (Path(s["run_dir"]) / "journal.jsonl").read_text().splitlines()]
     final = [r for r in recs if r["op"] == "ocs.final"]
     assert final and final[-1]["matches_plan"] is True  # the OCS is consistent with the journal
     stopped = [r for r in recs if r["op"] == "runtime.stopped"][0]["workers"]
@@ -212,7 +212,7 @@ def test_ctrl_c_exits_130_and_cleans_up(tmp_path, cli_env):
     assert s["status"] == "interrupted" and 1 <= s["iterations"] < 200
     run_dir = Path(s["run_dir"])
     assert mockctl.status(run_dir / "mock") is None
-    recs = [json.loads(l) for l in (run_dir / "journal.jsonl").read_text().splitlines()]
+    recs = [json.loads(ln) for ln in (run_dir / "journal.jsonl").read_text().splitlines()]
     assert [r for r in recs if r["op"] == "ocs.final"][-1]["matches_plan"] is True
     assert _no_runtime_left()  # cancellation leaves no process on any mock host
 

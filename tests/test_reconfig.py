@@ -18,7 +18,7 @@ from mfctl.fabric import mapping
 from mfctl.ocs.client import TL1Deny, TL1Timeout
 from mfctl.ocs.driver import ApplyResult, diff
 from mfctl.ocs.tl1 import Reply
-from mfctl.runtime.reconfig import (Decision, LinkPoller, LinkWait, Phase, Proposal, Reconfigurator)
+from mfctl.runtime.reconfig import Decision, LinkPoller, LinkWait, Phase, Proposal, Reconfigurator
 from mfctl.transport.ssh import CommandResult
 
 # --- fakes ---------------------------------------------------------------------------------
@@ -26,7 +26,7 @@ HOSTS = ["h1", "h2", "h3"]
 # two lanes per host; lane k of host h: OCS input (TX) port 10*h+k, output (RX) port 100 + 10*h+k
 LANES = {h: [mapping.LaneRef(h, "nic0", k, f"eth{k}", 0, 10 * (n + 1) + k, 100 + 10 * (n + 1) + k) for k in range(2)]
          for n, h in enumerate(HOSTS)}
-REGION_PORTS = {p for ls in LANES.values() for l in ls for p in (l.ocs_tx, l.ocs_rx)}
+REGION_PORTS = {p for ls in LANES.values() for lane in ls for p in (lane.ocs_tx, lane.ocs_rx)}
 OTHER = {1: 201}  # a cross-connect outside the region: always left alone
 
 
@@ -120,7 +120,7 @@ class FakeLinks:
 
     def wait(self, circuits, **kw):
         self.asked.append(list(circuits))
-        lanes = {f"{l.host}:{l.netdev}" for c in circuits for l in (c.a, c.b)}
+        lanes = {f"{lane.host}:{lane.netdev}" for c in circuits for lane in (c.a, c.b)}
         return LinkWait(down=sorted(lanes & set(self.down)), up_at=time.monotonic(), polls=[0.001])
 
 
@@ -409,8 +409,9 @@ def test_an_ocs_deny_in_training_rolls_back_and_the_run_completes(tmp_path):
     assert s["reconfigurations_failed"][0]["outcome"] == "rolled-back"
     # what the OCS holds is the summary's final plan, read back by the run and by mfctl ocs show after it
     assert s["ocs"]["matches_last_plan"] is True
-    assert _planned_cross_connects(s) == s["ocs"]["cross_connects"] == sorted([x["in"], x["out"]] for x in shown["cross_connects"])
-    recs = [json.loads(l) for l in (Path(s["run_dir"]) / "journal.jsonl").read_text().splitlines()]
+    assert _planned_cross_connects(s) == s["ocs"]["cross_connects"] == \
+        sorted([x["in"], x["out"]] for x in shown["cross_connects"])
+    recs = [json.loads(ln) for ln in (Path(s["run_dir"]) / "journal.jsonl").read_text().splitlines()]
     assert any(r["op"] == "reconfig.failure" and r["epoch"] == 1 for r in recs)
     db = sqlite3.connect(Path(s["run_dir"]) / "metrics.db")
     assert db.execute("SELECT outcome FROM reconfigurations WHERE epoch=1").fetchone() == ("rolled-back",)
@@ -431,7 +432,8 @@ def test_when_the_rollback_is_denied_too_training_goes_on_on_what_is_up_and_says
     assert any(f"mfctl ocs recover -i {inv}" in w and "epoch 1" in w for w in s["warnings"])
     assert recover["pending"]["reason"] == "epoch 1"  # ... and recover finds that change
     assert s["ocs"]["matches_last_plan"] is True  # the last plan is what the OCS really holds
-    assert _planned_cross_connects(s) == s["ocs"]["cross_connects"] == sorted([x["in"], x["out"]] for x in shown["cross_connects"])
+    assert _planned_cross_connects(s) == s["ocs"]["cross_connects"] == \
+        sorted([x["in"], x["out"]] for x in shown["cross_connects"])
 
 
 def test_a_health_sample_that_never_answers_is_a_finding_and_the_lanes_stay_up(tmp_path):

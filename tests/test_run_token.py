@@ -10,9 +10,9 @@ import threading
 import time
 from pathlib import Path
 
+from test_slurm import _playbook  # one way to vary the short playbook
 
 from conftest import DATA, live_processes, mfctl_cmd
-from test_slurm import _playbook  # one way to vary the short playbook
 from mfctl.runtime.job import Job
 from mfctl.runtime.playbook import load_playbook
 from mfctl.runtime.render import render_slurm

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-
-from typing import TYPE_CHECKING
 
 from mfctl.cli.common import JSON_OPT, emit_json, err_console, handle_errors, markup, out_console, print_error
 
@@ -43,7 +42,8 @@ def _observer(json_out: bool, total: int, show_logs: bool = False):
         def iteration(self, done, total_, m):
             if self.progress:
                 self.progress.update(self.task, completed=done,
-                                     info=f"{m['seconds']:.2f} s/it  epoch {m['epoch']}{'  (reconfiguring)' if m.get('paused') else ''}")
+                                     info=f"{m['seconds']:.2f} s/it  epoch {m['epoch']}"
+                                          + ("  (reconfiguring)" if m.get("paused") else ""))
             elif done % 10 == 0 or done == total_:
                 con.print(f"   train iteration {done}/{total_}: {m['seconds']:.3f} s (testbed time)", highlight=False)
 
@@ -96,12 +96,14 @@ def _facts_table(s: "RunSummary", show_error: bool):
         t.add_row("error", Text(str(s.error), style="red"))
     t.add_row("iterations", f"{s.iterations} / {s.iterations_planned}")
     if it:
-        t.add_row("iteration time", f"mean {it['mean']:.3f} s, p50 {it['p50']:.3f} s, min {it['min']:.3f} s, max {it['max']:.3f} s")
+        t.add_row("iteration time", f"mean {it['mean']:.3f} s, p50 {it['p50']:.3f} s, min {it['min']:.3f} s, "
+                                    f"max {it['max']:.3f} s")
         t.add_row("throughput", f"{s.tokens_per_s:,.0f} tokens/s")
         if len(s.iteration_time_by_epoch_s) > 1:
             t.add_row("per topology epoch", ", ".join(f"epoch {e}: {v:.3f} s" for e, v in s.iteration_time_by_epoch_s.items()))
     if s.ep_share_on_circuits is not None:
-        t.add_row("EP bytes on circuits", f"{100 * s.ep_share_on_circuits:.1f}% of {s.ep_inter_server_bytes / 1e12:.2f} TB inter-server")
+        t.add_row("EP bytes on circuits", f"{100 * s.ep_share_on_circuits:.1f}% of "
+                                          f"{s.ep_inter_server_bytes / 1e12:.2f} TB inter-server")
     if s.prediction_rel_error:
         t.add_row("traffic prediction", ", ".join(f"{k} {100 * v:.1f}%" for k, v in s.prediction_rel_error.items())
                   + " rel. error")
@@ -124,7 +126,8 @@ def _facts_table(s: "RunSummary", show_error: bool):
     if s.ocs:
         t.add_row("OCS read-back", (Text("matches the last plan", style="green") if s.ocs["matches_last_plan"]
                                     else Text("DIFFERS from the last plan", style="red"))
-                  + f" — {len(s.ocs['cross_connects'])} cross-connects (a circuit is two: one per direction) via {s.ocs['endpoint']}")
+                  + f" — {len(s.ocs['cross_connects'])} cross-connects (a circuit is two: one per direction) "
+                    f"via {s.ocs['endpoint']}")
     return t
 
 
@@ -145,7 +148,8 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
         inventory: Path = typer.Option(None, "--inventory", "-i", envvar="MFCTL_INVENTORY",
                                        help="Use this inventory (e.g. a running mock's) instead of the playbook's."),
         runs_dir: Path = RUNS_DIR_OPT,
-        skip_health: bool = typer.Option(False, "--skip-health", envvar="MFCTL_SKIP_HEALTH", help="Run even if the health sweep finds critical problems."),
+        skip_health: bool = typer.Option(False, "--skip-health", envvar="MFCTL_SKIP_HEALTH",
+                                         help="Run even if the health sweep finds critical problems."),
         threshold: list[str] = typer.Option(None, "--threshold", help="A health threshold for the pre-flight sweep and "
                                             "the samples, as for mfctl health: name=value (repeat)."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the exact launch (commands, environment "
@@ -153,7 +157,8 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
         logs: bool = typer.Option(False, "--logs", help="Stream every host's runtime output, prefixed with the host."),
         pipeline_degree: int = typer.Option(None, "--pipeline-degree", help="Override the forward pipeline degree (1, 2, 4, 8)."),
         bp_pipeline_degree: int = typer.Option(None, "--bp-pipeline-degree", help="Override the backward pipeline degree."),
-        grad_partitions: int = typer.Option(None, "--grad-partitions", help="Override the gradient all-reduce partitions (1, 2, 4, 8, 16)."),
+        grad_partitions: int = typer.Option(None, "--grad-partitions",
+                                            help="Override the gradient all-reduce partitions (1, 2, 4, 8, 16)."),
         json_out: bool = JSON_OPT):
     """Run a reconfigurable MoE training job (starts and stops the mock testbed if the playbook says so)."""
     from mfctl.runtime.health_gate import parse_overrides

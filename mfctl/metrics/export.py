@@ -60,7 +60,7 @@ def registry(run_dir: Path):
     last = Gauge("mfctl_iteration_seconds", "the last iteration's time (testbed seconds)", registry=reg) if rows else None
     a2a = (Gauge("mfctl_all_to_all_seconds", "the last iteration's all-to-all time (testbed seconds)", registry=reg)
            if rows and rows[-1][5] is not None else None)
-    for _, secs, tokens, ib, ob, a in rows:
+    for _, secs, tokens, ib, ob, _a2a in rows:
         it.inc()
         tok.inc(tokens or 0)
         inter.inc(ib or 0)

@@ -72,7 +72,8 @@ class MetricsStore:
                 "predicted_gain_s", "predicted_cost_s", "objective_before_s", "objective_after_s", "lanes_failed",
                 "outcome", "error"]
         vals = [r.get(c) if c != "circuits_json" else json.dumps(r.get("circuits")) for c in cols]
-        self._x(f"INSERT OR REPLACE INTO reconfigurations ({','.join(cols)}, wall_unix) VALUES ({','.join('?' * (len(cols) + 1))})",
+        marks = ",".join("?" * (len(cols) + 1))
+        self._x(f"INSERT OR REPLACE INTO reconfigurations ({','.join(cols)}, wall_unix) VALUES ({marks})",
                 (*vals, time.time()))
 
     def prediction(self, iteration: int, region: str, predictor: str, rel_error: float) -> None:

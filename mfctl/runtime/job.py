@@ -217,7 +217,8 @@ class Job:
         lw = self.links.wait([c for r in regions for c in r.circuits])
         rec.initial_linkup_ms = (lw.up_at - t) * 1000 * self.scale
         if lw.down:
-            self._warn(f"initial circuits with lanes still down after {self.pb.runtime.linkup_timeout_s:g} s: {', '.join(lw.down)}")
+            self._warn(f"initial circuits with lanes still down after {self.pb.runtime.linkup_timeout_s:g} s: "
+                       f"{', '.join(lw.down)}")
         for reg in regions:
             reg.route_up(set(lw.down))
         rec.last_plan = dict(res.readback)
@@ -246,7 +247,8 @@ class Job:
         self.ctrl = Controller(token=self.token, welcome=self._welcome, expected_hosts=set(hosts), listen=listen)
         self._stack.callback(self.ctrl.close)
         addr = self.ctrl.address_str
-        self.obs.phase("launch", f"launching the runtime ({self.pb.runtime.launcher}) on {len(hosts)} hosts; controller on {addr}")
+        self.obs.phase("launch", f"launching the runtime ({self.pb.runtime.launcher}) on {len(hosts)} hosts; "
+                                 f"controller on {addr}")
         self.launcher = launcher_for(self.pb, self.inv, pool, self.run_dir, self.run_id, journal=self.journal,
                                      observer=self.obs, on_line=self.obs.log_line)
         self._stack.callback(self._stop_launcher)

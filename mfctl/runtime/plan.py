@@ -17,7 +17,8 @@ import numpy as np
 from mfctl.context import Context
 from mfctl.errors import ConfigError
 from mfctl.fabric import mapping
-from mfctl.fabric.planner import LinkRates, plan as plan_circuits
+from mfctl.fabric.planner import LinkRates
+from mfctl.fabric.planner import plan as plan_circuits
 from mfctl.fabric.predict import CrossLayerModel
 from mfctl.fabric.traffic import RoutingTrace, expert_to_rank, load_routing, rank_matrix, rank_to_server, server_matrix
 from mfctl.runtime.playbook import Playbook
@@ -45,7 +46,7 @@ class RegionState:
     @property
     def ocs_ports(self) -> set[int]:
         """The OCS ports of the region's lanes (both directions)."""
-        return {p for ls in self.lanes.values() for l in ls for p in (l.ocs_tx, l.ocs_rx)}
+        return {p for ls in self.lanes.values() for lane in ls for p in (lane.ocs_tx, lane.ocs_rx)}
 
     def route_up(self, down: set[str]) -> None:
         """Route over the circuits whose lanes (``host:netdev``) are not ``down``."""
@@ -83,8 +84,8 @@ class RunPlan:
         p = trace.probs.mean(axis=0)  # [trace layer, expert]
         tokens_per_rank = pb.training.seq_len * pb.training.micro_batch * trace.top_k
         mats = []
-        for l in range(pb.model.layers):
-            t = np.tile(p[trace.trace_layer_for(l)] * tokens_per_rank, (pb.parallelism.ep, 1))
+        for layer in range(pb.model.layers):
+            t = np.tile(p[trace.trace_layer_for(layer)] * tokens_per_rank, (pb.parallelism.ep, 1))
             mats.append(server_matrix(rank_matrix(t, self.expert_rank, pb.parallelism.ep), self.rank_server, n,
                                       pb.model.hidden * pb.model.bytes_per_element))
         return np.stack(mats)

@@ -20,7 +20,8 @@ from typing import Callable
 import numpy as np
 
 from mfctl.fabric import mapping
-from mfctl.fabric.planner import objective, plan as plan_circuits
+from mfctl.fabric.planner import objective
+from mfctl.fabric.planner import plan as plan_circuits
 from mfctl.fabric.predict import EWMAPredictor, LastPredictor, rel_error
 from mfctl.runtime.plan import RegionState, RunPlan
 from mfctl.runtime.reconfig import Decision, Reconfiguration

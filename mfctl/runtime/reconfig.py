@@ -136,8 +136,8 @@ class LinkPoller:
         every circuit are up."""
         want: dict[str, set[str]] = {}
         for c in circuits:
-            for l in (c.a, c.b):
-                want.setdefault(l.host, set()).add(l.netdev)
+            for lane in (c.a, c.b):
+                want.setdefault(lane.host, set()).add(lane.netdev)
         deadline = self.clock() + (self.timeout_s if timeout_s is None else timeout_s)
         out = LinkWait(down=[], up_at=self.clock())
         while want:

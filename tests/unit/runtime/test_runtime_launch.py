@@ -10,10 +10,10 @@ from mfctl.errors import ConfigError
 from mfctl.inventory import load_inventory
 from mfctl.mockctl import MockTestbed
 from mfctl.observer import RecordingObserver
+from mfctl.runtime import testbed as tb_mod
 from mfctl.runtime.launcher import SSHLauncher, launcher_for
 from mfctl.runtime.playbook import load_playbook
 from mfctl.runtime.slurm import SlurmLaunch
-from mfctl.runtime import testbed as tb_mod
 from mfctl.runtime.testbed import Hardware, advertised_ip
 
 MIXTRAL = ROOT / "playbooks" / "mixtral-prototype.yaml"

@@ -34,7 +34,7 @@ def test_the_prototype_and_mixtral(pb, inv):
     assert list(p.regions) == ["region0"]
     reg = p.regions["region0"]
     assert reg.hosts == ["gpu01", "gpu02", "gpu03", "gpu04"] and reg.ports.tolist() == [3, 3, 3, 3]
-    assert [(l.netdev, l.ocs_tx, l.ocs_rx) for l in reg.lanes["gpu01"]] == [
+    assert [(lane.netdev, lane.ocs_tx, lane.ocs_rx) for lane in reg.lanes["gpu01"]] == [
         ("ens1f0np0", 1, 385), ("ens2f0np0", 2, 386), ("ens3f0np0", 3, 387)]
     assert len(reg.ocs_ports) == 24 and {1, 385, 12, 396} <= reg.ocs_ports
     assert p.region_of("gpu03") is reg and reg.in_use == [] and p.crosslayer is not None

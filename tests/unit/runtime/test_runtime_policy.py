@@ -43,8 +43,8 @@ def test_skewed_traffic_is_worth_re_wiring_and_the_decision_is_journalled(plan):
     n = len(reg.hosts)
     B = np.full((plan.playbook.model.layers, n, n), 1e6)
     B[:, 0, 3] = B[:, 3, 0] = 5e9  # gpu01 ↔ gpu04 carries almost everything
-    for l in range(B.shape[0]):
-        np.fill_diagonal(B[l], 0)
+    for layer in B:
+        np.fill_diagonal(layer, 0)
     reg.predicted = B
     journal = []
     cand = policy.consider(plan, reg, 2, 6.0, lambda op, **f: journal.append((op, f)))
