@@ -45,9 +45,9 @@ def run_profile(ctx, host: str | None = None, *, hidden: int = 4096, ffn_hidden:
     with ctx.pool(command_timeout=max(ctx.command_timeout, SWEEP_TIMEOUT_S)) as pool:
         for test in ("alltoall_perf", "all_reduce_perf"):
             res = parse_perf(pool.run_checked(h, perf_argv(test, "64K", "1G", 2, inv.host(h).gpus.count)))
-            timed = [x for x in res.rows if x.time_us is not None]  # N/A times are no points (sizes kept beside them)
-            fits.append(fit_linear(test.removesuffix("_perf"), [x.size_bytes for x in timed],
-                                   [x.time_us * 1e-6 for x in timed], "byte"))
+            timed = [(x.size_bytes, x.time_us * 1e-6) for x in res.rows if x.time_us is not None]  # N/A: no point
+            fits.append(fit_linear(test.removesuffix("_perf"), np.array([n for n, _ in timed]),
+                                   np.array([t for _, t in timed]), "byte"))
         try:
             rows = parse_gemm(pool.run_checked(h, gemm_argv(hidden, ffn_hidden)))
         except ParseError as e:
