@@ -75,8 +75,13 @@ class Worker:
 class Launcher(Protocol):
     """A way to start the runtime on the hosts, follow it and stop it (see the module docstring)."""
 
-    workers: dict[str, Worker]  #: host → its worker (``done`` set when it ended, with ``rc``/``error``)
-    job_id: int | None  #: the scheduler's job id (Slurm), or None
+    @property
+    def workers(self) -> dict[str, Worker]:
+        """Host → its worker (``done`` set when it ended, with ``rc``/``error``)."""
+
+    @property
+    def job_id(self) -> int | None:
+        """The scheduler's job id (Slurm), or None."""
 
     def start(self, controller: str, token: str) -> None:
         """Start the runtime on every host, told to reach ``controller`` (``host:port``) with the
@@ -125,16 +130,16 @@ class SessionLauncher:
             w.error = redact(f"{host}: launch failed: {e}", token or "")
             w.done.set()
             return w
-        threading.Thread(target=self._pump, args=(w,), daemon=True, name=f"worker-{host}").start()
+        threading.Thread(target=self._pump, args=(w, chan), daemon=True, name=f"worker-{host}").start()
         return w
 
-    def _pump(self, w: Worker) -> None:
+    def _pump(self, w: Worker, chan: paramiko.Channel) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         partial = b""
         with open(w.log_path, "ab") as f:
             try:
                 while True:
-                    data = w.channel.recv(65536)
+                    data = chan.recv(65536)
                     if not data:
                         break
                     w.last_data = time.monotonic()
@@ -149,7 +154,7 @@ class SessionLauncher:
                             partial = partial[MAX_LINE_BYTES:]
                         for ln in lines:
                             self.on_line(w.host, ln.decode(errors="replace"))
-                w.rc = w.channel.recv_exit_status()
+                w.rc = chan.recv_exit_status()
             except (OSError, EOFError, paramiko.SSHException) as e:
                 w.error = str(e)
         w.done.set()
@@ -174,7 +179,7 @@ class SSHLauncher:
     torchrun) in an SSH session of its own (:class:`SessionLauncher`); each launch journalled as
     ``runtime.launch`` with the token redacted."""
 
-    job_id = None
+    job_id: int | None = None
 
     def __init__(self, pb: "Playbook", inv, pool: SSHPool, log_dir: Path, *, journal, on_line=None):
         self.pb, self.inv, self.journal = pb, inv, journal

@@ -84,7 +84,8 @@ def consider(plan: RunPlan, reg: RegionState, iteration: int, expected_s: float,
     cost by ``policy.min_gain_s``, else None."""
     pb, pol = plan.playbook, plan.playbook.policy
     t0 = time.perf_counter()
-    B = reg.predicted
+    B, last_iter_s = reg.predicted, reg.last_iter_s
+    assert B is not None and last_iter_s is not None  # (due() and a prediction come first)
     C_cur = mapping.circuit_matrix(reg.circuits, reg.hosts)
     p = plan_circuits(B, reg.ports, plan.rates, method=pb.topology.planner, current=C_cur, tolerance=pol.min_improvement)
     if np.array_equal(p.circuits, C_cur):
@@ -94,7 +95,7 @@ def consider(plan: RunPlan, reg: RegionState, iteration: int, expected_s: float,
     mb = pb.training.micro_batches
     o_cur, o_new, o_keep = (float(x) for x in objective(B, np.stack([C_cur, p.circuits, C_keep]), plan.rates))
     window = min(pol.window_iterations, pb.training.iterations - iteration)
-    slowdown = max(0.0, (o_keep - o_cur) * mb) / max(reg.last_iter_s, 1e-9)
+    slowdown = max(0.0, (o_keep - o_cur) * mb) / max(last_iter_s, 1e-9)
     cost = expected_s * slowdown / (1 + slowdown)
     gain = (o_cur - o_new) * mb * window
     t_plan = (time.perf_counter() - t0) * 1000

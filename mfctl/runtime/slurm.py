@@ -266,7 +266,7 @@ class SlurmLaunch:
         if self.journal:
             self.journal.append("runtime.slurm.cancel", job_id=self.job_id, rc=r.rc, error=r.error or r.stderr.strip() or None)
 
-    def stop(self, timeout: float = 30.0, grace_s: float = 3.0) -> None:
+    def stop(self, grace_s: float = 3.0, timeout: float = 30.0) -> None:
         """Let the job end by itself for ``grace_s``, then cancel it and wait (``timeout``)
         until Slurm reports it over; then stop following its output. ``grace_s`` 0 (a failed or
         interrupted run) cancels at once, and says so."""

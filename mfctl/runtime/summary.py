@@ -135,7 +135,7 @@ class RunSummary:
     ep_share_on_circuits: float | None = None
     reconfigurations: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    prediction_rel_error: dict[str, float] = field(default_factory=dict)
+    prediction_rel_error: dict[str, float | None] = field(default_factory=dict)
     health: dict = field(default_factory=lambda: {"hosts": 0, "ok": 0, "sweep_s": 0.0})
     initial_topology: dict | None = None
     ocs: dict | None = None

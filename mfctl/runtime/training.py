@@ -132,6 +132,7 @@ class Training:
         Raises OperationFailed only when a worker did not resume (the OCS is consistent with the
         records by then)."""
         pr = self.record
+        assert pr.last_plan is not None  # (read again first when unknown: _traffic)
         pr.epoch += 1
         self.obs.phase("reconfig", f"epoch {pr.epoch}: {reg.name} at iteration {iteration}")
         prop = Proposal(epoch=pr.epoch, region=reg.name, hosts=list(reg.hosts), lanes=reg.lanes, iteration=iteration,
