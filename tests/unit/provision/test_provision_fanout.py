@@ -58,8 +58,10 @@ def planned(monkeypatch):
             raise UnreachableError(f"{h.name}: cannot connect to 127.0.0.1:1: Connection refused")
         return h.name
 
-    monkeypatch.setattr(service, "read_actual", read)
-    monkeypatch.setattr(service, "plan_host", lambda inv, i, h, spec, m, act: [action()] if act.startswith("drift") else [])
+    from mfctl.provision import plan as planning
+
+    monkeypatch.setattr(planning, "read_actual", read)
+    monkeypatch.setattr(planning, "plan_host", lambda inv, i, h, spec, m, act: [action()] if act.startswith("drift") else [])
 
 
 def test_plan_reports_its_phase_and_hosts_and_gives_the_exit_code(planned):

@@ -1,0 +1,84 @@
+"""The optics check: every optical lane with a circuit, end to end (link, Rx power against the
+module's own thresholds, the module's total against the OCS's reading at the port the inventory
+wires to the lane).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mfctl.errors import ParseError
+from mfctl.hosts import ethtool, iproute
+from mfctl.provision.models import ProvisionSpec
+
+if TYPE_CHECKING:
+    from mfctl.observer import Observer
+
+
+def check_optics(pool, inv, spec: ProvisionSpec, ocs_power: dict[int, float | None], xc: dict[int, int], *,
+                 observer: Observer | None = None) -> list[dict]:
+    """Each optical lane end to end: link up, per-channel Rx power above the module's own
+    low-warning threshold + margin, and the module's total Rx power agreeing with the OCS
+    reading at the output port wired to this lane (a swapped fibre shows up here).
+    ``ocs_power``: dBm by OCS output port; ``xc``: the OCS's cross-connects, input → output port.
+    One row per lane (every host's, in inventory order), ``status`` ok, bad or no circuit."""
+    rx_ports = set(xc.values())
+
+    def failed(h, finding: str) -> list[dict]:
+        return [{"host": h.name, "lane": f"{nic.name}.{lane.index}", "netdev": lane.netdev, "ocs_rx": lane.ocs_rx,
+                 "findings": [finding], "status": "bad"} for nic, lane in h.ocs_lanes()]
+
+    def lane_rows(name: str) -> list[dict]:
+        h = inv.host(name)
+        r = pool.run(h.name, iproute.link_argv())
+        if not r.ok:
+            return failed(h, f"host unreachable: {r.error or r.stderr.strip()[:100]}")
+        links = iproute.parse_links(r.stdout)
+        return [_lane_row(pool, h.name, nic, lane, links, spec, ocs_power, rx_ports) for nic, lane in h.ocs_lanes()]
+
+    res = pool.map([h.name for h in inv.hosts], lane_rows, observer=observer, phase="optics")
+    # a host whose link list did not parse (ParseError) gave no rows: its lanes are bad, saying why
+    return [row for r in res for row in (r.value if r.value is not None else failed(inv.host(r.host), r.error))]
+
+
+def _lane_row(pool, host: str, nic, lane, links: dict, spec: ProvisionSpec, ocs_power: dict[int, float | None],
+              rx_ports: set[int]) -> dict:
+    row = {"host": host, "lane": f"{nic.name}.{lane.index}", "netdev": lane.netdev, "ocs_rx": lane.ocs_rx, "findings": []}
+    if lane.ocs_rx not in rx_ports:
+        row["status"] = "no circuit"
+        return row
+    link = links.get(lane.netdev)
+    if link is None or not link.up:
+        row["findings"].append("link down")
+    m = pool.run(host, ethtool.module_argv(lane.netdev))
+    if not m.ok:
+        row["findings"].append(f"ethtool -m failed: {m.error or m.stderr.strip()[:100]}")
+    else:
+        try:
+            _judge_module(row, ethtool.parse_module(m.stdout), spec, ocs_power.get(lane.ocs_rx), lane.ocs_rx)
+        except ParseError as e:
+            row["findings"].append(str(e))
+    row["status"] = "ok" if not row["findings"] else "bad"
+    return row
+
+
+def _judge_module(row: dict, mod, spec: ProvisionSpec, ocs: float | None, ocs_rx: int) -> None:
+    """A module's Rx power (dBm per channel) against its low-warning threshold + margin, and its
+    total against the OCS's reading ``ocs`` (dBm) at port ``ocs_rx``: findings into ``row``."""
+    import math
+
+    row["rx_dbm"] = mod.rx_power_dbm
+    low = mod.rx_low_warning_dbm()
+    if low is not None:
+        bad = [c for c, v in mod.rx_power_dbm.items() if v is None or v < low + spec.optics.rx_margin_db]
+        if bad:
+            row["findings"].append(f"Rx power below {low + spec.optics.rx_margin_db:.1f} dBm "
+                                   f"(low warning {low} + margin) on channel(s) {bad}")
+    vals = [v for v in mod.rx_power_dbm.values() if v is not None]
+    total = 10 * math.log10(sum(10 ** (v / 10) for v in vals)) if vals else None
+    row["rx_total_dbm"] = None if total is None else round(total, 2)
+    row["ocs_dbm"] = ocs
+    if (ocs is None) != (total is None) or (ocs is not None and total is not None
+                                            and abs(ocs - total) > spec.optics.ocs_agreement_db):
+        row["findings"].append(f"module Rx {row['rx_total_dbm']} dBm but OCS port {ocs_rx} reads "
+                               f"{ocs} dBm: the lane is not wired to the port the inventory says")
