@@ -38,9 +38,9 @@ class Context:
         setting out of its limits."""
         from mfctl import settings
 
-        vals = {"connect_timeout": settings.get_float("connect_timeout"),
-                "command_timeout": settings.get_float("command_timeout"),
-                "fanout": settings.get_int("fanout")}
+        vals: dict[str, Any] = {"connect_timeout": settings.get_float("connect_timeout"),
+                                "command_timeout": settings.get_float("command_timeout"),
+                                "fanout": settings.get_int("fanout")}
         vals.update({k: v for k, v in overrides.items() if v is not None})
         return cls(inventory, **vals)
 

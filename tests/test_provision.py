@@ -180,7 +180,8 @@ def test_a_failed_action_stops_only_its_host():
 
 
 @pytest.mark.parametrize("old,new,msg", [
-    ('address_pattern: "198.18.{nic}.{slot}/24"', 'address_pattern: "198.18.{nic}.{slot}/24; reboot"', "does not give an address"),
+    ('address_pattern: "198.18.{nic}.{slot}/24"', 'address_pattern: "198.18.{nic}.{slot}/24; reboot"',
+     "does not give an address"),
     ("  LINK_TYPE_P1: 2      # Ethernet", "  'LINK_TYPE_P1 $(reboot)': 2", "not an mlxconfig parameter name"),
     ("  LINK_TYPE_P1: 2      # Ethernet", "  LINK_TYPE_P1: '2; reboot'", "valid integer"),
     ("mtu: 9000", "mtu: '9000 && reboot'", "valid integer"),

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import typer
-
 from typer.core import TyperCommand
 
 from mfctl.cli import ahead

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from mfctl.observer import NullObserver
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 class ProgressObserver(NullObserver):
@@ -20,8 +24,8 @@ class ProgressObserver(NullObserver):
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
         self.show_warnings = warnings
         self._lock = threading.Lock()
-        self._progress = None
-        self._task = None
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
 
     def __enter__(self) -> "ProgressObserver":
         return self

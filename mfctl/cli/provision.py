@@ -7,14 +7,14 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, markup, out_console, print_error, shipped
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, markup, option, out_console, print_error, shipped
 
 app = typer.Typer(help="Bring hosts to the desired NIC/transceiver/RoCE/GPU/firmware state (plan → apply → verify).",
                   no_args_is_help=True)
 firmware_app = typer.Typer(help="Firmware compliance against firmware/manifest.yaml.", no_args_is_help=True)
 
 SPEC_ARG = typer.Argument(Path("playbooks/provision.yaml"), help="Provisioning recipe.")
-INV_OPT = typer.Option(None, "--inventory", "-i", envvar="MFCTL_INVENTORY", help="Use this inventory instead of the recipe's.")
+INV_OPT = option("inventory", "--inventory", "-i", default=None, help="Use this inventory instead of the recipe's.")
 HOSTS_OPT = typer.Option(None, "--hosts", help="Only these hosts (comma-separated).")
 
 
@@ -109,19 +109,19 @@ def plan_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOST
 @handle_errors
 def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOSTS_OPT,
               dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, change nothing (exit 6 if it would)."),
-              yes: bool = typer.Option(False, "--yes", "-y", envvar="MFCTL_YES", help="Do not ask for confirmation."),
+              yes: bool = option("yes", "--yes", "-y", help="Do not ask for confirmation."),
               json_out: bool = JSON_OPT):
     """Apply the plan: hosts in parallel, each in the safe order, stopping a host at its first failure; then verify."""
+    import contextlib
+    import signal
+    import threading
+
     from mfctl import settings
     from mfctl.errors import ExitCode
     from mfctl.lock import TestbedLock
     from mfctl.ocs.journal import Journal
     from mfctl.provision import service
     from mfctl.transport.results import Results
-
-    import contextlib
-    import signal
-    import threading
 
     with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool, _), (
             contextlib.nullcontext() if dry_run else TestbedLock(inv.name, "provision apply")):

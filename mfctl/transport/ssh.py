@@ -80,7 +80,8 @@ def connect(target: SSHTarget, timeout: float) -> paramiko.SSHClient:
     policy = HostKeyPolicy.of(target)
     client = paramiko.SSHClient()  # knows no key itself: every key goes to the policy
     client.set_missing_host_key_policy(_judge(policy, target))
-    known = policy.known_types(target.address, target.port, host=target.name)  # read (and refused if unreadable) before any socket
+    # read (and refused when unreadable) before any socket is opened
+    known = policy.known_types(target.address, target.port, host=target.name)
     pkey = _private_key(target.key_file) if target.key_file else None
 
     def transport(sock, **kw) -> paramiko.Transport:

@@ -3,9 +3,9 @@ contacted (exit 2), and the exit codes come from the per-host results (4 unreach
 
 import json
 
-from conftest import ROOT
 from typer.testing import CliRunner
 
+from conftest import ROOT
 from mfctl.cli.app import build
 
 SPEC = str(ROOT / "playbooks" / "provision.yaml")
