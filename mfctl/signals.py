@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from collections.abc import Iterator
 
 HELD = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
@@ -42,3 +44,23 @@ class DeferSignals:
             self._old = None
         if self.pending is not None and exc[0] is None and self.reraise:
             raise KeyboardInterrupt
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Inside the block SIGTERM raises KeyboardInterrupt, as Ctrl-C does (``mfctl run``: a
+    scheduler's or systemd's stop is an interrupted run with its records written). Only in the
+    main thread, and only over a handler Python installed; the old handler is put back after."""
+    old = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+    if old is None:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)

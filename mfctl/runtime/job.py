@@ -23,16 +23,12 @@ import contextlib
 import json
 import logging
 import secrets
-import signal
-import threading
 import time
 from pathlib import Path
 
 from mfctl import settings
 from mfctl.context import Context
-from mfctl.errors import MfctlError, OperationFailed
-from mfctl.fabric import mapping
-from mfctl.fabric.planner import GOODPUT  # noqa: F401 (re-exported for older importers)
+from mfctl.errors import MfctlError
 from mfctl.inventory import load_inventory
 from mfctl.lock import TestbedLock
 from mfctl.metrics.store import MetricsStore, index_run
@@ -41,14 +37,16 @@ from mfctl.ocs.journal import Journal
 from mfctl.runtime import health_gate
 from mfctl.runtime.controller import Controller
 from mfctl.runtime.launcher import Launcher, launcher_for
-from mfctl.runtime.plan import RunPlan, initial_cross_connects, plan_run
+from mfctl.runtime.plan import RunPlan, plan_run
 from mfctl.runtime.playbook import Playbook, load_playbook
 from mfctl.runtime.reconfig import LinkPoller, Reconfiguration, recovery_hint
 from mfctl.runtime.sampler import HealthSampler, warn_once_per_tool
 from mfctl.runtime.summary import RunRecord, RunSummary
 from mfctl.runtime.testbed import Testbed, testbed_for
+from mfctl.runtime.topology import RunOCS
 from mfctl.runtime.training import Training
 from mfctl.signals import DeferSignals as _DeferSignals
+from mfctl.signals import sigterm_as_interrupt
 
 log = logging.getLogger(__name__)
 
@@ -60,25 +58,6 @@ class Observer(NullObserver):
     def iteration(self, done: int, total: int, m: dict) -> None: ...  # m: the leader's iteration message
     def reconfiguration(self, rec: Reconfiguration) -> None: ...
     def log_line(self, host: str, line: str) -> None: ...
-
-
-def _sigterm_as_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def _sigterm_interrupts():
-    """SIGTERM raises KeyboardInterrupt inside the block (in the main thread; elsewhere, and
-    under a handler Python did not install, nothing changes)."""
-    old = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
-    if old is None:
-        yield
-        return
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 class Job:
@@ -105,6 +84,7 @@ class Job:
         self.ctrl: Controller | None = None
         self.launcher: Launcher | None = None
         self.driver = None  # the OCS driver, open from the initial topology to teardown
+        self.ocs: RunOCS | None = None  # ... and the run's work on it
         self.links: LinkPoller | None = None
         self.preflight = health_gate.Preflight()
         self.record = RunRecord()  # what the run learns, the OCS's state included
@@ -131,7 +111,7 @@ class Job:
         fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logging.getLogger("mfctl").addHandler(fh)
         logging.getLogger("mfctl").setLevel(logging.INFO)
-        with _sigterm_interrupts():  # (the handler found is put back after the clean-up)
+        with sigterm_as_interrupt():  # (the handler found is put back after the clean-up)
             status, code, err = self._run_to_an_end()
             # a second Ctrl-C must not cut the clean-up short: the runtime, the Slurm job, the OCS
             # read-back, the mock and the run's records are finished first
@@ -141,13 +121,17 @@ class Job:
                 log.info("run %s %s after %d iterations, %d reconfiguration(s)%s", self.run_id, status,
                          len(self.record.iterations), len(self.record.reconfigs), f": {err}" if err else "")
                 logging.getLogger("mfctl").removeHandler(fh)
-                self.journal.append("run.end", status=status, exit_code=code, error=err)
-                self.store.end_run(self.run_id, status, code, summary)
-                self.store.close()
-                (self.run_dir / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2))
-                index_run(self.runs_dir, summary)
+                self._write_records(summary, code)
         summary.exit_code = code
         return summary.to_dict() | {"exit_code": code}
+
+    def _write_records(self, summary: RunSummary, code: int) -> None:
+        """The run's end in the journal and the metrics store, summary.json, the runs index."""
+        self.journal.append("run.end", status=summary.status, exit_code=code, error=summary.error)
+        self.store.end_run(self.run_id, summary.status, code, summary)
+        self.store.close()
+        (self.run_dir / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2))
+        index_run(self.runs_dir, summary)
 
     def _run_to_an_end(self) -> tuple[str, int, str | None]:
         """``(status, exit code, error)`` of the phases; anything but an interrupt or an
@@ -190,7 +174,7 @@ class Job:
         self._initial_topology(ctx)
         training = self._launch(pool, ctx)
         training.loop({h.name for h in inv.hosts})
-        self._final_check()
+        self.ocs.final_check(inv.source or self.inv_path)
 
     def _preflight(self, pool) -> None:
         self.obs.phase("health", f"health sweep on {len(self.inv.hosts)} hosts")
@@ -203,32 +187,9 @@ class Job:
         self.obs.phase("ocs", "connecting to the OCS")
         # the device lock (keyed by what the OCS says it is) is held until teardown closes the driver
         self.driver = ctx.open_ocs(purpose=f"mfctl run {self.pb.name} ({self.run_id})", journals=[self.journal])
-        self._stack.callback(self._close_ocs)
-        current = self.driver.cross_connects()
-        self.journal.append("ocs.state", endpoint=self.driver.endpoint, cross_connects=sorted(current.items()))
-        desired = initial_cross_connects(self.plan, current)
-        self.obs.phase("ocs", f"initial topology ({self.pb.topology.initial}) via {self.driver.endpoint}")
-        with _DeferSignals():
-            res = self.driver.apply(desired, reason="initial topology")
-        regions, rec = self.plan.regions.values(), self.record
-        rec.initial_apply, rec.ocs_endpoint = res.to_dict(), self.driver.endpoint
-        rec.initial_circuits = {r.name: mapping.circuit_matrix(r.circuits, r.hosts).tolist() for r in regions}
-        t = time.monotonic()
-        lw = self.links.wait([c for r in regions for c in r.circuits])
-        rec.initial_linkup_ms = (lw.up_at - t) * 1000 * self.scale
-        if lw.down:
-            self._warn(f"initial circuits with lanes still down after {self.pb.runtime.linkup_timeout_s:g} s: "
-                       f"{', '.join(lw.down)}")
-        for reg in regions:
-            reg.route_up(set(lw.down))
-        rec.last_plan = dict(res.readback)
-
-    def _close_ocs(self) -> None:
-        with contextlib.suppress(MfctlError, OSError):
-            if self.record.final_readback is None:
-                rb = self.driver.cross_connects()
-                self.journal.append("ocs.final", readback=sorted(rb.items()), matches_plan=rb == self.record.last_plan)
-            self.driver.close()
+        self.ocs = RunOCS(self.driver, self.plan, self.record, journal=self.journal, warn=self._warn, scale=self.scale)
+        self._stack.callback(self.ocs.close)
+        self.ocs.set_initial(self.links, self.obs)
 
     # ---------------------------------------------------------------------------------
     def _warn(self, message: str) -> None:
@@ -281,19 +242,6 @@ class Job:
                                 on_timeout=warn_once_per_tool(self._warn), limits=self.health_limits,
                                 baseline=self.preflight.history).start()
         self._stack.callback(sampler.stop)
-
-    # ---------------------------------------------------------------------------------
-    def _final_check(self) -> None:
-        rec = self.record
-        rb = rec.final_readback = self.driver.cross_connects()
-        rec.final_matches = rb == rec.last_plan
-        self.journal.append("ocs.final", readback=sorted(rb.items()), matches_plan=rec.final_matches)
-        if rec.last_plan is None:  # unknown since a failed reconfiguration (said then): what it holds now
-            self._warn(f"the OCS could not be read back after a failed reconfiguration; at the end it holds "
-                       f"{len(rb)} cross-connects: check with `mfctl ocs show -i {self.inv.source or self.inv_path}`")
-            return
-        if not rec.final_matches:
-            raise OperationFailed("final OCS read-back does not match the last plan")
 
     def summary(self, status: str, error: str | None) -> RunSummary:
         """The run's :class:`~mfctl.runtime.summary.RunSummary` as it stands."""

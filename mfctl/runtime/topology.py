@@ -1,0 +1,76 @@
+"""The run's OCS at its two ends: the initial topology, and the final read-back against the last
+plan (the reconfigurations in between are :mod:`mfctl.runtime.reconfig`'s).
+
+:class:`RunOCS` works on an open driver (connected, with the device lock and the run's journal:
+:meth:`mfctl.context.Context.open_ocs`) and the run's :class:`~mfctl.runtime.summary.RunRecord`,
+whose ``last_plan`` is what the OCS holds. Link-up times are testbed ms (wall × ``scale``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Callable
+
+from mfctl.errors import MfctlError, OperationFailed
+from mfctl.fabric import mapping
+from mfctl.runtime.plan import RunPlan, initial_cross_connects
+from mfctl.runtime.reconfig import LinkPoller
+from mfctl.runtime.summary import RunRecord
+from mfctl.signals import DeferSignals
+
+
+class RunOCS:
+    """``driver`` (an open :class:`mfctl.ocs.driver.OCSDriver`), ``journal`` (the run's
+    :class:`~mfctl.ocs.journal.Journal`), ``warn(message)`` a warning of the run."""
+
+    def __init__(self, driver, plan: RunPlan, record: RunRecord, *, journal, warn: Callable[[str], None], scale: float):
+        self.driver, self.plan, self.record = driver, plan, record
+        self.journal, self.warn, self.scale = journal, warn, scale
+
+    def set_initial(self, links: LinkPoller, observer) -> None:
+        """The playbook's initial topology (:func:`~mfctl.runtime.plan.initial_cross_connects`)
+        applied (signals held), read back, its lanes polled up; each region routes over the
+        circuits whose lanes came up."""
+        pb, drv, rec = self.plan.playbook, self.driver, self.record
+        current = drv.cross_connects()
+        self.journal.append("ocs.state", endpoint=drv.endpoint, cross_connects=sorted(current.items()))
+        desired = initial_cross_connects(self.plan, current)
+        observer.phase("ocs", f"initial topology ({pb.topology.initial}) via {drv.endpoint}")
+        with DeferSignals():
+            res = drv.apply(desired, reason="initial topology")
+        regions = self.plan.regions.values()
+        rec.initial_apply, rec.ocs_endpoint = res.to_dict(), drv.endpoint
+        rec.initial_circuits = {r.name: mapping.circuit_matrix(r.circuits, r.hosts).tolist() for r in regions}
+        t = time.monotonic()
+        lw = links.wait([c for r in regions for c in r.circuits])
+        rec.initial_linkup_ms = (lw.up_at - t) * 1000 * self.scale
+        if lw.down:
+            self.warn(f"initial circuits with lanes still down after {pb.runtime.linkup_timeout_s:g} s: {', '.join(lw.down)}")
+        for reg in regions:
+            reg.route_up(set(lw.down))
+        rec.last_plan = dict(res.readback)
+
+    def final_check(self, inventory: str) -> None:
+        """Read the OCS back at the end; OperationFailed when it is not the last plan (a warning
+        when the last plan is unknown since a failed reconfiguration). ``inventory`` is named in
+        the advice."""
+        rec = self.record
+        rb = rec.final_readback = self.driver.cross_connects()
+        rec.final_matches = rb == rec.last_plan
+        self.journal.append("ocs.final", readback=sorted(rb.items()), matches_plan=rec.final_matches)
+        if rec.last_plan is None:  # unknown since a failed reconfiguration (said then): what it holds now
+            self.warn(f"the OCS could not be read back after a failed reconfiguration; at the end it holds "
+                      f"{len(rb)} cross-connects: check with `mfctl ocs show -i {inventory}`")
+            return
+        if not rec.final_matches:
+            raise OperationFailed("final OCS read-back does not match the last plan")
+
+    def close(self) -> None:
+        """Teardown: journal what the OCS holds (unless the final check did), close the driver
+        (the device lock goes with it). Never raises for the OCS's or the journal's errors."""
+        with contextlib.suppress(MfctlError, OSError):
+            if self.record.final_readback is None:
+                rb = self.driver.cross_connects()
+                self.journal.append("ocs.final", readback=sorted(rb.items()), matches_plan=rb == self.record.last_plan)
+            self.driver.close()
