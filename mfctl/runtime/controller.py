@@ -1,6 +1,6 @@
 """The controller's socket side: accepts runtime workers, queues their messages.
 
-The job loop (:mod:`mfctl.runtime.job`) is the single consumer of :attr:`Controller.events`:
+The training phase (:class:`mfctl.runtime.training.Training`) is the single consumer of :attr:`Controller.events`:
 tuples ``(host, message)``; a dropped worker appears as ``(host, {"type": "_disconnected"})``.
 
 Only an authenticated worker — a ``hello`` naming an expected host with the run's token —
