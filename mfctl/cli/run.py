@@ -302,66 +302,9 @@ def import_log(log: Path = typer.Argument(..., help="A Megatron / Megatron-DeepS
                runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
     """Turn a real training log into a run directory (same metrics as a simulated run): runs show,
     metrics export and reports then work on it."""
-    import secrets
-    import time as _t
+    from mfctl.metrics.imported import import_log as import_training_log
 
-    from mfctl.errors import ConfigError
-    from mfctl.hosts.trainlog import parse_train_log
-    from mfctl.metrics.store import MetricsStore
-    from mfctl.runtime.summary import TRAINING_LOG, RunSummary
-
-    try:
-        text = log.read_text(errors="replace")
-    except OSError as e:
-        raise ConfigError(f"cannot read: {e.strerror}", path=str(log)) from None
-    from mfctl.errors import ParseError
-
-    try:
-        tl = parse_train_log(text)
-    except ParseError as e:
-        raise ConfigError(str(e), path=str(log)) from None
-    if not tl.iterations:
-        raise ConfigError("no Megatron iteration lines (DeepSpeed step lines alone carry no timing)", path=str(log))
-    run_id = _t.strftime("%Y%m%d-%H%M%S-") + "log" + secrets.token_hex(2)
-    d = _runs_dir(runs_dir).resolve() / run_id
-    store = MetricsStore(d / "metrics.db")
-    store.start_run(run_id, str(log.resolve()), "(training log)", 1.0)
-    # Megatron logs every N iterations: each logged line stands for the N since the previous one
-    rows = []
-    prev_it, prev_tokens = 0, 0
-    assumed_seq = False
-    for r in tl.iterations:
-        steps = max(1, r.iteration - prev_it)
-        secs = (r.elapsed_ms or 0) / 1000  # per iteration (Megatron averages over the logging interval)
-        if r.consumed_tokens is not None:
-            tokens = (r.consumed_tokens - prev_tokens) // steps
-            prev_tokens = r.consumed_tokens
-        else:
-            tokens = (r.global_batch or 0) * seq_len
-            assumed_seq = True
-        prev_it = r.iteration
-        m = {"iteration": r.iteration, "seconds": secs, "tokens": tokens, "epoch": 0, "paused": False, "steps": steps}
-        store.iteration("log", m)
-        rows.append(m)
-    secs = [x["seconds"] for x in rows]
-    total_s = sum(x["seconds"] * x["steps"] for x in rows)
-    total_tokens = sum(x["tokens"] * x["steps"] for x in rows)
-    n_iter = sum(x["steps"] for x in rows)
-    tflops = [r.tflops_per_gpu for r in tl.iterations if r.tflops_per_gpu]
-    summary = RunSummary(
-        run_id=run_id, status="ok", playbook=log.name, inventory=TRAINING_LOG, run_dir=str(d), time_scale=1.0,
-        iterations=n_iter, iterations_planned=tl.iterations[-1].total, tokens=total_tokens, logged_lines=len(rows),
-        iteration_time_s={"mean": sum(secs) / len(secs), "p50": sorted(secs)[len(secs) // 2], "min": min(secs),
-                          "max": max(secs)},
-        tokens_per_s=total_tokens / total_s if total_s else None,
-        tflops_per_gpu_mean=(sum(tflops) / max(1, len(tflops))) or None,
-        skipped_iterations=max((r.skipped or 0) for r in tl.iterations), simulated_train_s=total_s, wall_train_s=total_s,
-        note=(f"{len(rows)} logged lines, each the mean of the iterations since the previous one"
-              + (f"; tokens assume {seq_len} tokens per sample (--seq-len): the log has no 'consumed tokens'"
-                 if assumed_seq else "")))
-    store.end_run(run_id, "ok", 0, summary)
-    store.close()
-    (d / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2))
+    summary = import_training_log(log, _runs_dir(runs_dir), seq_len=seq_len)
     if json_out:
         emit_json(summary.to_dict())
     else:

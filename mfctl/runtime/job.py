@@ -20,7 +20,6 @@ wall time multiplied by the testbed's time scale (1 on hardware).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import secrets
 import time
@@ -130,7 +129,7 @@ class Job:
         self.journal.append("run.end", status=summary.status, exit_code=code, error=summary.error)
         self.store.end_run(self.run_id, summary.status, code, summary)
         self.store.close()
-        (self.run_dir / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2))
+        (self.run_dir / "summary.json").write_text(summary.to_json())
         index_run(self.runs_dir, summary)
 
     def _run_to_an_end(self) -> tuple[str, int, str | None]:

@@ -14,6 +14,7 @@ in ms (:mod:`mfctl.runtime.reconfig`).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -205,6 +206,10 @@ class RunSummary:
             out.update({k: vals[k] for k in _RUN_OPTIONAL if vals[k] is not None})
         out.update(self.extra)
         return out
+
+    def to_json(self) -> str:
+        """summary.json's text."""
+        return json.dumps(self.to_dict(), indent=2)
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunSummary":

@@ -1,0 +1,76 @@
+"""A real training log turned into a run directory (``mfctl runs import-log``): the same
+``metrics.db`` and ``summary.json`` as a simulated run, so ``runs show``, ``metrics export`` and
+``runs report`` work on it.
+
+Megatron logs every N iterations, each line the mean of the N since the previous one: each
+logged line stands for them (``steps``). Tokens come from ``consumed tokens`` when the log has
+them, else ``global batch × seq_len`` (said in the summary's ``note``). Times: seconds.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+
+from mfctl.errors import ConfigError, ParseError
+from mfctl.hosts.trainlog import parse_train_log
+from mfctl.metrics.store import MetricsStore
+from mfctl.runtime.summary import TRAINING_LOG, RunSummary
+
+
+def _rows(tl, seq_len: int) -> tuple[list[dict], bool]:
+    """One iteration row per logged line (with the ``steps`` it stands for); whether tokens had to
+    be assumed from ``seq_len``."""
+    rows, prev_it, prev_tokens, assumed_seq = [], 0, 0, False
+    for r in tl.iterations:
+        steps = max(1, r.iteration - prev_it)
+        if r.consumed_tokens is not None:
+            tokens = (r.consumed_tokens - prev_tokens) // steps
+            prev_tokens = r.consumed_tokens
+        else:
+            tokens = (r.global_batch or 0) * seq_len
+            assumed_seq = True
+        prev_it = r.iteration
+        rows.append({"iteration": r.iteration, "seconds": (r.elapsed_ms or 0) / 1000,  # per iteration
+                     "tokens": tokens, "epoch": 0, "paused": False, "steps": steps})
+    return rows, assumed_seq
+
+
+def import_log(log: Path, runs_dir: Path, *, seq_len: int = 4096) -> RunSummary:
+    """Read ``log`` (Megatron / Megatron-DeepSpeed) into a new run under ``runs_dir``; its summary.
+    Raises ConfigError (the file named) when it cannot be read or has no iteration lines."""
+    try:
+        tl = parse_train_log(log.read_text(errors="replace"))
+    except OSError as e:
+        raise ConfigError(f"cannot read: {e.strerror}", path=str(log)) from None
+    except ParseError as e:
+        raise ConfigError(str(e), path=str(log)) from None
+    if not tl.iterations:
+        raise ConfigError("no Megatron iteration lines (DeepSpeed step lines alone carry no timing)", path=str(log))
+    run_id = time.strftime("%Y%m%d-%H%M%S-") + "log" + secrets.token_hex(2)
+    d = runs_dir.resolve() / run_id
+    store = MetricsStore(d / "metrics.db")
+    store.start_run(run_id, str(log.resolve()), TRAINING_LOG, 1.0)
+    rows, assumed_seq = _rows(tl, seq_len)
+    for m in rows:
+        store.iteration("log", m)
+    secs = [x["seconds"] for x in rows]
+    total_s = sum(x["seconds"] * x["steps"] for x in rows)
+    total_tokens = sum(x["tokens"] * x["steps"] for x in rows)
+    tflops = [r.tflops_per_gpu for r in tl.iterations if r.tflops_per_gpu]
+    summary = RunSummary(
+        run_id=run_id, status="ok", playbook=log.name, inventory=TRAINING_LOG, run_dir=str(d), time_scale=1.0,
+        iterations=sum(x["steps"] for x in rows), iterations_planned=tl.iterations[-1].total, tokens=total_tokens,
+        logged_lines=len(rows), tokens_per_s=total_tokens / total_s if total_s else None,
+        iteration_time_s={"mean": sum(secs) / len(secs), "p50": sorted(secs)[len(secs) // 2], "min": min(secs),
+                          "max": max(secs)},
+        tflops_per_gpu_mean=(sum(tflops) / max(1, len(tflops))) or None,
+        skipped_iterations=max((r.skipped or 0) for r in tl.iterations), simulated_train_s=total_s, wall_train_s=total_s,
+        note=(f"{len(rows)} logged lines, each the mean of the iterations since the previous one"
+              + (f"; tokens assume {seq_len} tokens per sample (--seq-len): the log has no 'consumed tokens'"
+                 if assumed_seq else "")))
+    store.end_run(run_id, "ok", 0, summary)
+    store.close()
+    (d / "summary.json").write_text(summary.to_json())
+    return summary
