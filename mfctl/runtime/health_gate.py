@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from mfctl import health  # the health package's one import in runtime/
 from mfctl.errors import OperationFailed, UnreachableError
-from mfctl.hosts import health  # the health package's one import in runtime/
 
 log = logging.getLogger(__name__)
 parse_overrides = health.parse_overrides  # `mfctl run --threshold NAME=VALUE`
@@ -23,7 +23,7 @@ parse_overrides = health.parse_overrides  # `mfctl run --threshold NAME=VALUE`
 
 @dataclass
 class Preflight:
-    """One sweep's results (:class:`mfctl.hosts.health.HostHealth`), its wall seconds and the NIC
+    """One sweep's results (:class:`mfctl.health.HostHealth`), its wall seconds and the NIC
     counters' history it was judged against (the in-run samples continue it)."""
 
     results: list = field(default_factory=list)
@@ -58,7 +58,7 @@ def sweep(pool, inv, *, limits: dict[str, float], store: Callable[[str, str, lis
     worst, findings)`` gets each host's."""
     t = time.monotonic()
     before = health.load_baseline(inv)  # the NIC counters' history, as `mfctl health` keeps it
-    res = health.full_sweep(pool, inv, limits=limits, baseline=before)
+    res = health.sweep(pool, inv, limits=limits, baseline=before).targets  # the default checks
     try:
         health.save_baseline(inv, res, before)
     except OSError as e:

@@ -23,7 +23,7 @@ SAMPLE_TIMEOUT = "health.sample_timeout"
 
 
 class _Recorder:
-    """The sampler's pool as :func:`mfctl.hosts.health.full_sweep` sees it: every command
+    """The sampler's pool as :func:`mfctl.health.sweep` sees it: every command
     passes through, the ones that timed out are noted per host."""
 
     def __init__(self, pool):
@@ -58,7 +58,7 @@ class HealthSampler:
     """Sweep every host's health every ``interval_s`` wall seconds over ``pool`` (an SSH pool
     for the sampler alone, its ``command_timeout`` the per-command limit in seconds).
     ``store(host, status, findings)`` keeps each host's sample; ``on_timeout(host, finding)`` is
-    told of each hung command. ``limits`` and ``baseline`` are :func:`health.full_sweep`'s."""
+    told of each hung command. ``limits`` and ``baseline`` are :func:`mfctl.health.sweep`'s."""
 
     def __init__(self, pool, inv, *, interval_s: float, store: Callable[[str, str, list], None],
                  on_timeout: Callable[[str, health.Finding], None] | None = None,
@@ -94,7 +94,7 @@ class HealthSampler:
         try:
             # the same checks as the pre-flight, so that the run's health history is one series
             # (NIC counters judged against the history as it was at the start; none saved)
-            res = health.full_sweep(self.pool, self.inv, hosts=[host], limits=self.limits, baseline=self.baseline)
+            res = health.sweep(self.pool, self.inv, [host], limits=self.limits, baseline=self.baseline).targets
         except Exception as e:  # sampling must never take the run down; the error is logged
             log.warning("health sampling on %s failed: %s", host, e)
             return
