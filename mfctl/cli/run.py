@@ -163,29 +163,19 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
     """Run a reconfigurable MoE training job (starts and stops the mock testbed if the playbook says so)."""
     from mfctl.runtime.health_gate import parse_overrides
     from mfctl.runtime.job import Job
-    from mfctl.runtime.playbook import load_playbook
+    from mfctl.runtime.playbook import load_playbook, override_fsmoe
     from mfctl.runtime.summary import RunSummary
 
     limits = parse_overrides(threshold)
-    pb = load_playbook(playbook)
-    for name, v in (("pipeline_degree", pipeline_degree), ("bp_pipeline_degree", bp_pipeline_degree)):
-        if v is not None:
-            if v not in (1, 2, 4, 8):
-                from mfctl.errors import UsageError
-                raise UsageError(f"--{name.replace('_', '-')} must be 1, 2, 4 or 8, not {v}")
-            setattr(pb.training, name, v)
-    if grad_partitions is not None:
-        if grad_partitions not in (1, 2, 4, 8, 16):
-            from mfctl.errors import UsageError
-            raise UsageError(f"--grad-partitions must be 1, 2, 4, 8 or 16, not {grad_partitions}")
-        pb.training.grad_partitions = grad_partitions
+    pb = override_fsmoe(load_playbook(playbook), pipeline_degree=pipeline_degree, bp_pipeline_degree=bp_pipeline_degree,
+                        grad_partitions=grad_partitions)
+    obs = _observer(json_out, pb.training.iterations, logs)
     job = Job(pb, inventory_override=str(inventory) if inventory else None, runs_dir=str(runs_dir) if runs_dir else None,
-              skip_health=skip_health, health_limits=limits)
+              skip_health=skip_health, health_limits=limits, observer=obs)
     job.prepare()  # a bad inventory/playbook combination fails here, before anything starts (exit 3)
     if dry_run:
         _print_launch(pb, job, json_out)
         return
-    job.obs = obs = _observer(json_out, pb.training.iterations, logs)
     try:
         summary = job.run()
     finally:

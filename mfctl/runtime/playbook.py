@@ -150,6 +150,25 @@ def _check(pb: Playbook):
     return problems
 
 
+def override_fsmoe(pb: Playbook, *, pipeline_degree: int | None = None, bp_pipeline_degree: int | None = None,
+                   grad_partitions: int | None = None) -> Playbook:
+    """``pb`` with the FSMoE choices given (``mfctl run --pipeline-degree …``; None: the
+    playbook's). Raises UsageError (exit 2) for a degree not 1, 2, 4 or 8, or partitions not
+    1, 2, 4, 8 or 16."""
+    from mfctl.errors import UsageError
+
+    for name, v in (("pipeline_degree", pipeline_degree), ("bp_pipeline_degree", bp_pipeline_degree)):
+        if v is not None:
+            if v not in (1, 2, 4, 8):
+                raise UsageError(f"--{name.replace('_', '-')} must be 1, 2, 4 or 8, not {v}")
+            setattr(pb.training, name, v)
+    if grad_partitions is not None:
+        if grad_partitions not in (1, 2, 4, 8, 16):
+            raise UsageError(f"--grad-partitions must be 1, 2, 4, 8 or 16, not {grad_partitions}")
+        pb.training.grad_partitions = grad_partitions
+    return pb
+
+
 def load_playbook(path: str | Path) -> Playbook:
     """Load and validate a playbook. Raises ConfigError (exit 3) with file:line."""
     pb = load_checked(path, Playbook, _check)
