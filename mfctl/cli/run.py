@@ -87,6 +87,7 @@ def render_summary(s: "RunSummary", show_error: bool = True) -> None:
 
 
 def _facts_table(s: "RunSummary", show_error: bool):
+    """The summary table: the training's figures, then how the run ran (:func:`_run_rows`)."""
     from rich.table import Table
     from rich.text import Text
 
@@ -109,6 +110,14 @@ def _facts_table(s: "RunSummary", show_error: bool):
                   + " rel. error")
     if s.health["hosts"]:
         t.add_row("health", f"{s.health['ok']}/{s.health['hosts']} hosts ok (sweep {s.health['sweep_s']:.2f} s)")
+    _run_rows(t, s)
+    return t
+
+
+def _run_rows(t, s: "RunSummary") -> None:
+    """The summary table's rows on how the run ran: FSMoE, launch, time, notes, warnings, OCS."""
+    from rich.text import Text
+
     if s.fsmoe:
         f = s.fsmoe
         deg = lambda r: str(r) if r else "best per layer"  # noqa: E731
@@ -128,7 +137,6 @@ def _facts_table(s: "RunSummary", show_error: bool):
                                     else Text("DIFFERS from the last plan", style="red"))
                   + f" — {len(s.ocs['cross_connects'])} cross-connects (a circuit is two: one per direction) "
                     f"via {s.ocs['endpoint']}")
-    return t
 
 
 def _reconfig_table(recs: list[dict]):
