@@ -151,8 +151,8 @@ def start(args: list[str]) -> None:
             return
         from mfctl import settings
         from mfctl.cli.plain import setup_logging
-        from mfctl.hosts.fold import select_hosts
         from mfctl.inventory.data import load_inventory_data
+        from mfctl.inventory.hostsets import select_hosts
         from mfctl.transport.ssh import SSHPool
 
         fanout = int(opts["fanout"]) if "fanout" in opts else settings.get_int("fanout")

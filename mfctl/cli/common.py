@@ -158,7 +158,7 @@ def handle_errors(fn):
             import os
 
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-            raise typer.Exit(0) from None
+            raise typer.Exit(int(ExitCode.OK)) from None
         except OSError as e:
             from mfctl.errors import OperationFailed, UsageError
 
@@ -173,3 +173,17 @@ def handle_errors(fn):
             raise done from None
 
     return wrapper
+
+
+def confirm(question: str, yes: bool, what: str = "the OCS") -> None:
+    """Ask ``question`` at a terminal (exit 1 when refused); ``--yes`` skips it; without a terminal
+    it is a usage error naming ``what`` the command would change."""
+    from mfctl.errors import ExitCode, UsageError
+
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise UsageError(f"this changes {what}: confirm with --yes when not at a terminal")
+    if not typer.confirm(question, default=False, err=True):
+        print_error("not confirmed: nothing was changed", "aborted")
+        raise typer.Exit(int(ExitCode.FAILED))

@@ -47,8 +47,9 @@ def exec_cmd(ctx: typer.Context,
     Exit code: 0 all ok, 1 a command failed somewhere, 2 usage, 4 a host was unreachable or timed out,
     130 interrupted (Ctrl-C: no further host gets the command, those under way are abandoned)."""
     from mfctl import settings
-    from mfctl.hosts.fold import fold, one_host, select_hosts
+    from mfctl.cli.fold import fold, one_host
     from mfctl.inventory.data import load_inventory_data
+    from mfctl.inventory.hostsets import select_hosts
     from mfctl.transport.results import Results
     from mfctl.transport.ssh import SSHPool
 
@@ -104,7 +105,7 @@ def _check_words(words: list[str] | None, hosts: str, command: list[str]) -> Non
 def _print_groups(groups, cap: int) -> None:
     """Each folded group's heading and the hosts' output as they wrote it (like ssh, pdsh, clush);
     ``cap``: the bytes a truncated stream kept."""
-    from mfctl.hosts.fold import one_host
+    from mfctl.cli.fold import one_host
 
     for hs, r in groups:
         err = r.error if one_host(hs) else r.error_shared  # one host: its own address

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console, print_error
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, option, out_console, print_error
 
 
 def _list_checks(json_out: bool) -> None:
@@ -61,7 +61,7 @@ def _report(report, junit: Path | None, json_out: bool) -> None:
 
 
 @handle_errors
-def health(inventory: Path = typer.Option(None, "--inventory", "-i", envvar="MFCTL_INVENTORY",
+def health(inventory: Path = option("inventory", "--inventory", "-i", default=None,
                                           help="Inventory YAML (required but for --list-checks)."),
            hosts: str = typer.Option(None, "--hosts", help="Host set (gpu[01-02], @REGION); default all."),
            checks: str = typer.Option(None, "--checks", help="Checks to run: +NAME adds to the default set, -NAME removes, "

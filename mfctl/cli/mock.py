@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, option, shipped
+from mfctl.errors import ExitCode
 
 app = typer.Typer(help="Start, stop and inspect the mock testbed (SSH hosts + OCS emulator on loopback).",
                   no_args_is_help=True)
@@ -72,4 +73,4 @@ def status(state_dir: Path = STATE_OPT, json_out: bool = JSON_OPT):
     else:
         typer.echo("not running")
     if not st:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, markup, option, out_console, print_error
+from mfctl.cli.common import JSON_OPT, confirm, emit_json, handle_errors, markup, option, out_console, print_error
+from mfctl.errors import ExitCode
 
 app = typer.Typer(help="Drive the optical circuit switch (TL1): inspect, change with a dry-run diff, journal, recover.",
                   no_args_is_help=True)
@@ -44,18 +44,6 @@ def _warn_legacy_journal(inv) -> None:
                     f"journals are now kept per device: check the switch with mfctl ocs show", "warning")
 
 
-def _confirm(question: str, yes: bool) -> None:
-    from mfctl.errors import UsageError
-
-    if yes:
-        return
-    if not sys.stdin.isatty():
-        raise UsageError("this changes the OCS: confirm with --yes when not at a terminal")
-    if not typer.confirm(question, default=False, err=True):
-        print_error("not confirmed: nothing was changed", "aborted")
-        raise typer.Exit(1)
-
-
 def _render_diff(pm, d: dict, json_out: bool) -> None:
     """A diff as the driver gives it (:meth:`mfctl.ocs.driver.CrossConnectDiff.to_dict`: sorted
     ``[in, out]`` pairs to delete and add, and how many are kept), lanes named."""
@@ -86,12 +74,12 @@ def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool,
         if dry_run or d.empty:
             if json_out:
                 emit_json(result | {"changed": False, "would_change": not d.empty})
-            raise typer.Exit(6 if (dry_run and not d.empty) else 0)
+            raise typer.Exit(ExitCode.DRIFT if (dry_run and not d.empty) else ExitCode.OK)
         from mfctl.ocs.service import change_warnings
 
         for w in change_warnings(drv):
             print_error(w, "warning")
-        _confirm(f"apply {len(d.delete)} deletion(s) and {len(d.add)} addition(s) on {inv.ocs.name}?", yes)
+        confirm(f"apply {len(d.delete)} deletion(s) and {len(d.add)} addition(s) on {inv.ocs.name}?", yes)
         try:
             with DeferSignals():  # Ctrl-C waits until the change is applied and read back
                 res = drv.disconnect_all(confirm=True, reason=what) if what == "disconnect all" else drv.apply(desired, reason=what)
@@ -201,7 +189,7 @@ def power(inventory: Path = INV_OPT, json_out: bool = JSON_OPT):
                       Text(r["status"], style=colour[r["status"]]))
         out_console().print(t)
     if bad:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 @app.command()
@@ -227,7 +215,7 @@ def alarms(inventory: Path = INV_OPT, wait: float = typer.Option(0.0, min=0.0, m
         if al["atag_gaps"]:
             con.print(f"  autonomous messages were lost (ATAG gaps {al['atag_gaps']})", highlight=False)
     if al["standing"]:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 @app.command()
@@ -312,9 +300,9 @@ def recover(inventory: Path = INV_OPT,
         if dry_run:
             if json_out:
                 emit_json({"schema": "mfctl.ocs.recover/v1", **plan})
-            raise typer.Exit(6 if changes else 0)
+            raise typer.Exit(ExitCode.DRIFT if changes else ExitCode.OK)
         if changes:
-            _confirm(f"{mode} apply {p['apply_id']}?", yes)
+            confirm(f"{mode} apply {p['apply_id']}?", yes)
         out = do_recover(drv, recs, mode=mode)
     rb = {i: o for i, o in out["readback"]}
     out["one_way"] = [{"in": i, "out": o, "from": pm.name(i), "to": pm.name(o)} for i, o in sorted(one_way(pm, rb).items())]

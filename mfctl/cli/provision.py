@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, markup, option, out_console, print_error, shipped
+from mfctl.cli.common import JSON_OPT, confirm, emit_json, handle_errors, markup, option, out_console, print_error, shipped
 
 app = typer.Typer(help="Bring hosts to the desired NIC/transceiver/RoCE/GPU/firmware state (plan → apply → verify).",
                   no_args_is_help=True)
@@ -135,11 +135,9 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
                 emit_json({"schema": "mfctl.provision.plan/v1", "changes": changes, "hosts": [p.to_dict() for p in plans]})
             raise typer.Exit(Results.of(plans).exit_code())
         if changes:
-            from mfctl.cli.ocs import _confirm
-
             needs = sorted({n for p in plans for a in p.actions for n in a.needs})
-            _confirm(f"apply {changes} change(s) on {sum(1 for p in plans if p.actions)} host(s)"
-                     + (f" (needs: {', '.join(needs)})" if needs else "") + "?", yes)
+            confirm(f"apply {changes} change(s) on {sum(1 for p in plans if p.actions)} host(s)"
+                    + (f" (needs: {', '.join(needs)})" if needs else "") + "?", yes, what="the hosts")
         journal = Journal(settings.state_dir() / "provision" / f"{inv.name}.journal.jsonl")
         stop = threading.Event()
         old = signal.signal(signal.SIGINT, lambda *a: stop.set())

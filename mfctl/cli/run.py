@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, err_console, handle_errors, markup, out_console, print_error
+from mfctl.cli.common import JSON_OPT, emit_json, err_console, handle_errors, markup, option, out_console, print_error
 
 if TYPE_CHECKING:
     from mfctl.runtime.summary import RunSummary
 
 runs_app = typer.Typer(help="List and show past runs (runs/<run-id>/).", no_args_is_help=True)
-RUNS_DIR_OPT = typer.Option(None, "--runs-dir", envvar="MFCTL_RUNS_DIR", help="Where run directories go (default: ./runs).")
+RUNS_DIR_OPT = option("runs_dir", "--runs-dir", default=None, help="Where run directories go.")
 
 
 def _observer(json_out: bool, total: int, show_logs: bool = False):
@@ -153,11 +153,10 @@ def _reconfig_table(recs: list[dict]):
 
 @handle_errors
 def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbooks/)."),
-        inventory: Path = typer.Option(None, "--inventory", "-i", envvar="MFCTL_INVENTORY",
+        inventory: Path = option("inventory", "--inventory", "-i", default=None,
                                        help="Use this inventory (e.g. a running mock's) instead of the playbook's."),
         runs_dir: Path = RUNS_DIR_OPT,
-        skip_health: bool = typer.Option(False, "--skip-health", envvar="MFCTL_SKIP_HEALTH",
-                                         help="Run even if the health sweep finds critical problems."),
+        skip_health: bool = option("skip_health", "--skip-health", help="Run even if the health sweep finds critical problems."),
         threshold: list[str] = typer.Option(None, "--threshold", help="A health threshold for the pre-flight sweep and "
                                             "the samples, as for mfctl health: name=value (repeat)."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the exact launch (commands, environment "

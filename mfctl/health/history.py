@@ -38,7 +38,6 @@ def history_of(baseline: dict | None, host: str, nic: str) -> list[dict]:
     return sorted((x for x in r if _well_formed(x)), key=lambda x: x["t"])
 
 
-_history = history_of  # the name mfctl.hosts.health used
 
 
 def reading(stats, history: list[dict], now: float) -> dict:

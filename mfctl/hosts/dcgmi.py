@@ -1,7 +1,5 @@
 """``dcgmi diag`` result tables (old layout: one row per test; DCGM 4 layout: per-GPU
-continuation rows) and ``dcgmi discovery -l`` (``<<<NULL>>>`` names are missing data).
-(``parse_mlxlink`` lives in :mod:`mfctl.hosts.mellanox`; the name is re-exported here until its
-importers have moved.)"""
+continuation rows) and ``dcgmi discovery -l`` (``<<<NULL>>>`` names are missing data)."""
 
 from __future__ import annotations
 
@@ -9,7 +7,6 @@ import re
 from dataclasses import dataclass, field
 
 from mfctl.errors import ParseError
-from mfctl.hosts.mellanox import parse_mlxlink  # noqa: F401  (its old name here, until its importers have moved)
 
 
 @dataclass
