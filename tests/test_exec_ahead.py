@@ -227,9 +227,9 @@ def test_batch_cancel_and_wait_limit(mock_inv):
     with SSHPool(targets_from_inventory(inv), fanout=2) as pool:
         b = pool.start_many(names, close=True)
         b.cancel()
-        for t in b._threads:
+        for t in b._workers.threads:
             t.join(5)
-        assert not pool._exec and not pool._failed and not any(t.is_alive() for t in b._threads)
+        assert not pool._exec and not pool._failed and not any(t.is_alive() for t in b._workers.threads)
         with pytest.raises(RuntimeError):
             b.run(lambda h: ["hostname"])
         # never run in time: the first hosts' sessions are closed after the wait limit, and a late run
@@ -237,9 +237,9 @@ def test_batch_cancel_and_wait_limit(mock_inv):
         from mfctl.transport.ssh import Batch
 
         late = Batch(pool, names, close=True, wait_limit_s=0.3)
-        for t in late._threads:
+        for t in late._workers.threads:
             t.join(5)  # the workers end after the wait limit: no thread, no session left
-        assert not pool._exec and not any(t.is_alive() for t in late._threads)
+        assert not pool._exec and not any(t.is_alive() for t in late._workers.threads)
         res = late.run(lambda h: ["hostname"])
         assert [r.stdout.strip() for r in res] == names and all(r.ok for r in res)
 
@@ -282,8 +282,8 @@ def test_cancel_does_not_wait_for_a_handshake_under_way(tmp_path):
     t = time.monotonic()
     b.cancel()
     assert time.monotonic() - t < 0.5
-    b._threads[0].join(10)  # the worker ends when its handshake times out, and keeps nothing
-    assert not b._threads[0].is_alive() and not pool._exec and not pool._failed
+    b._workers.threads[0].join(10)  # the worker ends when its handshake times out, and keeps nothing
+    assert not b._workers.threads[0].is_alive() and not pool._exec and not pool._failed
     srv.sock.close()
 
 

@@ -309,13 +309,10 @@ class SSHPool:
         obs = observer or NullObserver()
         if phase is not None:
             obs.phase(phase, total=len(hosts))
-        stop = threading.Event()
-        lock = threading.Lock()
-        todo = iter(range(len(hosts)))
         out: list = [None] * len(hosts)
-        bugs: list[BaseException] = []
 
-        def one(host: str) -> HostResult:
+        def one(i: int) -> None:
+            host = hosts[i]
             obs.host_started(host)
             try:
                 v = fn(host)
@@ -325,34 +322,15 @@ class SSHPool:
             except MfctlError as e:
                 r = HostResult(host, error=str(e).removeprefix(f"{host}: "), exit_code=e.exit_code)
             obs.host_done(host, r)
-            return r
+            out[i] = r
 
-        def work() -> None:
-            while True:
-                with lock:
-                    i = None if stop.is_set() else next(todo, None)
-                if i is None:
-                    return
-                try:
-                    out[i] = one(hosts[i])
-                except BaseException as e:  # noqa: BLE001 - a bug in fn: no new host starts, raised below
-                    with lock:
-                        bugs.append(e)
-                    stop.set()
-                    return
-
-        workers = [threading.Thread(target=work, daemon=True, name=f"mfctl-map-{k}")
-                   for k in range(min(self.fanout, len(hosts)))]
-        for t in workers:
-            t.start()
+        workers = Workers(len(hosts), self.fanout, one, "mfctl-map")
         try:
-            for t in workers:
-                t.join()
+            workers.join()
         except BaseException:  # Ctrl-C: no host that has not begun starts
-            stop.set()
+            workers.stop.set()
             raise
-        if bugs:
-            raise bugs[0]
+        workers.raise_first()
         return Results(out)
 
     def start_many(self, hosts: Sequence[str], *, close: bool = False) -> "Batch":
@@ -417,6 +395,49 @@ class SSHPool:
         self.close()
 
 
+class Workers:
+    """The one fan-out engine of :meth:`SSHPool.map` and :class:`Batch`: ``min(fanout, n)`` daemon
+    threads calling ``job(i)`` for ``i`` in 0…n-1, in order, each taking the next index when done.
+    The first exception a job raises sets :attr:`stop` (no job starts after it) and is kept for
+    :meth:`raise_first`; setting :attr:`stop` from outside (Ctrl-C) does the same. Daemon threads: a
+    process that exits does not wait for a job under way."""
+
+    def __init__(self, n: int, fanout: int, job: Callable[[int], None], name: str):
+        self.n, self.job = n, job
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self._lock = threading.Lock()
+        self._next = 0
+        self.threads = [threading.Thread(target=self._work, daemon=True, name=f"{name}-{k}")
+                        for k in range(min(max(1, fanout), n))]
+        for t in self.threads:
+            t.start()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                if self.stop.is_set() or self._next >= self.n:
+                    return
+                i, self._next = self._next, self._next + 1
+            try:
+                self.job(i)
+            except BaseException as e:  # noqa: BLE001 - a caller's or a bug's: stop the others, raised by raise_first
+                with self._lock:
+                    self.errors.append(e)
+                self.stop.set()
+                return
+
+    def join(self, within_s: float | None = None) -> None:
+        """Wait for every thread; with ``within_s``, for all of them together at most that long (s)."""
+        deadline = None if within_s is None else time.monotonic() + within_s
+        for t in self.threads:
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    def raise_first(self) -> None:
+        if self.errors:
+            raise self.errors[0]
+
+
 _LATE = object()  # a Batch worker gave up waiting for its command: the host is run afresh
 
 
@@ -443,32 +464,15 @@ class Batch:
         self._wait_limit_s = wait_limit_s
         self._go = threading.Event()
         self._abort = threading.Event()  # Ctrl-C: commands not begun are not started, those under way end
-        self._lock = threading.Lock()
-        self._next = 0  # index of the next host a worker takes
-        self._cancelled = self._expired = self._stop = False
+        self._cancelled = self._expired = False
         self._argv_for: Callable[[str], Sequence[str]] | None = None
         self._timeout: float | None = None
         self._on_done: Callable[[CommandResult], None] | None = None
         self._results: list = [None] * len(self.hosts)
-        self._errors: list[BaseException] = []
-        self._threads = [threading.Thread(target=self._work, daemon=True, name=f"mfctl-ssh-{i}")
-                         for i in range(min(pool.fanout, len(self.hosts)))]
-        for t in self._threads:
-            t.start()
+        self._workers = Workers(len(self.hosts), pool.fanout, self._work, "mfctl-ssh")
 
-    def _work(self) -> None:
-        while True:
-            with self._lock:
-                if self._stop or self._next >= len(self.hosts):
-                    return
-                i, self._next = self._next, self._next + 1
-            try:
-                self._results[i] = self._one(self.hosts[i])
-            except BaseException as e:  # noqa: BLE001 - on_done's or a bug's: stop the others, raise in run()
-                with self._lock:
-                    self._errors.append(e)
-                    self._stop = True
-                return
+    def _work(self, i: int) -> None:
+        self._results[i] = self._one(self.hosts[i])
 
     def _one(self, host: str):
         if not self._go.is_set():
@@ -479,7 +483,7 @@ class Batch:
                 self._expired = True
                 self.pool._forget(host)
                 return _LATE
-        if self._cancelled or self._stop:
+        if self._cancelled or self._workers.stop.is_set():
             self.pool._forget(host)
             return None
         r = self.pool.run(host, self._argv_for(host), timeout=self._timeout, abort=self._abort)
@@ -499,17 +503,13 @@ class Batch:
         self._argv_for, self._timeout, self._on_done = argv_for, timeout, on_done
         self._go.set()
         try:
-            for t in self._threads:
-                t.join()
+            self._workers.join()
         except BaseException:  # Ctrl-C: no host that has not begun gets the command, and those under way end
-            self._stop = True
+            self._workers.stop.set()
             self._abort.set()  # this batch's only: other batches on the pool go on
-            deadline = time.monotonic() + 1.0  # (a handshake under way is not waited for: daemon threads)
-            for t in self._threads:
-                t.join(max(0.0, deadline - time.monotonic()))
+            self._workers.join(within_s=1.0)  # (a handshake under way is not waited for: daemon threads)
             raise
-        if self._errors:
-            raise self._errors[0]
+        self._workers.raise_first()
         results = self._results
         late = [h for h, r in zip(self.hosts, results) if r is _LATE]
         if late:
