@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from test_slurm import _playbook  # one way to vary the short playbook
+from test_runtime_slurm import _playbook  # one way to vary the short playbook
 
 from conftest import DATA, live_processes, mfctl_cmd
 from mfctl.runtime.job import Job

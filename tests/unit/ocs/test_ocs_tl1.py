@@ -3,7 +3,7 @@
 import pytest
 
 from mfctl.ocs import tl1
-from mfctl.ocs.client import TL1Client, TL1Deny, TL1Timeout, TL1ConnectionError
+from mfctl.ocs.client import TL1Client, TL1ConnectionError, TL1Deny, TL1Timeout
 
 COMPLD = '\r\n\n   OCS1 26-11-29 10:00:00\r\nM  7 COMPLD\r\n   "1,385"\r\n   "4,388"\r\n;\r\n'
 DENY = '\r\n\n   OCS1 26-11-29 10:00:00\r\nM  8 DENY\r\n   SNVS\r\n   /* port 1 already connected to 385 */\r\n;\r\n'

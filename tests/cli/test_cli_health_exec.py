@@ -9,9 +9,9 @@ import pytest
 
 from conftest import DATA, PROTOTYPE, mfctl_cmd
 from mfctl import mockctl
+from mfctl.cli.fold import fold
 from mfctl.errors import ParseError
 from mfctl.hosts import ethtool
-from mfctl.cli.fold import fold
 from mfctl.inventory.hostsets import hostset
 
 
@@ -170,9 +170,9 @@ def test_faults_injected_from_the_command_line_reach_the_health_sweep(tmp_path, 
 
 
 def test_nic_error_counters_are_judged_over_a_window_of_earlier_sweeps():
-    from mfctl.hosts import ethtool
     from mfctl.health.history import KEEP_READINGS_S, new_errors, reading, reference, remember
     from mfctl.health.history import history_of as _history
+    from mfctl.hosts import ethtool
 
     stats = lambda crc: ethtool.parse_stats(f"NIC statistics:\n     rx_crc_errors_phy: {crc}\n"  # noqa: E731
                                             "     rx_symbol_err_phy: 4\n     tx_errors_phy: 0\n")
@@ -308,7 +308,6 @@ def test_every_judgement_on_real_captures():
     """GPU temperature, link speed, transceiver alarms and Rx power, a down EPS RDMA port, a down
     EPS link and OCS alarms — judged from real tools' outputs (tests/data), with their codes."""
     from conftest import DATA, PROTOTYPE
-
     from mfctl import health
     from mfctl.hosts.nvidia_smi import HEALTH_FIELDS
     from mfctl.inventory import load_inventory
@@ -353,9 +352,8 @@ def test_every_judgement_on_real_captures():
 
 def test_transceiver_readings_are_judged_against_the_modules_own_thresholds():
     from conftest import DATA
-
-    from mfctl.hosts import ethtool
     from mfctl.health.checks.optics import judge_module
+    from mfctl.hosts import ethtool
 
     mod = lambda name: ethtool.parse_module((DATA / "ethtool" / name).read_text())  # noqa: E731
     assert judge_module(mod("m-sff8636-qsfp28-cwdm4-healthy.txt")) == []

@@ -5,8 +5,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import PROTOTYPE, mfctl_cmd
 
+from conftest import PROTOTYPE, mfctl_cmd
 from mfctl.errors import ConfigError
 from mfctl.inventory import Inventory, load_inventory
 
@@ -19,8 +19,8 @@ def test_prototype_describes_the_paper_testbed():
         assert all(n.speed_gbps == 100 and n.model.startswith("ConnectX-6") for n in h.nics)
     assert inv.ocs.size.inputs == 384 and inv.eps.model == "NVIDIA Spectrum SN3700"
     assert inv.regions[0].hosts == ["gpu01", "gpu02", "gpu03", "gpu04"]
-    lanes = [l for h in inv.hosts for _, l in h.ocs_lanes()]
-    assert len(lanes) == 12 and len({l.ocs_tx for l in lanes}) == 12
+    lanes = [lane for h in inv.hosts for _, lane in h.ocs_lanes()]
+    assert len(lanes) == 12 and len({lane.ocs_tx for lane in lanes}) == 12
 
 
 def _write(tmp_path, text):
@@ -79,7 +79,8 @@ def test_cli_exit_code_3_and_json(tmp_path, cli_env):
     assert r.returncode == 3 and "duplicate key 'ports'" in r.stderr and f"bad.yaml:{_line_of(p, 'ports: 64')}" in r.stderr
     r = subprocess.run(mfctl_cmd("inventory", "validate", PROTOTYPE, "--json"), capture_output=True, text=True, env=cli_env)
     assert r.returncode == 0 and '"valid": true' in r.stdout and '"gpus": 32' in r.stdout
-    r = subprocess.run(mfctl_cmd("inventory", "validate", tmp_path / "missing.yaml", "--json"), capture_output=True, text=True, env=cli_env)
+    r = subprocess.run(mfctl_cmd("inventory", "validate", tmp_path / "missing.yaml", "--json"), capture_output=True,
+                       text=True, env=cli_env)
     assert r.returncode == 3 and '"exit_code": 3' in r.stdout
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mfctl_cmd
+from conftest import ROOT, mfctl_cmd
 from mfctl.errors import ConfigError, LockError
 from mfctl.inventory.models import OCS
 from mfctl.mock.ocs_emulator import OCSEmulator, PtyServer, TCPServer
@@ -103,7 +103,7 @@ def test_a_hostile_user_is_refused_by_the_schema_and_never_reaches_the_switch(em
         OCSDriver(bad, command_timeout=2).connect()
     assert e.patches == BEFORE and rec.verbs() == []  # refused before anything was opened or sent
     # and `inventory validate` says so, exit 3, naming the field
-    src = Path(__file__).parents[1] / "inventory" / "mfabric-prototype.yaml"
+    src = ROOT / "inventory" / "mfabric-prototype.yaml"
     inv = tmp_path / "inv.yaml"
     inv.write_text(src.read_text().replace("  user: admin\n", f"  user: '{evil}'\n", 1))
     assert evil in inv.read_text()
@@ -261,7 +261,7 @@ def test_kill_at_every_record_of_apply_and_of_its_recovery(emu, tmp_path, kill_a
             assert _run_until_killed(port, path, kill_apply, lambda d: d.apply(DESIRED, reason="A->B"))
             root = Journal(path).records()[0]["apply_id"]
             recs = Journal(path).records()
-            killed = _run_until_killed(port, path, kill_recovery, lambda d: recover(d, recs, mode=first))
+            killed = _run_until_killed(port, path, kill_recovery, lambda d, recs=recs: recover(d, recs, mode=first))
             pend = pending_apply(Journal(path).records())
             if pend is None:  # the first recovery ran to its end (or was killed after its last record)
                 assert e.patches == (DESIRED if first == "complete" else BEFORE)
@@ -279,7 +279,7 @@ def test_a_real_kill_9_of_a_recovery_then_rollback_restores_the_original_before(
     """The issue's repro, with real processes: apply A->B killed after two DLT records,
     recover killed mid-way, then recover --rollback: exactly A, and nothing pending."""
     e, port = emu
-    helper = Path(__file__).parent / "helpers" / "crash_apply.py"
+    helper = ROOT / "tests" / "helpers" / "crash_apply.py"
     path = tmp_path / "j.jsonl"
     env = dict(os.environ)
     r = subprocess.run([sys.executable, str(helper), str(port), str(path), "3", json.dumps(DESIRED)],

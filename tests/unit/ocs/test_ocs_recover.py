@@ -4,16 +4,16 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from mfctl.inventory.models import OCS
 from mfctl.mock.ocs_emulator import OCSEmulator, TCPServer
 from mfctl.ocs.driver import OCSDriver, pending_apply, recover
 from mfctl.ocs.journal import Journal
 
-HELPER = Path(__file__).parent / "helpers" / "crash_apply.py"
+HELPER = ROOT / "tests" / "helpers" / "crash_apply.py"
 BEFORE = {1: 49, 2: 50, 3: 51}
 DESIRED = {1: 49, 2: 52, 4: 50}  # keep 1, move 2, drop 3, add 4
 

@@ -1,14 +1,12 @@
 """The OCS driver against the emulator over a real pty, TCP and SSH."""
 
+import paramiko  # a dependency of mfctl (pyproject), not optional
 import pytest
 
-paramiko = pytest.importorskip("paramiko")
-
-from mfctl.errors import UnreachableError
+from mfctl.errors import OperationFailed, UnreachableError
 from mfctl.inventory.models import OCS
 from mfctl.mock.ocs_emulator import OCSEmulator, PtyServer, TCPServer, ssh_shell_handler
 from mfctl.mock.sshd import MockSSHServer
-from mfctl.errors import OperationFailed
 from mfctl.ocs.client import TL1Deny, TL1Timeout
 from mfctl.ocs.driver import OCSDriver, diff, pending_apply
 from mfctl.ocs.journal import Journal

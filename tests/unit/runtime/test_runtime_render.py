@@ -27,7 +27,7 @@ def test_ssh_torchrun_rendering():
                            "--master-addr", "192.0.2.11", "--master-port"]
     assert h.argv[-6:] == ["--pipeline-degree", "2", "--bp-pipeline-degree", "4", "--grad-partitions", "8"]
     assert h.env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1,mlx5_2,mlx5_3" and h.env["NCCL_SOCKET_IFNAME"] == "eno1"
-    lanes = {l.netdev for n in inv.host("gpu03").nics for l in n.lanes}
+    lanes = {lane.netdev for n in inv.host("gpu03").nics for lane in n.lanes}
     assert h.env["NCCL_SOCKET_IFNAME"] not in lanes  # never an optical lane (it goes dark when re-wired)
     assert (h.env["NCCL_IB_GID_INDEX"], h.env["NCCL_IB_TC"], h.env["NCCL_IB_TIMEOUT"]) == ("3", "106", "22")
     assert h.env["MFCTL_CONTROLLER"] == "192.0.2.9:7000"
@@ -138,10 +138,10 @@ def test_profile_and_schedule_on_the_mock(tmp_path, cli_env, monkeypatch):
 def test_the_simulated_run_honours_pipeline_degrees_and_gradient_partitions(tmp_path):
     """The FSMoE choices passed to the launch change the simulated step time as predicted:
     gradient partitions 1 → 16 save the exposed all-reduce difference (1120.4 − 70.4 ms)."""
+    import sqlite3
+
     from mfctl.fabric.stepmodel import StepSpec, grad_allreduce_exposed_s, grad_sync_bytes
     from mfctl.runtime.job import Job
-
-    import sqlite3
 
     def run(name, **training):
         """{iteration: seconds} of the leader, for iterations not paused by a reconfiguration."""
