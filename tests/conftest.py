@@ -1,16 +1,24 @@
-"""Shared fixtures and helpers (no tests here): an isolated state/runs directory per test,
-the CLI command line, a CLI environment, and a scan for processes left on the mock hosts."""
+"""Shared fixtures (no tests here): an isolated state/runs directory per test, a CLI environment,
+and the session's mock testbed.
 
+``session_mock(time_scale=..., factory=...)`` is a mock started once per session with ``mfctl mock
+up`` (its own state dir) and stopped with ``mfctl mock down`` at the end; ``mock_testbed`` is the one
+at time scale 100 (the suite's usual; link-up 5.67 s → ~57 ms). Share it only from tests that read
+or put back what they change: a test that injects faults, kills hosts, leaves cross-connects on the
+OCS or provisions NICs wants a mock of its own (``mfctl.mockctl.start(PROTOTYPE, tmp_path / "mock",
+...)``). The mock's processes carry the session's ``MFCTL_STATE_DIR``, not a test's, so
+``support.live_processes`` (a test's leftover scan) does not count them.
+
+Plain helpers (paths, ``mfctl_cmd``, ``live_processes``) are in ``support.py``.
+"""
+
+import json
 import os
-import sys
-from pathlib import Path
+import subprocess
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "tests" / "data"
-PROTOTYPE = ROOT / "inventory" / "mfabric-prototype.yaml"
-GOLDEN = ROOT / "tests" / "golden"  # <tool>/<case>/{output.txt, expected.json}: tests/unit/hosts/test_hosts_golden.py
+from support import PROTOTYPE, SessionMock, mfctl_cmd
 
 
 @pytest.fixture(autouse=True)
@@ -23,10 +31,6 @@ def _isolated_state(tmp_path, monkeypatch):
     yield
 
 
-def mfctl_cmd(*args):
-    return [sys.executable, "-m", "mfctl", *map(str, args)]
-
-
 @pytest.fixture
 def cli_env(tmp_path):
     env = dict(os.environ)
@@ -37,21 +41,37 @@ def cli_env(tmp_path):
     return env
 
 
-def live_processes(*needles: bytes) -> list[str]:
-    """Command lines of processes on this machine (= on any mock host) containing a needle, among
-    those of this test: processes whose environment has this test's MFCTL_STATE_DIR (the mock and
-    what it starts inherit it), so that another mfctl run on the machine is not counted."""
-    mine = f"MFCTL_STATE_DIR={os.environ.get('MFCTL_STATE_DIR', '')}".encode()
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes()
-                if not any(n in cmd for n in needles if n):
-                    continue
-                env = (d / "environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if mine in env:
-                out.append(cmd.replace(b"\0", b" ").decode(errors="replace"))
-    return out
+@pytest.fixture(scope="session")
+def session_mock(tmp_path_factory):
+    """``session_mock(time_scale=100, factory=False) -> SessionMock``: the session's mock for that
+    setting, started on first use; every one is stopped at the end of the session."""
+    started: dict[tuple[float, bool], SessionMock] = {}
+
+    def get(time_scale: float = 100, factory: bool = False) -> SessionMock:
+        key = (float(time_scale), bool(factory))
+        if key in started:
+            m = started[key]
+            assert m.alive(), f"the session's mock (pid {m.pid}) was stopped by a test: use a mock of your own"
+            return m
+        root = tmp_path_factory.mktemp(f"mock-x{time_scale:g}{'-factory' if factory else ''}")
+        env = {**os.environ, "MFCTL_STATE_DIR": str(root / "state"), "MFCTL_RUNS_DIR": str(root / "runs"),
+               "MFCTL_LOG_FILE": str(root / "mfctl.log"), "MFCTL_LOCK_DIR": str(root / "locks")}
+        r = subprocess.run(mfctl_cmd("mock", "up", PROTOTYPE, "--state-dir", root / "mock", "--time-scale", time_scale,
+                                     *(["--factory"] if factory else []), "--json"),
+                           capture_output=True, text=True, env=env, timeout=90, check=False)
+        assert r.returncode == 0, f"mfctl mock up failed ({r.returncode}): {r.stderr[-2000:]}"
+        st = json.loads(r.stdout)
+        started[key] = SessionMock(root / "mock", st["inventory"], float(time_scale), bool(factory), st, env)
+        return started[key]
+
+    yield get
+    for m in started.values():
+        r = subprocess.run(mfctl_cmd("mock", "down", "--state-dir", m.state_dir, "--json"),
+                           capture_output=True, text=True, env=m.env, timeout=60, check=False)
+        assert r.returncode == 0 and not m.alive(), f"mfctl mock down: {r.returncode} {r.stderr[-2000:]}"
+
+
+@pytest.fixture
+def mock_testbed(session_mock) -> SessionMock:
+    """The session's mock at time scale 100 (see the module docstring for who may share it)."""
+    return session_mock()

@@ -13,11 +13,10 @@ import paramiko
 import pytest
 import yaml
 
-from conftest import DATA, PROTOTYPE, mfctl_cmd
-from mfctl import mockctl
 from mfctl.errors import ConfigError, OperationFailed
 from mfctl.mock.sshd import MockSSHServer
 from mfctl.transport.ssh import SSHPool, SSHTarget
+from support import DATA, PROTOTYPE, mfctl_cmd
 
 MiB = 1 << 20
 
@@ -79,10 +78,10 @@ def test_output_is_capped_per_stream_drained_to_the_real_exit_status_and_marked(
 
 
 @pytest.fixture
-def mock_inv(tmp_path, cli_env, monkeypatch):
+def mock_inv(mock_testbed, cli_env, monkeypatch):
+    """The session's mock (these tests only read from it)."""
     monkeypatch.setenv("MFCTL_STATE_DIR", cli_env["MFCTL_STATE_DIR"])
-    yield mockctl.start(PROTOTYPE, tmp_path / "mock", time_scale=100)["inventory"]
-    mockctl.stop(tmp_path / "mock")
+    return mock_testbed.inventory
 
 
 def test_exec_of_a_huge_output_stays_small_in_memory_and_says_it_truncated(mock_inv, cli_env, tmp_path):

@@ -8,16 +8,17 @@ import socket
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from conftest import PROTOTYPE, mfctl_cmd
 from mfctl import mockctl
 from mfctl.cli import ahead
 from mfctl.cli.app import build
 from mfctl.inventory import load_inventory
 from mfctl.inventory.data import load_inventory_data
 from mfctl.transport.ssh import SSHPool, SSHTarget, targets_from_inventory
+from support import PROTOTYPE, mfctl_cmd
 
 
 @pytest.mark.parametrize("args, want", [
@@ -101,12 +102,11 @@ def test_read_argv_gives_up_where_the_settings_limits_end(monkeypatch):
 
 
 @pytest.fixture
-def mock_inv(tmp_path, monkeypatch):
+def mock_inv(mock_testbed, monkeypatch):
+    """The session's mock (these tests only run read-only commands on it)."""
     monkeypatch.setenv("MFCTL_FANOUT", "2")
-    inv = mockctl.start(PROTOTYPE, tmp_path / "mock", time_scale=100)["inventory"]
-    yield inv
+    yield mock_testbed.inventory
     ahead.cancel()
-    mockctl.stop(tmp_path / "mock")
 
 
 def _exec_in_process(args, capsys, start=True):
@@ -153,7 +153,7 @@ def test_a_batch_for_another_command_is_not_used_and_the_result_is_the_same(mock
 
 
 def test_no_connection_ahead_for_accept_new_or_an_inventory_that_does_not_load(mock_inv, tmp_path):
-    doc = (tmp_path / "mock" / "inventory.yaml").read_text()
+    doc = Path(mock_inv).read_text()  # (absolute paths: it works from anywhere)
     relaxed = tmp_path / "relaxed.yaml"
     relaxed.write_text(doc.replace("host_key_policy: strict", "host_key_policy: accept-new"))
     ahead.start(["-i", str(relaxed), "all", "--", "hostname"])

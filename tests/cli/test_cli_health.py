@@ -4,8 +4,8 @@ import json
 
 from typer.testing import CliRunner
 
-from conftest import PROTOTYPE
 from mfctl.cli.app import build
+from support import PROTOTYPE
 
 
 def test_list_checks_needs_no_inventory_and_names_every_check():

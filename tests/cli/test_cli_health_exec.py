@@ -7,12 +7,12 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import DATA, PROTOTYPE, mfctl_cmd
 from mfctl import mockctl
 from mfctl.cli.fold import fold
 from mfctl.errors import ParseError
 from mfctl.hosts import ethtool
 from mfctl.inventory.hostsets import hostset
+from support import DATA, PROTOTYPE, mfctl_cmd
 
 
 def test_ethtool_stats_real_captures():
@@ -307,10 +307,10 @@ class _Answers:
 def test_every_judgement_on_real_captures():
     """GPU temperature, link speed, transceiver alarms and Rx power, a down EPS RDMA port, a down
     EPS link and OCS alarms — judged from real tools' outputs (tests/data), with their codes."""
-    from conftest import DATA, PROTOTYPE
     from mfctl import health
     from mfctl.hosts.nvidia_smi import HEALTH_FIELDS
     from mfctl.inventory import load_inventory
+    from support import DATA, PROTOTYPE
 
     inv = load_inventory(PROTOTYPE)
     inv.hosts[0].nics[3].rdma_device = "mlx5_2"  # the EPS NIC is the capture's down port
@@ -351,9 +351,9 @@ def test_every_judgement_on_real_captures():
 
 
 def test_transceiver_readings_are_judged_against_the_modules_own_thresholds():
-    from conftest import DATA
     from mfctl.health.checks.optics import judge_module
     from mfctl.hosts import ethtool
+    from support import DATA
 
     mod = lambda name: ethtool.parse_module((DATA / "ethtool" / name).read_text())  # noqa: E731
     assert judge_module(mod("m-sff8636-qsfp28-cwdm4-healthy.txt")) == []

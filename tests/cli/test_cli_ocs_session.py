@@ -5,11 +5,11 @@ import subprocess
 
 import pytest
 
-from conftest import PROTOTYPE, mfctl_cmd
 from mfctl import mockctl
 from mfctl.inventory import load_inventory
 from mfctl.ocs.identity import journal_path, known_identity
 from mfctl.ocs.journal import Journal
+from support import PROTOTYPE, mfctl_cmd
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ import json
 
 from typer.testing import CliRunner
 
-from conftest import ROOT
 from mfctl.cli.app import build
+from support import ROOT
 
 SPEC = str(ROOT / "playbooks" / "provision.yaml")
 INV = str(ROOT / "inventory" / "mfabric-prototype.yaml")  # 192.0.2.x addresses: never contacted here

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from conftest import DATA, mfctl_cmd
+from support import DATA, mfctl_cmd
 
 
 def test_import_a_training_log_as_a_run(tmp_path, cli_env):

@@ -5,8 +5,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from conftest import PROTOTYPE, ROOT
 from mfctl.cli.app import build
+from support import PROTOTYPE, ROOT
 
 PLAYBOOK = ROOT / "playbooks" / "mixtral-prototype.yaml"
 

@@ -35,9 +35,9 @@ def test_plan_on_a_matrix_without_an_inventory(traffic):
 
 
 def test_plan_with_the_prototype_maps_lanes_and_cross_connects(traffic):
-    from conftest import PROTOTYPE
     from mfctl.context import Context
     from mfctl.inventory import load_inventory
+    from support import PROTOTYPE
 
     p, B = traffic
     r = invoke("topo", "plan", p, "-i", PROTOTYPE, "--json")
@@ -63,7 +63,7 @@ def test_eval_ranks_topologies_by_estimated_all_to_all_time(traffic):
 
 
 def test_usage_and_config_errors(traffic, tmp_path):
-    from conftest import PROTOTYPE
+    from support import PROTOTYPE
 
     p, _ = traffic
     r = invoke("topo", "plan", p, "--method", "guess", "--json")

@@ -6,8 +6,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import PROTOTYPE, mfctl_cmd
 from mfctl.fabric import whatif
+from support import PROTOTYPE, mfctl_cmd
 
 
 def run(env, *args, check=0):

@@ -59,7 +59,7 @@ def _interrupting(monkeypatch):
 def test_each_invocation_reports_its_own_interrupt(monkeypatch):
     """Two Ctrl-C'd commands in one process each say so (one JSON error object each): the
     'reported' and 'emitted' state belongs to an invocation, not to the process."""
-    from conftest import PROTOTYPE
+    from support import PROTOTYPE
 
     _interrupting(monkeypatch)
     for _ in range(2):

@@ -4,7 +4,7 @@ import json
 import subprocess
 import xml.etree.ElementTree as ET
 
-from conftest import mfctl_cmd
+from support import mfctl_cmd
 
 
 def _health(mock, env, *args):
@@ -28,8 +28,8 @@ def test_chosen_checks_run_and_only_theirs(mock_testbed, cli_env):
 def test_a_clean_breakout_testbed_is_healthy(tmp_path, cli_env):
     """issue 17 item 1: nic0 split 2x50G shifted the RDMA devices, and the position guess called every
     host's EPS RDMA path down; ibdev2netdev names the EPS NIC's device (mlx5_4) and finds it up."""
-    from conftest import PROTOTYPE
     from mfctl import mockctl
+    from support import PROTOTYPE
 
     inv = mockctl.start(PROTOTYPE.parent / "mfabric-breakout.yaml", tmp_path / "mock", time_scale=100)["inventory"]
     try:

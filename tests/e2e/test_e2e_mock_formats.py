@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from conftest import PROTOTYPE, mfctl_cmd
 from mfctl import health
 from mfctl.health.checks import CHECKS
 from mfctl.health.runner import sweep_host
@@ -19,6 +18,7 @@ from mfctl.mock.gputools import GPUFaults
 from mfctl.mock.testbed import MockTestbed
 from mfctl.ocs.driver import driver_from_inventory
 from mfctl.transport.ssh import SSHPool, targets_from_inventory
+from support import PROTOTYPE, mfctl_cmd
 
 EXPORTER = ["curl", "-s", "http://localhost:9400/metrics"]
 
@@ -74,7 +74,7 @@ def test_nvidia_smi_table_list_and_id_selection_follow_the_real_layout(mock):
     column for column like the 550 capture (same widths, same separators); on the default R535
     host two columns narrower in the Bus-Id/Memory column (R530-R535: 41 + 22 + 22 inside,
     89 wide). -L and -i agree with the query CSV."""
-    from conftest import DATA
+    from support import DATA
 
     tb, _, pool, _ = mock
     real = (DATA / "nvidia-smi" / "h100x8-default-table-drv550.txt").read_text().splitlines()

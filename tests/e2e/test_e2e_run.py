@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import DATA, live_processes, mfctl_cmd
 from mfctl import mockctl
 from mfctl.lock import TestbedLock as HeldLock
 from mfctl.runtime.job import Job
 from mfctl.runtime.playbook import load_playbook
+from support import DATA, live_processes, mfctl_cmd
 
 SHORT = DATA / "playbooks" / "short.yaml"
 
@@ -253,7 +253,7 @@ def test_html_report_opens_in_a_headless_browser(tmp_path, cli_env):
 
 
 def test_a_hand_started_mock_with_another_time_scale_is_refused(tmp_path, cli_env, monkeypatch):
-    from conftest import PROTOTYPE
+    from support import PROTOTYPE
 
     monkeypatch.setenv("MFCTL_STATE_DIR", cli_env["MFCTL_STATE_DIR"])
     st = mockctl.start(PROTOTYPE, tmp_path / "mock", time_scale=1)

@@ -1,10 +1,10 @@
-"""The session's mock testbed (tests/e2e/conftest.py): one process for every test that asks,
+"""The session's mock testbed (tests/conftest.py: session_mock, mock_testbed): one process for every test that asks,
 reachable through the CLI with the inventory it wrote."""
 
 import json
 import subprocess
 
-from conftest import mfctl_cmd
+from support import mfctl_cmd
 
 PIDS = []
 

@@ -4,12 +4,12 @@ from contextlib import contextmanager
 
 import pytest
 
-from conftest import PROTOTYPE
 from mfctl.bench.nccl import run_nccl
 from mfctl.bench.profile import load_fits, run_profile, store
 from mfctl.errors import OperationFailed, UsageError
 from mfctl.fabric.planner import link_rates
 from mfctl.inventory import load_inventory
+from support import PROTOTYPE
 
 
 def _perf(alpha_s, rate):

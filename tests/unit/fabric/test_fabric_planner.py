@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from conftest import PROTOTYPE
 from mfctl.fabric import mapping
 from mfctl.fabric.planner import LinkRates, enumerate_topologies, greedy, objective, plan
 from mfctl.inventory import load_inventory
+from support import PROTOTYPE
 
 R = LinkRates(circuit_Bps=1.0, eps_Bps=1.0)
 

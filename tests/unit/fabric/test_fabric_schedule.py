@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from conftest import PROTOTYPE, ROOT
 from mfctl.context import Context
 from mfctl.fabric.schedule import DEGREES, PARTITIONS, mean_layer_tokens, plan_schedule
 from mfctl.fabric.stepmodel import StepSpec
 from mfctl.inventory import load_inventory
 from mfctl.runtime.playbook import load_playbook
+from support import PROTOTYPE, ROOT
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from conftest import DATA, PROTOTYPE
 from mfctl import health
 from mfctl.errors import UsageError
 from mfctl.health.checks import CHECKS, DEFAULT, select_checks
 from mfctl.inventory import load_inventory
 from mfctl.transport.ssh import CommandResult
+from support import DATA, PROTOTYPE
 
 BREAKOUT = PROTOTYPE.parent / "mfabric-breakout.yaml"
 
@@ -158,7 +158,7 @@ def test_the_report_is_the_v1_document_with_the_checks_it_ran():
 
 
 def test_without_ibstat_the_ports_come_from_ibv_devinfo():
-    from conftest import GOLDEN
+    from support import GOLDEN
 
     inv = load_inventory(PROTOTYPE)
     inv.hosts[0].nics[3].rdma_device = "mlx5_1"  # the capture's down port is the EPS NIC's

@@ -1,7 +1,7 @@
 """ethtool helpers over parsed output (the parsers: tests/golden/ethtool, ethtool-m, ethtool-S)."""
 
-from conftest import DATA
 from mfctl.hosts import ethtool
+from support import DATA
 
 
 def stats(name):

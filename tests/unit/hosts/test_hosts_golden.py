@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GOLDEN
+from support import GOLDEN
 
 #: MFCTL_GOLDEN_WRITE=1 writes a missing expected.json from today's parser (never overwrites) and
 #: fails the case, so that nobody goes green without reading the file against output.txt.

@@ -1,7 +1,7 @@
 """mlxconfig values beyond parsing (the parsers: tests/golden/mlxconfig, mlxfwmanager, mlxlink)."""
 
-from conftest import DATA
 from mfctl.hosts import mellanox
+from support import DATA
 
 
 def test_value_codes_compare_a_name_and_its_number():

@@ -1,8 +1,8 @@
 """nvidia-smi beyond "this output parses to these values" (those are golden cases in
 tests/golden/nvidia-smi-*): the GPUs nvidia-smi cannot reach, and GPUStatus from a CSV row."""
 
-from conftest import DATA
 from mfctl.hosts import nvidia_smi
+from support import DATA
 
 HDR = ("index, name, temperature.gpu, remapped_rows.pending, remapped_rows.failure, clocks.current.sm [MHz], "
        "clocks.max.sm [MHz], clocks_event_reasons.gpu_idle, clocks_event_reasons.hw_slowdown")

@@ -1,8 +1,8 @@
 """RDMA helpers over parsed output (the parsers themselves: tests/golden/{ibstat,ibstatus,
 ibdev2netdev,show_gids,ibv_devinfo})."""
 
-from conftest import DATA
 from mfctl.hosts import rdma
+from support import DATA
 
 
 def test_roce_v2_ipv4_gid_index_is_what_nccl_ib_gid_index_should_be():

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROTOTYPE, mfctl_cmd
 from mfctl.errors import ConfigError
 from mfctl.inventory import Inventory, load_inventory
+from support import PROTOTYPE, mfctl_cmd
 
 
 def test_prototype_describes_the_paper_testbed():

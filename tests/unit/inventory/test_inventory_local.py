@@ -1,8 +1,8 @@
 """mfctl.inventory.local: the files this machine needs to reach a testbed, as warnings."""
 
-from conftest import PROTOTYPE
 from mfctl.inventory import load_inventory
 from mfctl.inventory.local import local_file_problems
+from support import PROTOTYPE
 
 
 def _inventory(tmp_path, known_hosts, key_file=None):

@@ -5,10 +5,10 @@ import sqlite3
 
 import pytest
 
-from conftest import DATA
 from mfctl.errors import ConfigError
 from mfctl.metrics.imported import import_log
 from mfctl.runtime.summary import RunSummary
+from support import DATA
 
 LOG = DATA / "train-logs" / "megatron-core-moe-64e-top1-ep4-8gpu.txt"
 

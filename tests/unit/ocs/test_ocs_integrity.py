@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, mfctl_cmd
 from mfctl.errors import ConfigError, LockError
 from mfctl.inventory.models import OCS
 from mfctl.mock.ocs_emulator import OCSEmulator, PtyServer, TCPServer
@@ -24,6 +23,7 @@ from mfctl.ocs.client import TL1Deny
 from mfctl.ocs.driver import OCSDriver, UnconfirmedRead, open_ocs, pending_apply, recover
 from mfctl.ocs.identity import WrongDevice
 from mfctl.ocs.journal import Journal, JournalError
+from support import ROOT, mfctl_cmd
 
 BEFORE = {1: 49, 2: 50, 3: 51}
 DESIRED = {1: 49, 2: 52, 4: 50}  # keep 1, move 2, drop 3, add 4
@@ -384,10 +384,10 @@ def test_a_stale_inventory_does_not_log_into_another_switch(emu, tmp_path):
 
 
 def test_two_mocks_of_one_inventory_share_nothing(tmp_path, cli_env):
-    from conftest import PROTOTYPE
     from mfctl import mockctl
     from mfctl.inventory import load_inventory
     from mfctl.ocs.identity import journal_path, known_identity
+    from support import PROTOTYPE
 
     a = mockctl.start(PROTOTYPE, tmp_path / "m1", time_scale=100)
     b = mockctl.start(PROTOTYPE, tmp_path / "m2", time_scale=100)

@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from conftest import ROOT
 from mfctl.inventory.models import OCS
 from mfctl.mock.ocs_emulator import OCSEmulator, TCPServer
 from mfctl.ocs.driver import OCSDriver, pending_apply, recover
 from mfctl.ocs.journal import Journal
+from support import ROOT
 
 HELPER = ROOT / "tests" / "helpers" / "crash_apply.py"
 BEFORE = {1: 49, 2: 50, 3: 51}

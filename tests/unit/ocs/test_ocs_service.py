@@ -4,10 +4,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import PROTOTYPE
 from mfctl.inventory import load_inventory
 from mfctl.ocs.journal import Journal
 from mfctl.ocs.service import PortMap, change_warnings, journal_report, legacy_journal_unfinished, named_alarms
+from support import PROTOTYPE
 
 
 @pytest.fixture(scope="module")

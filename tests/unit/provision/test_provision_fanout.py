@@ -5,13 +5,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import DATA
 from mfctl.errors import ExitCode, UnreachableError
 from mfctl.observer import RecordingObserver
 from mfctl.provision import service
 from mfctl.provision.models import FirmwareManifest
 from mfctl.transport.results import Results
 from mfctl.transport.ssh import CommandResult, SSHPool
+from support import DATA
 
 SWITCH = (DATA / "mellanox" / "mlxfwmanager-query-spectrum-switch.txt").read_text()
 BURNT = SWITCH.replace("     FW             13.1703.0000   N/A           \n",

@@ -7,13 +7,13 @@ import subprocess
 
 import pytest
 
-from conftest import DATA, PROTOTYPE, ROOT, mfctl_cmd
 from mfctl import mockctl
 from mfctl.errors import ConfigError, ParseError
 from mfctl.hosts import ethtool, mellanox
 from mfctl.provision import service
 from mfctl.provision.models import load_spec
 from mfctl.transport.ssh import CommandResult
+from support import DATA, PROTOTYPE, ROOT, mfctl_cmd
 
 SPEC = ROOT / "playbooks" / "provision.yaml"
 

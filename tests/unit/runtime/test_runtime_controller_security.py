@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import DATA
 from mfctl import mockctl
 from mfctl.errors import OperationFailed
 from mfctl.runtime import controller as controller_mod
@@ -23,6 +22,7 @@ from mfctl.runtime import testbed as testbed_mod
 from mfctl.runtime.client import ControllerLost, RuntimeClient
 from mfctl.runtime.controller import Controller
 from mfctl.runtime.playbook import load_playbook
+from support import DATA
 
 WELCOME = {"run_id": "t", "region": "r0", "hosts": ["h1", "h2"], "leader": "h1"}
 TOKEN = "0123456789abcdef0123456789abcdef"

@@ -3,11 +3,11 @@ acquired is released in reverse, a failure is the run's outcome with its records
 
 import json
 
-from conftest import PROTOTYPE, ROOT
 from mfctl.errors import ConfigError
 from mfctl.observer import RecordingObserver
 from mfctl.runtime.job import Job, Observer
 from mfctl.runtime.playbook import load_playbook
+from support import PROTOTYPE, ROOT
 
 
 class FakeTestbed:

@@ -5,7 +5,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import PROTOTYPE, ROOT
 from mfctl.errors import ConfigError
 from mfctl.inventory import load_inventory
 from mfctl.mockctl import MockTestbed
@@ -15,6 +14,7 @@ from mfctl.runtime.launcher import SSHLauncher, launcher_for
 from mfctl.runtime.playbook import load_playbook
 from mfctl.runtime.slurm import SlurmLaunch
 from mfctl.runtime.testbed import Hardware, advertised_ip
+from support import PROTOTYPE, ROOT
 
 MIXTRAL = ROOT / "playbooks" / "mixtral-prototype.yaml"
 

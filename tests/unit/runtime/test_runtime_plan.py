@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from conftest import PROTOTYPE, ROOT
 from mfctl.errors import ConfigError
 from mfctl.fabric import mapping
 from mfctl.inventory import load_inventory
 from mfctl.runtime.plan import initial_cross_connects, plan_run, random_regular
 from mfctl.runtime.playbook import load_playbook
+from support import PROTOTYPE, ROOT
 
 MIXTRAL = ROOT / "playbooks" / "mixtral-prototype.yaml"
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from conftest import ROOT
 from mfctl.errors import ExitCode, UsageError
 from mfctl.runtime.playbook import load_playbook, override_fsmoe
+from support import ROOT
 
 MIXTRAL = ROOT / "playbooks" / "mixtral-prototype.yaml"
 

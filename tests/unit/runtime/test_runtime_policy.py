@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from conftest import PROTOTYPE, ROOT
 from mfctl.fabric import mapping
 from mfctl.inventory import load_inventory
 from mfctl.runtime import policy
 from mfctl.runtime.plan import initial_cross_connects, plan_run
 from mfctl.runtime.playbook import load_playbook
 from mfctl.runtime.reconfig import Proposal, Reconfiguration
+from support import PROTOTYPE, ROOT
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import DATA, PROTOTYPE, mfctl_cmd
 from mfctl.errors import OperationFailed
 from mfctl.fabric import mapping
 from mfctl.ocs.client import TL1Deny, TL1Timeout
@@ -20,6 +19,7 @@ from mfctl.ocs.driver import ApplyResult, diff
 from mfctl.ocs.tl1 import Reply
 from mfctl.runtime.reconfig import Decision, LinkPoller, LinkWait, Phase, Proposal, Reconfigurator
 from mfctl.transport.ssh import CommandResult
+from support import DATA, PROTOTYPE, mfctl_cmd
 
 # --- fakes ---------------------------------------------------------------------------------
 HOSTS = ["h1", "h2", "h3"]

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, mfctl_cmd
 from mfctl.fabric.profile import fit_linear
 from mfctl.inventory import load_inventory
 from mfctl.runtime.playbook import load_playbook
 from mfctl.runtime.render import render_hosts, render_slurm
+from support import ROOT, mfctl_cmd
 
 TORCHRUN = ROOT / "playbooks" / "mixtral-torchrun.yaml"
 
@@ -112,8 +112,8 @@ def test_megatron_hook_speaks_the_protocol():
 
 
 def test_profile_and_schedule_on_the_mock(tmp_path, cli_env, monkeypatch):
-    from conftest import PROTOTYPE
     from mfctl import mockctl
+    from support import PROTOTYPE
 
     monkeypatch.setenv("MFCTL_STATE_DIR", cli_env["MFCTL_STATE_DIR"])
     st = mockctl.start(PROTOTYPE, tmp_path / "mock", time_scale=50)

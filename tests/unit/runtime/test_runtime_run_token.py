@@ -12,11 +12,11 @@ from pathlib import Path
 
 from test_runtime_slurm import _playbook  # one way to vary the short playbook
 
-from conftest import DATA, live_processes, mfctl_cmd
 from mfctl.runtime.job import Job
 from mfctl.runtime.playbook import load_playbook
 from mfctl.runtime.render import render_slurm
 from mfctl.settings import Setting
+from support import DATA, live_processes, mfctl_cmd
 
 SHORT = DATA / "playbooks" / "short.yaml"
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import DATA, PROTOTYPE, live_processes, mfctl_cmd
 from mfctl import mockctl
 from mfctl.errors import ParseError
 from mfctl.inventory import load_inventory
@@ -19,6 +18,7 @@ from mfctl.runtime.job import Job
 from mfctl.runtime.playbook import load_playbook
 from mfctl.runtime.slurm import parse_sacct, parse_sbatch, parse_squeue_state
 from mfctl.transport.ssh import SSHPool, targets_from_inventory
+from support import DATA, PROTOTYPE, live_processes, mfctl_cmd
 
 SHORT = DATA / "playbooks" / "short.yaml"
 

@@ -4,7 +4,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import PROTOTYPE, ROOT
 from mfctl.errors import OperationFailed, UnreachableError
 from mfctl.fabric import mapping
 from mfctl.inventory import load_inventory
@@ -14,6 +13,7 @@ from mfctl.runtime.playbook import load_playbook
 from mfctl.runtime.reconfig import LinkWait
 from mfctl.runtime.summary import RunRecord
 from mfctl.runtime.topology import RunOCS
+from support import PROTOTYPE, ROOT
 
 
 class FakeDriver:

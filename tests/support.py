@@ -1,0 +1,61 @@
+"""Plain helpers shared by the tests (``from support import DATA, PROTOTYPE, mfctl_cmd``): paths,
+the CLI's command line, a scan for processes left on the mock hosts, the session mock's record.
+Fixtures are in conftest.py (pytest finds them there; a test module never imports conftest)."""
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+PROTOTYPE = ROOT / "inventory" / "mfabric-prototype.yaml"
+GOLDEN = ROOT / "tests" / "golden"  # <tool>/<case>/{output.txt, expected.json}: tests/unit/hosts/test_hosts_golden.py
+
+
+def mfctl_cmd(*args):
+    return [sys.executable, "-m", "mfctl", *map(str, args)]
+
+
+def live_processes(*needles: bytes) -> list[str]:
+    """Command lines of processes on this machine (= on any mock host) containing a needle, among
+    those of this test: processes whose environment has this test's MFCTL_STATE_DIR (the mock and
+    what it starts inherit it), so that another mfctl run on the machine is not counted."""
+    mine = f"MFCTL_STATE_DIR={os.environ.get('MFCTL_STATE_DIR', '')}".encode()
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes()
+                if not any(n in cmd for n in needles if n):
+                    continue
+                env = (d / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if mine in env:
+                out.append(cmd.replace(b"\0", b" ").decode(errors="replace"))
+    return out
+
+
+@dataclass
+class SessionMock:
+    """A running mock: ``inventory`` is the path of the inventory that points at it (pass it as
+    ``-i``); ``status`` is ``mfctl mock up --json``'s document (pid, hosts' ports, OCS ports)."""
+
+    state_dir: Path
+    inventory: str
+    time_scale: float
+    factory: bool
+    status: dict = field(repr=False)
+    env: dict = field(repr=False)  # the environment it was started with (its own state, lock and runs dirs)
+
+    @property
+    def pid(self) -> int:
+        return int(self.status["pid"])
+
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
