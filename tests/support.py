@@ -59,3 +59,19 @@ class SessionMock:
         except ProcessLookupError:
             return False
         return True
+
+
+def wait_until(probe, *, timeout: float = 15.0, interval: float = 0.05, what: str = "the condition"):
+    """Call ``probe()`` until it returns something truthy, and return that; fail the test naming
+    ``what`` after ``timeout`` s. For waits on something that will happen (a link coming up, a
+    connection accepted) — instead of a sleep sized for an idle machine."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {got!r})")
+        time.sleep(interval)

@@ -18,7 +18,7 @@ from mfctl.cli.app import build
 from mfctl.inventory import load_inventory
 from mfctl.inventory.data import load_inventory_data
 from mfctl.transport.ssh import SSHPool, SSHTarget, targets_from_inventory
-from support import PROTOTYPE, mfctl_cmd
+from support import PROTOTYPE, mfctl_cmd, wait_until
 
 
 @pytest.mark.parametrize("args, want", [
@@ -213,7 +213,7 @@ def test_a_connection_that_fails_ahead_is_reported_once_not_tried_again(tmp_path
                        known_hosts=str(tmp_path / "kh"))
     pool = SSHPool([target], connect_timeout=2)
     batch = pool.start_many(["h1"], close=True)
-    time.sleep(0.3)  # the worker has tried by now
+    wait_until(lambda: srv.accepted == 1, what="the worker's connection")  # it has tried by now
     res = batch.run(lambda h: ["true"])
     assert srv.accepted == 1 and res[0].error and "closed the connection" in res[0].error
     assert pool.run_many(["h1"], lambda h: ["true"])[0].error == res[0].error  # same words without a batch

@@ -12,7 +12,7 @@ from mfctl.cli.fold import fold
 from mfctl.errors import ParseError
 from mfctl.hosts import ethtool
 from mfctl.inventory.hostsets import hostset
-from support import DATA, PROTOTYPE, mfctl_cmd
+from support import DATA, PROTOTYPE, mfctl_cmd, wait_until
 
 
 def test_ethtool_stats_real_captures():
@@ -106,11 +106,14 @@ def test_bench_nccl_compares_with_the_topology(mock, tmp_path):
     topo = tmp_path / "c.yaml"
     topo.write_text("circuits:\n  - [gpu01/nic0, gpu02/nic0]\n  - [gpu01/nic1, gpu03/nic0]\n")
     assert subprocess.run(mfctl_cmd("ocs", "apply", topo, "-i", inv, "--yes"), env=env, capture_output=True).returncode == 0
-    import time
-    time.sleep(0.3)  # link-up at time scale 100
-    # lit optical lanes on a healthy mock: the modules' readings are within their own thresholds
-    r = subprocess.run(mfctl_cmd("health", "-i", inv, "--json", "--no-ocs"), capture_output=True, text=True, env=env, timeout=60)
-    assert [f for t in json.loads(r.stdout)["targets"] for f in t["findings"] if f["check"] == "optics"] == []
+    # lit optical lanes on a healthy mock (once the modelled link-up is over: 5.67 s at time scale 100):
+    # the modules' readings are within their own thresholds
+
+    def optics_findings():
+        r = subprocess.run(mfctl_cmd("health", "-i", inv, "--json", "--no-ocs"), capture_output=True, text=True, env=env,
+                           timeout=60)
+        return [f for t in json.loads(r.stdout)["targets"] for f in t["findings"] if f["check"] == "optics"]
+    wait_until(lambda: optics_findings() == [], what="no optics finding once the lanes are up")
     r = subprocess.run(mfctl_cmd("bench", "nccl", "-i", inv, "--json"), capture_output=True, text=True, env=env, timeout=120)
     out = json.loads(r.stdout)
     assert r.returncode == 0 and out["circuits_on_host"] == 2

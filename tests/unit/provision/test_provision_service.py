@@ -13,7 +13,7 @@ from mfctl.hosts import ethtool, mellanox
 from mfctl.provision import service
 from mfctl.provision.models import load_spec
 from mfctl.transport.ssh import CommandResult
-from support import DATA, PROTOTYPE, ROOT, mfctl_cmd
+from support import DATA, PROTOTYPE, ROOT, mfctl_cmd, wait_until
 
 SPEC = ROOT / "playbooks" / "provision.yaml"
 
@@ -126,9 +126,9 @@ def test_optics_check_finds_a_swapped_fibre(factory_mock, tmp_path):
     topo = tmp_path / "c.yaml"
     topo.write_text("circuits:\n  - [gpu01/nic0, gpu02/nic0]\n  - [gpu03/nic1, gpu04/nic2]\n")
     assert run("ocs", "apply", topo, "-i", inv, "--yes").returncode == 0
-    import time
-    time.sleep(0.3)  # modelled link-up (5.67 s / time scale 100)
-    ok = json.loads(run("provision", "optics", SPEC, "-i", inv, "--json").stdout)
+    # once the modelled link-up is over (5.67 s / time scale 100)
+    ok = wait_until(lambda: (d := json.loads(run("provision", "optics", SPEC, "-i", inv, "--json").stdout))["bad"] == 0 and d,
+                    what="the lit lanes' optics ok")
     lanes = {(r["host"], r["lane"]): r for r in ok["lanes"]}
     assert ok["bad"] == 0 and lanes[("gpu01", "nic0.0")]["status"] == "ok"
     assert lanes[("gpu01", "nic0.0")]["rx_total_dbm"] == pytest.approx(0.0, abs=0.1)  # +1 dBm tx − 1 dB OCS loss
@@ -225,9 +225,8 @@ def test_breakout_through_firmware_split_then_new_netdevs(tmp_path, cli_env, mon
         topo = tmp_path / "c.yaml"
         topo.write_text("circuits:\n  - [gpu01/nic0.1, gpu02/nic0.0]\n")
         assert run("ocs", "apply", topo, "-i", inv, "--yes").returncode == 0
-        import time
-        time.sleep(0.3)
-        o = json.loads(run("provision", "optics", SPEC, "-i", inv, "--json").stdout)
+        o = wait_until(lambda: (d := json.loads(run("provision", "optics", SPEC, "-i", inv, "--json").stdout))["bad"] == 0 and d,
+                       what="the lit lanes' optics ok")
         ok = [(x["host"], x["lane"]) for x in o["lanes"] if x["status"] == "ok"]
         assert o["bad"] == 0 and ok == [("gpu01", "nic0.1"), ("gpu02", "nic0.0")]
     finally:
