@@ -61,7 +61,9 @@ def _one_command() -> None:
     pass  # a group callback: an app with one command keeps its name (`mfctl exec …`, not `mfctl …`)
 
 
-def version(json_out: bool = JSON_OPT, settings_table: bool = typer.Option(False, "--settings", help="List settings and their MFCTL_* variables.")):
+def version(json_out: bool = JSON_OPT,
+            settings_table: bool = typer.Option(False, "--settings",
+                                                help="List settings and their MFCTL_* variables.")):
     """Print the version (and, with --settings, every setting with its environment variable;
     a secret's value is never shown, only whether it is set)."""
     from mfctl import settings

@@ -21,12 +21,14 @@ STATE_OPT = option("mock_state_dir", "--state-dir", default=None,
 def up(inventory: Path = typer.Argument(Path("inventory/mfabric-prototype.yaml"),
                                        help="Testbed to mock (the default is looked up here, then in the mfctl checkout)."),
        state_dir: Path = STATE_OPT,
-       time_scale: float = option("mock_time_scale", "--time-scale", help="Simulated seconds per wall second (link-up, runtime)."),
+       time_scale: float = option("mock_time_scale", "--time-scale",
+                                  help="Simulated seconds per wall second (link-up, runtime)."),
        factory: bool = typer.Option(False, "--factory", help="Hosts start unprovisioned (for mfctl provision)."),
        inject: list[str] = typer.Option([], "--inject", metavar="SPEC",
                                         help="A fault, repeatable: gpu02:gpu3=xid79, gpu02:gpu1=remap-pending, "
                                              "gpu01:gpu0=ecc:4, gpu01:gpu2=slowdown, gpu01:gpu4=sm-clock:420, "
-                                             "gpu01:gpu0=nvlink-down:3, gpu04:nic1=crc:120 (or symbol:N, discards:N), gpu03:ssh=refuse, "
+                                             "gpu01:gpu0=nvlink-down:3, gpu04:nic1=crc:120 (or symbol:N, discards:N), "
+                                             "gpu03:ssh=refuse, "
                                              "gpu02:nvidia-smi=hang (or hang:N: only its Nth call), "
                                              "ocs:port7=deny, ocs:patch2=deny (or deny:COUNT: the 2nd ENT-PATCH and on)."),
        json_out: bool = JSON_OPT):

@@ -82,7 +82,8 @@ def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool,
         confirm(f"apply {len(d.delete)} deletion(s) and {len(d.add)} addition(s) on {inv.ocs.name}?", yes)
         try:
             with DeferSignals():  # Ctrl-C waits until the change is applied and read back
-                res = drv.disconnect_all(confirm=True, reason=what) if what == "disconnect all" else drv.apply(desired, reason=what)
+                res = (drv.disconnect_all(confirm=True, reason=what) if what == "disconnect all"
+                       else drv.apply(desired, reason=what))
         except KeyboardInterrupt:
             print_error("interrupted after the change was applied and read back (see mfctl ocs journal)", "warning")
             raise
@@ -135,7 +136,10 @@ def connect(a: str = typer.Argument(..., help="Lane HOST/NIC[.LANE] or OCS input
 @app.command()
 @handle_errors
 def disconnect(endpoints: list[str] = typer.Argument(None, help="Lanes or ports whose cross-connects to remove."),
-               inventory: Path = INV_OPT, all_: bool = typer.Option(False, "--all", help="Remove every cross-connect a confirmed read shows (DLT-PATCH of those ports, never ::ALL)."),
+               inventory: Path = INV_OPT,
+               all_: bool = typer.Option(False, "--all",
+                                         help="Remove every cross-connect a confirmed read shows "
+                                              "(DLT-PATCH of those ports, never ::ALL)."),
                dry_run: bool = DRY_OPT, yes: bool = YES_OPT, json_out: bool = JSON_OPT):
     """Remove the circuits of lanes (both cross-connects) or the cross-connects on ports."""
     from mfctl.errors import UsageError
@@ -152,7 +156,8 @@ def disconnect(endpoints: list[str] = typer.Argument(None, help="Lanes or ports 
 
 @app.command("apply")
 @handle_errors
-def apply_cmd(file: Path = typer.Argument(..., help="YAML/JSON: cross_connects: [[in, out]...] and/or circuits: [[LANE, LANE]...]."),
+def apply_cmd(file: Path = typer.Argument(..., help="YAML/JSON: cross_connects: [[in, out]...] "
+                                                    "and/or circuits: [[LANE, LANE]...]."),
               inventory: Path = INV_OPT, dry_run: bool = DRY_OPT, yes: bool = YES_OPT, json_out: bool = JSON_OPT):
     """Make the OCS hold exactly the topology in FILE (only what differs changes)."""
     from mfctl.ocs.service import load_topology_file
@@ -194,7 +199,9 @@ def power(inventory: Path = INV_OPT, json_out: bool = JSON_OPT):
 
 @app.command()
 @handle_errors
-def alarms(inventory: Path = INV_OPT, wait: float = typer.Option(0.0, min=0.0, max=3600.0, help="Also listen this many seconds for autonomous messages."),
+def alarms(inventory: Path = INV_OPT,
+           wait: float = typer.Option(0.0, min=0.0, max=3600.0,
+                                      help="Also listen this many seconds for autonomous messages."),
            json_out: bool = JSON_OPT):
     """Standing alarms (RTRV-ALM-ALL) and autonomous REPT ALM/EVT messages. Exit 1 if any alarm stands."""
     from mfctl.ocs.service import named_alarms
@@ -220,7 +227,8 @@ def alarms(inventory: Path = INV_OPT, wait: float = typer.Option(0.0, min=0.0, m
 
 @app.command()
 @handle_errors
-def journal(inventory: Path = INV_OPT, last: int = typer.Option(30, min=1, help="Show the last N records."), json_out: bool = JSON_OPT):
+def journal(inventory: Path = INV_OPT, last: int = typer.Option(30, min=1, help="Show the last N records."),
+            json_out: bool = JSON_OPT):
     """The OCS's change journal (intent, commands, read-back, outcome, recoveries)."""
     from rich.table import Table
 
@@ -275,7 +283,9 @@ def _nothing_to_recover(plan: dict, json_out: bool) -> None:
 @app.command()
 @handle_errors
 def recover(inventory: Path = INV_OPT,
-            rollback: bool = typer.Option(False, "--rollback", help="Return to the state before the interrupted apply (default: complete it)."),
+            rollback: bool = typer.Option(False, "--rollback",
+                                          help="Return to the state before the interrupted apply "
+                                               "(default: complete it)."),
             dry_run: bool = DRY_OPT, yes: bool = YES_OPT, json_out: bool = JSON_OPT):
     """Finish (default) or roll back the last interrupted OCS change found in the journal."""
     from mfctl.ocs.driver import recover as do_recover

@@ -40,7 +40,8 @@ def simulate(model: str = typer.Option("mixtral-8x7b", help="mixtral-8x7b, mixtr
              reconfig_latency_ms: float = typer.Option(25.0, min=0.0, help="mFabric: blocking reconfiguration per iteration."),
              micro_batches: int = typer.Option(16, min=1, help="Micro-batches per iteration."),
              fabric: list[str] = typer.Option(None, "--fabric", "-f", help="Fabrics to compare (repeat); default all."),
-             sweep_latency: bool = typer.Option(False, "--sweep-latency", help="Also sweep the reconfiguration latency 1 µs .. 10 s."),
+             sweep_latency: bool = typer.Option(False, "--sweep-latency",
+                                                help="Also sweep the reconfiguration latency 1 µs .. 10 s."),
              plot: Path = typer.Option(None, "--plot", help="Write a PNG with the comparison (and the sweep)."),
              json_out: bool = JSON_OPT):
     """What-if: a model on a cluster, compared across fabrics (see docs/planning.md for the model)."""

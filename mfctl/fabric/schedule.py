@@ -80,6 +80,8 @@ def plan_schedule(pb, inv, rates, fits: dict[str, dict] | None = None) -> Schedu
                         eta_expert=eta, alpha_a2a_s=alpha_a2a, pipeline_degree=rf, bp_pipeline_degree=rb)
         it = iteration_time(layers, C, er, rs, tr_cfg.micro_batches, spec, rates).seconds
         out.choices.append({"pipeline_degree": rf, "bp_pipeline_degree": rb, "iteration_s": it})
+    if spec is None:  # DEGREES is empty: no choice was priced, so there is no step to size the gradients of
+        raise ValueError("no pipeline degrees to try (DEGREES is empty)")
     # the gradient all-reduce over the EPS, split into p partitions overlapped with backward (FSMoE §5)
     out.grad_bytes = grad_sync_bytes(spec, m.layers, tr.num_experts, world)
     out.gradient_partitions = [

@@ -30,7 +30,8 @@ _BOOT = time.monotonic() - 9 * 86400.0  # the mock's "uptime" origin (dmesg time
 SLOWDOWNS = ("hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
 XID_TEXT = {13: "Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Out Of Range Address",
             31: "Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f4c_00000000.",
-            48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 0, subpartition 0.",
+            48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer "
+                "at partition 0, subpartition 0.",
             63: "Row Remapper: New row (0x000000000015a0c0) marked for remapping, reset gpu to activate.",
             64: "Row Remapper: Failed to remap row (0x000000000015a0c0), RMA required.",
             74: "NVLink: fatal error detected on link 3(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
@@ -144,7 +145,10 @@ def _q_text(h, ids: list[int]) -> str:
            f"Attached GPUs                             : {h.gpus}"]
     for i in ids:
         g = gpu(h, i)
-        kv = lambda ind, k, v="": out.append(" " * ind + (f"{k:<{38 - ind + 4}}: {v}" if v != "" else k))
+
+        def kv(ind, k, v=""):
+            out.append(" " * ind + (f"{k:<{38 - ind + 4}}: {v}" if v != "" else k))
+
         out.append(f"GPU {g.bus}")
         for k, v in (("Product Name", g.name), ("Product Brand", "NVIDIA"), ("Product Architecture", "Ampere"),
                      ("Display Mode", "Enabled"), ("Display Active", "Disabled"), ("Persistence Mode", _ed(g.persistence)),
@@ -211,7 +215,8 @@ def _q_text(h, ids: list[int]) -> str:
             kv(8, "Pending", _yn(g.remap_pending))
             kv(8, "Remapping Failure Occurred", _yn(g.remap_failure))
             kv(8, "Bank Remap Availability Histogram")
-            for k, v in (("Max", 640 - g.remap_uncorrectable), ("High", 0), ("Partial", g.remap_uncorrectable), ("Low", 0), ("None", 0)):
+            for k, v in (("Max", 640 - g.remap_uncorrectable), ("High", 0), ("Partial", g.remap_uncorrectable),
+                         ("Low", 0), ("None", 0)):
                 kv(12, k, f"{v} bank(s)")
         kv(4, "Temperature")
         for k, v in (("GPU Current Temp", f"{g.temp} C"), ("GPU T.Limit Temp", "N/A"), ("GPU Shutdown Temp", "92 C"),
@@ -240,7 +245,8 @@ def _q_xml(h, ids: list[int]) -> str:
     def el(ind, tag, v=None):
         return " " * ind + (f"<{tag}>{v}</{tag}>" if v is not None else f"<{tag}>")
 
-    out = ['<?xml version="1.0" encoding="UTF-8"?>', '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">', "<nvidia_smi_log>",
+    out = ['<?xml version="1.0" encoding="UTF-8"?>', '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">',
+           "<nvidia_smi_log>",
            el(4, "timestamp", time.ctime()), el(4, "driver_version", DRIVER), el(4, "cuda_version", CUDA),
            el(4, "attached_gpus", h.gpus)]
     for i in ids:
@@ -286,7 +292,8 @@ def _q_xml(h, ids: list[int]) -> str:
                 el(12, "gpu_temp_max_gpu_threshold", "85 C"), el(12, "gpu_target_temperature", "N/A"),
                 el(12, "memory_temp", f"{g.temp + 8} C"), el(12, "gpu_temp_max_mem_threshold", "95 C"), "        </temperature>",
                 el(8, "gpu_power_readings"), el(12, "power_state", "P0"), el(12, "power_draw", f"{g.power:.2f} W"),
-                el(12, "current_power_limit", f"{POWER_LIMIT_W:.2f} W"), el(12, "requested_power_limit", f"{POWER_LIMIT_W:.2f} W"),
+                el(12, "current_power_limit", f"{POWER_LIMIT_W:.2f} W"),
+                el(12, "requested_power_limit", f"{POWER_LIMIT_W:.2f} W"),
                 el(12, "default_power_limit", f"{POWER_LIMIT_W:.2f} W"), el(12, "min_power_limit", "100.00 W"),
                 el(12, "max_power_limit", f"{POWER_LIMIT_W:.2f} W"), "        </gpu_power_readings>", el(8, "clocks"),
                 el(12, "graphics_clock", f"{g.sm} MHz"), el(12, "sm_clock", f"{g.sm} MHz"), el(12, "mem_clock", f"{MEM_MHZ} MHz"),
@@ -460,7 +467,8 @@ def _diag(h, level: int) -> str:
     bad_pm = [g.index for g in gs if not g.persistence]
     bad_rr = [g.index for g in gs if g.remap_pending or g.remap_failure or g.ecc_uncorrected]
     sep = "+---------------------------+------------------------------------------------+"
-    lines = ["Successfully ran diagnostic for group.", sep, "| Diagnostic                | Result                                         |",
+    lines = ["Successfully ran diagnostic for group.", sep,
+             "| Diagnostic                | Result                                         |",
              "+===========================+================================================+",
              "|-----  Metadata  ----------+------------------------------------------------|"]
     lines += _row("DCGM Version", DCGM) + _row("Driver Version Detected", DRIVER)
@@ -490,14 +498,16 @@ def _diag(h, level: int) -> str:
         if level >= 3:
             slow = [g.index for g in gs if g.reasons]
             power = f"Fail - GPU: {slow[0]}" if slow else "Pass - All"
-            lines += _row("Targeted Stress", "Pass - All") + _row("Targeted Power", power) + _row("Memory Bandwidth", "Pass - All")
+            lines += (_row("Targeted Stress", "Pass - All") + _row("Targeted Power", power)
+                      + _row("Memory Bandwidth", "Pass - All"))
     lines.append(sep)
     return "\n".join(lines) + "\n"
 
 
 def _discovery(h) -> str:
     sep = "+--------+----------------------------------------------------------------------+"
-    lines = [f"{h.gpus} GPUs found.", sep, "| GPU ID | Device Information                                                   |", sep]
+    lines = [f"{h.gpus} GPUs found.", sep,
+             "| GPU ID | Device Information                                                   |", sep]
     for i in range(h.gpus):
         g = gpu(h, i)
         lines += [f"| {i:<6} | {'Name: ' + g.name:<68} |", f"|        | {'PCI Bus ID: ' + g.bus:<68} |",

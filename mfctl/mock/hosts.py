@@ -293,7 +293,8 @@ class MockHost:
         "remapped_rows.uncorrectable": ("remapped_rows.uncorrectable", lambda g: gputools.csv_na(g.remap_uncorrectable)),
         "remapped_rows.pending": ("remapped_rows.pending", lambda g: gputools.csv_na(g.remap_pending)),
         "remapped_rows.failure": ("remapped_rows.failure", lambda g: gputools.csv_na(g.remap_failure)),
-        **{f"clocks_{kind}_reasons.{r}": (f"clocks_{kind}_reasons.{r}", lambda g, r=r: "Active" if r in g.reasons else "Not Active")
+        **{f"clocks_{kind}_reasons.{r}": (f"clocks_{kind}_reasons.{r}",
+                                           lambda g, r=r: "Active" if r in g.reasons else "Not Active")
            for r in ("gpu_idle", "hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
            for kind in ("event", "throttle")},
     }
@@ -373,7 +374,7 @@ class MockHost:
         out = [{"ifindex": 1, "ifname": "lo", "flags": ["LOOPBACK", "UP", "LOWER_UP"], "mtu": 65536, "qdisc": "noqueue",
                 "operstate": "UNKNOWN", "linkmode": "DEFAULT", "group": "default", "txqlen": 1000,
                 "link_type": "loopback", "address": "00:00:00:00:00:00", "broadcast": "00:00:00:00:00:00"}]
-        by_name = {l.netdev: l for l in self.lanes}
+        by_name = {lane.netdev: lane for lane in self.lanes}
         names = self.config.current_netdevs() if self.config is not None else list(by_name)
         for k, nd in enumerate(names):
             lane = by_name.get(nd)
@@ -409,7 +410,8 @@ class MockHost:
         else:
             txt = ""
             for o in out:
-                txt += f"{o['ifindex']}: {o['ifname']}: <{','.join(o['flags'])}> mtu {o['mtu']} qdisc {o['qdisc']} state {o['operstate']} mode DEFAULT group default qlen 1000\n"
+                txt += (f"{o['ifindex']}: {o['ifname']}: <{','.join(o['flags'])}> mtu {o['mtu']} "
+                        f"qdisc {o['qdisc']} state {o['operstate']} mode DEFAULT group default qlen 1000\n")
                 txt += f"    link/{o['link_type']} {o['address']} brd {o['broadcast']}\n"
             channel.sendall(txt.encode())
         return 0

@@ -117,7 +117,7 @@ class HostConfig:
         return 0
 
     def _lane_for(self, netdev):
-        return next((l for l in self.host.lanes if l.netdev == netdev), None)
+        return next((lane for lane in self.host.lanes if lane.netdev == netdev), None)
 
     def _ethtool(self, args, out, err):
         if not args:
@@ -239,7 +239,7 @@ class HostConfig:
             return 0
         if "set" in args:
             changes = [a.split("=", 1) for a in args[args.index("set") + 1:]]
-            for k, v in changes:
+            for k, _v in changes:
                 if k not in nic.mlx_current:
                     err(f"-E- The Device doesn't support {k} parameter\n")
                     return 3
@@ -257,7 +257,8 @@ class HostConfig:
                 rows += f"        {k:<44}{old:<21}{new}\n"
                 nic.mlx_next[k] = new
             out(hdr + f"Configurations:{'':<42}Next Boot       New\n" + rows +
-                "\n Apply new Configuration? (y/n) [n] : y\nApplying... Done!\n-I- Please reboot machine to load new configurations.\n")
+                "\n Apply new Configuration? (y/n) [n] : y\nApplying... Done!\n"
+                "-I- Please reboot machine to load new configurations.\n")
             return 0
         err("-E- unknown mlxconfig command\n")
         return 1
@@ -287,7 +288,8 @@ class HostConfig:
             for k, nic in enumerate(self.nics.values(), 1):
                 txt += (f"\nDevice #{k}:\n----------\n\n  Device Type:      ConnectX6DX\n  Part Number:      {nic.part_number}\n"
                         f"  Description:      ConnectX-6 Dx EN adapter card; 100GbE\n  PSID:             {nic.psid}\n"
-                        f"  PCI Device Name:  {nic.pci}\n  Base MAC:         b8cef6{k:06x}\n  Versions:         Current        Available     \n"
+                        f"  PCI Device Name:  {nic.pci}\n  Base MAC:         b8cef6{k:06x}\n"
+                        f"  Versions:         Current        Available     \n"
                         + (f"     FW             {nic.fw_pending:<15}N/A           \n     FW (Running)   {nic.fw:<15}N/A\n\n"
                            if nic.fw_pending else f"     FW             {nic.fw:<15}N/A           \n\n")
                         + f"  Status:           {'Up to date, reset needed' if nic.fw_pending else 'No matching image found'}\n")
@@ -329,7 +331,8 @@ class HostConfig:
                 err("--pfc takes 8 comma-separated 0/1 values\n")
                 return 1
             nic.pfc = [int(v) for v in vals]
-        out(f"DCBX mode: OS controlled\nPriority trust state: {nic.trust}\nReceive buffer size (bytes): 130944,130944,0,0,0,0,0,0,\n"
+        out(f"DCBX mode: OS controlled\nPriority trust state: {nic.trust}\n"
+            "Receive buffer size (bytes): 130944,130944,0,0,0,0,0,0,\n"
             "Cable len: 7\nPFC configuration:\n\tpriority    0   1   2   3   4   5   6   7\n"
             f"\tenabled     {'   '.join(map(str, nic.pfc))}   \n\tbuffer      0   0   0   1   0   0   0   0   \n"
             "tc: 0 ratelimit: unlimited, tsa: vendor\n\t priority:  1\n")
@@ -361,15 +364,19 @@ class HostConfig:
             beta, busfactor = 1 / max(rate, 1.0), 1.0
         rnd = random.Random(f"{self.host.name}{test}")
         redop = "sum" if test == "all_reduce_perf" else "none"
-        lines = [f"# nThread 1 nGpus 8 minBytes {b} maxBytes {e} step: {f}(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0",
+        lines = [f"# nThread 1 nGpus 8 minBytes {b} maxBytes {e} step: {f}(factor) "
+                 "warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0",
                  "#", f"#{'':>59}out-of-place                       in-place          ",
-                 "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
-                 "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       "]
+                 "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+                 "     time   algbw   busbw #wrong",
+                 "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"
+                 "            (us)  (GB/s)  (GB/s)       "]
         n = b
         while n <= e:
             t = (alpha + beta * n) * rnd.uniform(0.98, 1.02)
             algbw = n / t / 1e9
-            lines.append(f"{n:>12} {n // 4:>13}     float {redop:>7}      -1 {t * 1e6:>8.2f} {algbw:>7.2f} {algbw * busfactor:>7.2f}"
+            lines.append(f"{n:>12} {n // 4:>13}     float {redop:>7}      -1 {t * 1e6:>8.2f} "
+                         f"{algbw:>7.2f} {algbw * busfactor:>7.2f}"
                          f"      0 {t * 1e6 * rnd.uniform(0.99, 1.01):>8.2f} {algbw:>7.2f} {algbw * busfactor:>7.2f}      0")
             n *= f
         lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 42.0", "#"]

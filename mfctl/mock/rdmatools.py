@@ -48,7 +48,7 @@ class Port:
 
 def ports(h) -> list[Port]:
     """The RDMA ports of mock host ``h`` now."""
-    lanes = {l.netdev: l for l in h.lanes}
+    lanes = {lane.netdev: lane for lane in h.lanes}
     out = []
     for k, nd in enumerate(h.config.current_netdevs()):
         nic = next(n for n in h.config.nics.values() if nd in n.netdevs)

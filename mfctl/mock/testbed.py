@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import os
+import re
 import secrets
 import signal
 import threading
@@ -38,8 +38,8 @@ LANE_TX_DBM = 1.0  # a 100G-CWDM4/LR4-class lane's launch power, dBm (module dat
 class MockTestbed:
     def __init__(self, inventory_path: str | Path, state_dir: str | Path, *, time_scale: float = 1.0, factory: bool = False,
                  inject: list[str] = ()):
-        self.factory = factory
-        self.inject = list(inject)  # fault specs (mfctl.mock.inject), applied before the mock says it is up  # hosts start unprovisioned (MTU 1500, old firmware, no RoCE QoS, ...)
+        self.factory = factory  # hosts start unprovisioned (MTU 1500, old firmware, no RoCE QoS, ...)
+        self.inject = list(inject)  # fault specs (mfctl.mock.inject), applied before the mock says it is up
         self.source = load_inventory(inventory_path)
         self.state = Path(state_dir).resolve()
         self.state.mkdir(parents=True, exist_ok=True)
@@ -65,9 +65,10 @@ class MockTestbed:
 
         tx_power = {}
         for h in inv.hosts:
-            for nic, lane in h.ocs_lanes():
+            for _nic, lane in h.ocs_lanes():
                 tx_power[lane.ocs_tx] = LANE_TX_DBM
-        self.ocs = OCSEmulator(inv.ocs.size.inputs, inv.ocs.size.outputs, sid=f"{inv.ocs.name.upper()}-{self.instance.upper()}", user=inv.ocs.user,
+        self.ocs = OCSEmulator(inv.ocs.size.inputs, inv.ocs.size.outputs,
+                               sid=f"{inv.ocs.name.upper()}-{self.instance.upper()}", user=inv.ocs.user,
                                serial=f"MOCK{self.instance.upper()}{secrets.token_hex(3).upper()}",
                                password=password, insertion_loss_db=inv.ocs.insertion_loss_db,
                                base_ms=inv.ocs.switching_time_ms + 16.1, tx_power_dbm=tx_power)

@@ -46,12 +46,13 @@ class PortMap:
     @classmethod
     def from_inventory(cls, inv) -> "PortMap":
         lanes = region_lanes(inv, [h.name for h in inv.hosts])
-        flat = [l for ls in lanes.values() for l in ls]
+        flat = [lane for ls in lanes.values() for lane in ls]
         sens = {}
         for h in inv.hosts:
             for nic, lane in h.ocs_lanes():
                 sens[lane.ocs_rx] = nic.rx_sensitivity_dbm
-        return cls({l.ocs_tx: l for l in flat}, {l.ocs_rx: l for l in flat}, {l.key: l for l in flat}, sens,
+        return cls({lane.ocs_tx: lane for lane in flat}, {lane.ocs_rx: lane for lane in flat},
+                   {lane.key: lane for lane in flat}, sens,
                    inv.ocs.size.inputs, inv.ocs.size.outputs)
 
     def lane(self, ref: str) -> LaneRef:
@@ -64,10 +65,10 @@ class PortMap:
         return self.by_key[key]
 
     def name(self, port: int) -> str:
-        l = self.by_tx.get(port) or self.by_rx.get(port)
-        if l is None:
+        lane = self.by_tx.get(port) or self.by_rx.get(port)
+        if lane is None:
             return "(not in inventory)"
-        return f"{l.key} {'tx' if port == l.ocs_tx else 'rx'}"
+        return f"{lane.key} {'tx' if port == lane.ocs_tx else 'rx'}"
 
 
 def parse_endpoint(pm: PortMap, text: str, role: str | None = None) -> int | LaneRef:
@@ -126,7 +127,8 @@ def without(pm: PortMap, current: dict[int, int], endpoints: list[str]) -> dict[
 
 def load_topology_file(pm: PortMap, path: str | Path) -> dict[int, int]:
     """A desired OCS state: YAML/JSON with ``cross_connects: [[in, out], ...]`` and/or
-    ``circuits: [[LANE_A, LANE_B], ...]``, or the saved output of ``mfctl ocs show --json``. Every port may be used once. An empty state
+    ``circuits: [[LANE_A, LANE_B], ...]``, or the saved output of ``mfctl ocs show --json``. """ \
+        """Every port may be used once. An empty state
     must be written explicitly (``cross_connects: []``). Raises ConfigError with file and line."""
     from mfctl.inventory.loader import load_yaml_with_lines
 
@@ -213,7 +215,8 @@ def journal_summary(r: dict) -> str:
         return f"{r.get('reason', '')}: -{len(d.get('delete', []))} +{len(d.get('add', []))}"
     if op == "ocs.command":
         aid = str(r.get("aid", ""))
-        return f"{r.get('verb')} {r.get('state')}{' ' + str(r.get('code')) if r.get('code') else ''} ({aid[:24]}{'…' if len(aid) > 24 else ''})"
+        return (f"{r.get('verb')} {r.get('state')}{' ' + str(r.get('code')) if r.get('code') else ''} "
+                f"({aid[:24]}{'…' if len(aid) > 24 else ''})")
     if op == "ocs.verify":
         return "read-back matches" if r.get("matches") else "read-back DIFFERS"
     if op == "ocs.outcome":
