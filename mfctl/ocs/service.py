@@ -127,9 +127,9 @@ def without(pm: PortMap, current: dict[int, int], endpoints: list[str]) -> dict[
 
 def load_topology_file(pm: PortMap, path: str | Path) -> dict[int, int]:
     """A desired OCS state: YAML/JSON with ``cross_connects: [[in, out], ...]`` and/or
-    ``circuits: [[LANE_A, LANE_B], ...]``, or the saved output of ``mfctl ocs show --json``. """ \
-        """Every port may be used once. An empty state
-    must be written explicitly (``cross_connects: []``). Raises ConfigError with file and line."""
+    ``circuits: [[LANE_A, LANE_B], ...]``, or the saved output of ``mfctl ocs show --json``.
+    Every port may be used once. An empty state must be written explicitly
+    (``cross_connects: []``). Raises ConfigError with file and line."""
     from mfctl.inventory.loader import load_yaml_with_lines
 
     src = str(path)
