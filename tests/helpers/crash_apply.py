@@ -1,7 +1,7 @@
 """Apply a topology (or recover the journal's pending change) and die (os._exit) right after
 the N-th journal record is on disk.
 
-Used by tests/test_ocs_recover.py and tests/test_ocs_integrity.py to kill -9 at every step.
+Used by tests/unit/ocs/test_ocs_recover.py and tests/unit/ocs/test_ocs_integrity.py to kill -9 at every step.
 usage: crash_apply.py PORT JOURNAL CRASH_AFTER DESIRED_JSON|recover:complete|recover:rollback
 """
 
