@@ -82,6 +82,10 @@ def health(inventory: Path = option("inventory", "--inventory", "-i", default=No
     from mfctl.errors import UsageError
 
     if list_checks:
+        if checks:
+            from mfctl.health import select_checks
+
+            select_checks(checks)  # a --checks beside it is still checked (exit 2 for a name that is no check)
         _list_checks(json_out)
         return
     if inventory is None:
@@ -89,14 +93,13 @@ def health(inventory: Path = option("inventory", "--inventory", "-i", default=No
     to_stdout = junit is not None and str(junit) == "-"
     if json_out and to_stdout:
         raise UsageError("--json and --junit - both want stdout: write the JUnit report to a file (--junit FILE)")
-    report = _sweep(inventory, hosts, ",".join(filter(None, [checks, "-ocs" if no_ocs else None])), threshold,
-                    since_boot, progress=not (json_out or to_stdout))
+    report = _sweep(inventory, hosts, checks, no_ocs, threshold, since_boot, progress=not (json_out or to_stdout))
     _report(report, junit, json_out)
     raise typer.Exit(int(report.exit_code()))
 
 
-def _sweep(inventory: Path, hosts: str | None, checks: str, threshold: list[str] | None, since_boot: bool, *,
-           progress: bool):
+def _sweep(inventory: Path, hosts: str | None, checks: str | None, no_ocs: bool, threshold: list[str] | None,
+           since_boot: bool, *, progress: bool):
     """Select, sweep (the OCS read first when it is among the checks), keep the NIC readings."""
     from mfctl import health as H
     from mfctl.cli.progress import ProgressObserver
@@ -105,7 +108,7 @@ def _sweep(inventory: Path, hosts: str | None, checks: str, threshold: list[str]
     from mfctl.inventory import load_inventory
     from mfctl.inventory.hostsets import select_hosts
 
-    names = H.select_checks(checks or None)
+    names = H.select_checks(checks or None, without=("ocs",) if no_ocs else ())
     overrides = H.parse_overrides(threshold)
     inv = load_inventory(inventory)
     selected = None if hosts is None else select_hosts(hosts, [h.name for h in inv.hosts], {r.name: r.hosts for r in inv.regions})

@@ -28,3 +28,7 @@ def test_unknown_or_contradictory_checks_are_usage_errors(monkeypatch):
         assert r.exit_code == 2 and msg in r.stderr, r.stderr
     r = CliRunner().invoke(build(), ["health"])
     assert r.exit_code == 2 and "--inventory" in r.stderr
+    r = CliRunner().invoke(build(), ["health", "-i", str(PROTOTYPE), "--checks", "ocs", "--no-ocs"])
+    assert r.exit_code == 2 and "--checks 'ocs' without ocs selects no check" in r.stderr, r.stderr  # not 'ocs,-ocs'
+    r = CliRunner().invoke(build(), ["health", "--list-checks", "--checks", "bogus"])  # listed only once it is checked
+    assert r.exit_code == 2 and "unknown check 'bogus'" in r.stderr and r.stdout == "", r.stdout

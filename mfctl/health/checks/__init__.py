@@ -7,6 +7,8 @@ the selection, the CLI's table and the JUnit groups follow.
 
 from __future__ import annotations
 
+import re
+
 from mfctl.health.checks import gpu, nic, ocs, optics, rdma
 from mfctl.health.checks.base import Check, Probe
 
@@ -26,14 +28,25 @@ def _unknown(name: str, spec: str):
                       "(mfctl health --list-checks)")
 
 
+#: one item of --checks: a name, or one sign directly before it
+_ITEM = re.compile(r"([+-]?)([a-z][a-z0-9_]*)")
+
+
 def _apply(items: list[str], spec: str) -> tuple[set[str], set[str]]:
     """The checks ``items`` choose, and the ones they remove by name."""
+    from mfctl.errors import UsageError
+
+    for i in items:
+        m = _ITEM.fullmatch(i)
+        if m is None:
+            raise UsageError(f"--checks {spec!r}: {i!r} is not NAME, +NAME or -NAME (one sign, directly before a "
+                             f"check's name); the checks are {', '.join(NAMES)}")
+        if m.group(2) not in NAMES:
+            raise _unknown(m.group(2), spec)
     bare = [i for i in items if i[0] not in "+-"]
     chosen, removed = set(bare) if bare else set(DEFAULT), set()
     for i in items:
-        name = i.lstrip("+-").strip()
-        if name not in NAMES:
-            raise _unknown(name, spec)
+        name = i.lstrip("+-")
         if i[0] == "-":
             chosen.discard(name)
             removed.add(name)
@@ -56,21 +69,21 @@ def _with_needs(chosen: set[str], removed: set[str], spec: str) -> set[str]:
     return out
 
 
-def select_checks(spec: str | None) -> list[str]:
+def select_checks(spec: str | None, *, without: tuple[str, ...] = ()) -> list[str]:
     """The checks a ``--checks`` value names, in :data:`NAMES` order: ``+name`` adds to the default
     set, ``-name`` removes from it, bare names are exactly these (then ``+``/``-`` apply to them);
     a check another selected one needs (``optics`` needs ``links``) comes with it. None or empty:
     :data:`DEFAULT`. Raises UsageError (exit 2) for an unknown name, a needed check removed, or
-    nothing selected."""
+    nothing selected. ``without``: checks a separate option removes (``--no-ocs``), named as that in errors."""
     from mfctl.errors import UsageError
 
     text = spec or ""
     items = [s.strip() for s in text.split(",") if s.strip()]
-    if not items:
-        return list(DEFAULT)
-    chosen = _with_needs(*_apply(items, text), text)
+    chosen = _with_needs(*_apply(items, text), text) if items else set(DEFAULT)
+    chosen -= set(without)
     if not chosen:
-        raise UsageError(f"--checks {text!r} selects no check; the checks are {', '.join(NAMES)}")
+        also = f" without {', '.join(without)}" if without else ""
+        raise UsageError(f"--checks {text!r}{also} selects no check; the checks are {', '.join(NAMES)}")
     return [n for n in NAMES if n in chosen]
 
 

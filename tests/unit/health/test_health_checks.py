@@ -167,3 +167,19 @@ def test_without_ibstat_the_ports_come_from_ibv_devinfo():
     [hh] = health.sweep(pool, inv, ["gpu01"], checks=["rdma"]).targets
     assert [(f.code, f.component, f.value) for f in hh.findings] == [("rdma.port_down", "mlx5_1/1", "Down")]
     assert [a for _, a in pool.calls] == [("ibdev2netdev",), ("ibstat",), ("ibv_devinfo",)]
+
+
+@pytest.mark.parametrize("spec", ["+-gpu", "--gpu", "++dcgm", "+ dcgm", "+", "-", "gpu,+", "GPU", "gpu;id", "[red]x[/red]"])
+def test_an_item_is_one_sign_directly_before_a_name_or_a_usage_error(spec):
+    # (before: "+-gpu" kept gpu, "--gpu" removed it, "++dcgm" and "+ dcgm" added dcgm, "+" was "unknown check ''")
+    with pytest.raises(UsageError, match=r"is not NAME, \+NAME or -NAME|unknown check"):
+        select_checks(spec)
+
+
+def test_a_separate_option_removes_checks_without_being_quoted_as_the_users_text():
+    assert select_checks(None, without=("ocs",)) == [n for n in DEFAULT if n != "ocs"]
+    assert select_checks("+dcgm", without=("ocs",))[-1] == "dcgm"
+    with pytest.raises(UsageError, match=r"^--checks 'ocs' without ocs selects no check"):
+        select_checks("ocs", without=("ocs",))
+    with pytest.raises(UsageError, match=r"^--checks 'bogus': unknown check 'bogus'"):
+        select_checks("bogus", without=("ocs",))
