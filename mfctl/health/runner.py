@@ -111,21 +111,12 @@ class HealthReport:
                 "checks": list(self.checks), "targets": [t.to_dict() for t in self.targets]}
 
 
-def _map(pool, names: list[str], fn, observer):
-    """The pool's fan-out; a stand-in pool without one (a test's) is swept host after host."""
-    if hasattr(pool, "map"):
-        return pool.map(names, fn, observer=observer, phase="health")
-    from mfctl.transport.results import HostResult, Results
-
-    return Results([HostResult(h, fn(h)) for h in names])
-
-
 def sweep(pool, inv, hosts: list[str] | None = None, *, checks: list[str] | None = None,
           limits: dict[str, float] | None = None, baseline: dict | None = None, since_boot: bool = False,
           ocs_state: dict | None = None, observer=None) -> HealthReport:
     """The health sweep: ``checks`` (names, :func:`mfctl.health.checks.select_checks`; default the
-    default set) on ``hosts`` (default all) over ``pool`` (an SSHPool, or a
-    :class:`mfctl.context.Context` whose pool is opened for the sweep), then the OCS when ``ocs`` is
+    default set) on ``hosts`` (default all) over ``pool`` (an SSHPool: its ``run`` and ``map``), then
+    the OCS when ``ocs`` is
     among the checks and ``ocs_state`` is given (:func:`mfctl.health.checks.ocs.read_state`).
 
     ``limits``: threshold overrides (:func:`mfctl.health.thresholds.thresholds`). NIC error counters
@@ -133,10 +124,6 @@ def sweep(pool, inv, hosts: list[str] | None = None, *, checks: list[str] | None
     ``baseline`` (:func:`mfctl.health.history.load_baseline`), as totals with ``since_boot``; each
     target's ``nic_counters`` holds this sweep's readings. ``observer`` hears the fan-out's phase
     (``health``, the number of hosts) and each host."""
-    if not hasattr(pool, "run") and hasattr(pool, "pool"):  # a Context
-        with pool.pool() as p:
-            return sweep(p, inv, hosts, checks=checks, limits=limits, baseline=baseline, since_boot=since_boot,
-                         ocs_state=ocs_state, observer=observer)
     names = list(checks) if checks is not None else select_checks(None)
     host_checks = [CHECKS[n] for n in names if n in CHECKS]
     lim, now = thresholds(limits), time.time()
@@ -145,7 +132,7 @@ def sweep(pool, inv, hosts: list[str] | None = None, *, checks: list[str] | None
     def one(name: str) -> HostHealth:
         return sweep_host(pool, inv.host(name), host_checks, lim, now=now, baseline=baseline, since_boot=since_boot)
 
-    res = _map(pool, hosts, one, observer)
+    res = pool.map(hosts, one, observer=observer, phase="health")
     targets = [r.value if isinstance(r.value, HostHealth) else _unreachable(r.host, _Failed(r.error or "no result"))
                for r in res]
     if ocs.NAME in names and ocs_state is not None:

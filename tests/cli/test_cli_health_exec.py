@@ -12,6 +12,7 @@ from mfctl.cli.fold import fold
 from mfctl.errors import ParseError
 from mfctl.hosts import ethtool
 from mfctl.inventory.hostsets import hostset
+from mfctl.transport.ssh import SSHPool
 from support import DATA, PROTOTYPE, mfctl_cmd, wait_until
 
 
@@ -291,6 +292,7 @@ class _Answers:
     """A stand-in for SSHPool that answers each command with a file's text (real captures)."""
 
     fanout = 4
+    map = SSHPool.map  # the real fan-out over this stand-in's run
 
     def __init__(self, answers):
         self.answers = answers  # (argv prefix) → stdout

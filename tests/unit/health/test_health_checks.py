@@ -9,7 +9,7 @@ from mfctl import health
 from mfctl.errors import UsageError
 from mfctl.health.checks import CHECKS, DEFAULT, select_checks
 from mfctl.inventory import load_inventory
-from mfctl.transport.ssh import CommandResult
+from mfctl.transport.ssh import CommandResult, SSHPool
 from support import DATA, PROTOTYPE
 
 BREAKOUT = PROTOTYPE.parent / "mfabric-breakout.yaml"
@@ -19,6 +19,7 @@ class Answers:
     """A stand-in pool: each command (by argv prefix) answered with a text, counted."""
 
     fanout = 4
+    map = SSHPool.map  # the real fan-out over this stand-in's run
 
     def __init__(self, answers, error=None):
         self.answers, self.error, self.calls = answers, error, []

@@ -18,7 +18,7 @@ from mfctl.ocs.client import TL1Deny, TL1Timeout
 from mfctl.ocs.driver import ApplyResult, diff
 from mfctl.ocs.tl1 import Reply
 from mfctl.runtime.reconfig import Decision, LinkPoller, LinkWait, Phase, Proposal, Reconfigurator
-from mfctl.transport.ssh import CommandResult
+from mfctl.transport.ssh import CommandResult, SSHPool
 from support import DATA, PROTOTYPE, mfctl_cmd
 
 # --- fakes ---------------------------------------------------------------------------------
@@ -324,6 +324,7 @@ def test_a_hung_health_sample_is_a_finding_not_a_failed_query():
     class Pool:
         command_timeout = 0.2
         fanout = 4
+        map = SSHPool.map  # the real fan-out over this stand-in's run
 
         def run(self, host, argv, timeout=None, abort=None, **kw):
             r = CommandResult(host=host, argv=list(argv))
