@@ -11,7 +11,7 @@ Every command and service that needs SSH to the hosts, the OCS or the link rates
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -29,7 +29,6 @@ class Context:
     connect_timeout: float = 10.0
     command_timeout: float = 30.0
     fanout: int = 32
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, inventory: "Inventory", **overrides: Any) -> "Context":
