@@ -57,12 +57,13 @@ class OpenSSHServer:
 
     ``host_key_types``: which host keys to generate and offer (subset of ``HOST_KEY_TYPES``);
     ``authorized_keys``: public key lines allowed to log in; ``force_command``: see module doc;
-    ``env``: variables sshd passes on to every session (``SetEnv``).
+    ``env``: variables sshd passes on to every session (``SetEnv``); ``options``: sshd_config keywords
+    that replace the defaults or are added (``{"MaxStartups": "1"}``).
     """
 
     def __init__(self, directory: str | Path, *, authorized_keys: list[str], host_key_types=HOST_KEY_TYPES,
                  force_command: str | None = None, env: dict[str, str] | None = None, port: int = 0,
-                 host_keys: dict[str, Path] | None = None):
+                 host_keys: dict[str, Path] | None = None, options: dict[str, str] | None = None):
         binary = sshd_path()
         if binary is None:
             raise FileNotFoundError(unavailable_reason())
@@ -79,7 +80,7 @@ class OpenSSHServer:
         (self.dir / "authorized_keys").write_text("".join(k.strip() + "\n" for k in authorized_keys))
         os.chmod(self.dir / "authorized_keys", 0o600)
         self.config = self.dir / "sshd_config"
-        self.config.write_text(self._config(force_command, env or {}))
+        self.config.write_text(self._config(force_command, env or {}, options or {}))
         self.log_path = self.dir / "sshd.log"
         self.proc: subprocess.Popen | None = None
 
@@ -97,7 +98,7 @@ class OpenSSHServer:
     def known_hosts_line(self, keytype: str, name: str | None = None) -> str:
         return f"{name or f'[127.0.0.1]:{self.port}'} {self.public_key(keytype)}"
 
-    def _config(self, force_command: str | None, env: dict[str, str]) -> str:
+    def _config(self, force_command: str | None, env: dict[str, str], options: dict[str, str]) -> str:
         lines = [
             f"Port {self.port}", "ListenAddress 127.0.0.1", "AddressFamily inet",
             *[f"HostKey {p}" for p in self.host_keys.values()],
@@ -115,6 +116,8 @@ class OpenSSHServer:
             lines.append("SetEnv " + " ".join(f"{k}={v}" for k, v in env.items()))
         if force_command:
             lines.append(f"ForceCommand {force_command}")
+        for key, value in options.items():  # replaces the default line (sshd takes a keyword's first value)
+            lines = [ln for ln in lines if ln.split(" ", 1)[0].lower() != key.lower()] + [f"{key} {value}"]
         return "\n".join(lines) + "\n"
 
     def start(self) -> "OpenSSHServer":
