@@ -8,7 +8,8 @@ Commands (argv after ``shlex.split``):
 - ``hostname``, ``true``, ``echo ...``, ``head -c N /dev/zero`` (a host that prints a lot);
 - ``mfctl-simrt ...`` — starts the simulated collective runtime (a real process) and
   streams its output; closing the channel (SIGHUP on a real pty) stops it;
-- ``torchrun ...`` — the mock torchrun (:mod:`mfctl.mock.slurmshim`), likewise;
+- ``torchrun ...`` — the mock torchrun (:mod:`mfctl.mock.torchrun`), or a real one
+  (``MFCTL_MOCK_TORCHRUN``), likewise;
 - ``sbatch``, ``squeue``, ``sacct``, ``scancel``, ``scontrol``, ``tail`` — the mock Slurm
   cluster (:mod:`mfctl.mock.slurm`) whose nodes are the mock hosts;
 - ``sh -c SCRIPT`` for a few shell built-ins and redirections (:meth:`MockHost._sh`), ``rm -f
@@ -175,8 +176,8 @@ class MockHost:
             return 0
         if prog == "mfctl-simrt":
             return self._spawn([sys.executable, "-m", "mfctl.mock.simruntime", *argv[1:]], channel, env)
-        if prog == "torchrun":  # the mock torchrun: one simulated worker for the node (mfctl.mock.slurmshim)
-            return self._spawn([sys.executable, "-m", "mfctl.mock.slurmshim", *argv], channel, env)
+        if prog == "torchrun":  # the mock's torchrun, or a real one (MFCTL_MOCK_TORCHRUN: mfctl.mock.torchrun)
+            return self._torchrun(argv[1:], channel, env)
         slurm = getattr(self.testbed, "slurm", None)
         if prog == "tail" and slurm is not None:  # job logs on the "shared filesystem" (the mock's home)
             return self._spawn(["tail", *argv[1:]], channel, env, cwd=slurm.home)
@@ -415,6 +416,19 @@ class MockHost:
                 txt += f"    link/{o['link_type']} {o['address']} brd {o['broadcast']}\n"
             channel.sendall(txt.encode())
         return 0
+
+    def _torchrun(self, args: list[str], channel, env: dict) -> int:
+        """``torchrun ARGS`` with mfctl's Python environment first on PATH (a real torchrun finds
+        ``mfctl-simrt`` there, as on a host where mfctl is installed)."""
+        from mfctl.mock import torchrun
+
+        try:
+            cmd = torchrun.command()
+        except FileNotFoundError as e:
+            channel.sendall_stderr(f"bash: line 1: torchrun: {e}\n".encode())
+            return 127
+        path = env.get("PATH") or os.environ.get("PATH", "/usr/bin:/bin")
+        return self._spawn([*cmd, *args], channel, {**env, "PATH": f"{Path(sys.executable).parent}:{path}"})
 
     def _spawn(self, cmd: list[str], channel, extra_env: dict | None = None, cwd=None) -> int:
         """Run a real process for the session and stream its output; a hang-up stops it."""

@@ -7,6 +7,10 @@ Per iteration it draws every MoE layer's routing from real routing data
 the time scale, reports to the controller and prints a Megatron-style log line.
 While a reconfiguration is under way (between ``prepare`` and ``commit``) its OCS-path
 traffic is paused: pairs whose circuit is being changed fall back to the EPS.
+
+Under torchrun (``--nproc-per-node N``) only local rank 0 is the runtime (one runtime client per
+host); local ranks 1 … N-1 follow it and end with it (:mod:`mfctl.mock.localranks`), without
+importing numpy or the step model.
 """
 
 from __future__ import annotations
@@ -16,13 +20,8 @@ import os
 import sys
 import time
 
-import numpy as np
-
-from mfctl.fabric.planner import LinkRates
-from mfctl.fabric.stepmodel import StepSpec, grad_allreduce_exposed_s, grad_sync_bytes, layer_time
-from mfctl.fabric.traffic import expert_to_rank, load_routing, rank_matrix, rank_to_server, server_matrix
-from mfctl.fabric.workload import Workload
-from mfctl.runtime.client import ControllerLost, RuntimeClient, token_from_env
+from mfctl.mock import localranks
+from mfctl.runtime.client import ControllerLost, RuntimeClient, local_rank, token_from_env
 
 
 def _log(line: str) -> None:
@@ -30,6 +29,14 @@ def _log(line: str) -> None:
 
 
 def run(args) -> int:
+    # imported here: torchrun's other local ranks only follow local rank 0 (mfctl.mock.localranks)
+    import numpy as np
+
+    from mfctl.fabric.planner import LinkRates
+    from mfctl.fabric.stepmodel import StepSpec, grad_allreduce_exposed_s, grad_sync_bytes, layer_time
+    from mfctl.fabric.traffic import expert_to_rank, load_routing, rank_matrix, rank_to_server, server_matrix
+    from mfctl.fabric.workload import Workload
+
     rt = RuntimeClient(args.controller, host=args.host, token=args.token)
     cfg = rt.connect()
     m, par, tr = cfg["model"], cfg["parallelism"], cfg["training"]
@@ -173,12 +180,30 @@ def main(argv=None) -> int:
     if not args.controller or not args.host:
         ap.error("--controller and --host are required (or MFCTL_CONTROLLER and MFCTL_HOST in the environment)")
     try:
-        return run(args)
-    except ControllerLost as e:
-        print(f"mfctl-simrt: {e}", file=sys.stderr, flush=True)
-        return 3
+        rank = local_rank()
+    except ValueError as e:
+        ap.error(str(e))
+    try:
+        if rank != 0:  # one runtime client per host: the other local ranks follow local rank 0
+            return localranks.follow(label=f" (local rank {rank})")
+        leader = localranks.Leader() if os.environ.get("LOCAL_WORLD_SIZE", "1") not in ("", "0", "1") else None
     except KeyboardInterrupt:
         return 130
+    except OSError as e:  # the local-rank socket: the followers then end on their own connect timeout
+        print(f"mfctl-simrt: cannot serve the other local ranks: {e}", file=sys.stderr, flush=True)
+        leader = None
+    rc = 1
+    try:
+        rc = run(args)
+    except ControllerLost as e:
+        print(f"mfctl-simrt: {e}", file=sys.stderr, flush=True)
+        rc = 3
+    except KeyboardInterrupt:
+        rc = 130
+    finally:
+        if leader is not None:
+            leader.done(rc)
+    return rc
 
 
 if __name__ == "__main__":

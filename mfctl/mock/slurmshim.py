@@ -7,13 +7,9 @@
   output line with the task id (``0: ``); a task failing with ``--kill-on-bad-exit``
   terminates the others (``srun: error: NODE: task I: Exited with exit code RC``);
   SIGTERM/SIGINT/SIGHUP are forwarded to every task.
-- ``torchrun`` with the options mfctl renders (``--nnodes``, ``--nproc-per-node``,
-  ``--node-rank``, ``--master-addr/--master-port`` or ``--rdzv-backend/--rdzv-endpoint/
-  --rdzv-id``, ``--no-python``, ``-m``): starts **one** worker per node — the simulated
-  runtime stands for all the node's GPUs — with torchrun's environment (``RANK``,
-  ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``,
-  ``MASTER_PORT``, ``TORCHELASTIC_RUN_ID``). Under Slurm the node rank is ``SLURM_NODEID``
-  (what the c10d rendezvous would assign).
+- ``torchrun``: :mod:`mfctl.mock.torchrun` — ``nproc_per_node`` workers per node with real
+  torchrun's environment, failure and signal handling (only local rank 0 of the simulated
+  runtime connects; the others follow it). Under Slurm the node rank is ``SLURM_NODEID``.
 """
 
 from __future__ import annotations
@@ -115,43 +111,10 @@ def srun(args: list[str]) -> int:
 
 
 def torchrun(args: list[str]) -> int:
-    opts, i, no_python, module = {}, 0, False, False
-    while i < len(args) and args[i].startswith("-"):
-        a = args[i]
-        if a == "--no-python":
-            no_python = True
-        elif a in ("-m", "--module"):
-            module = True
-        elif "=" in a:
-            k, v = a.split("=", 1)
-            opts[k.lstrip("-").replace("_", "-")] = v
-        elif i + 1 < len(args):
-            opts[a.lstrip("-").replace("_", "-")] = args[i + 1]
-            i += 1
-        i += 1
-    if i >= len(args):
-        print("torchrun: error: the following arguments are required: training_script", file=sys.stderr)
-        return 2
-    script, sargs = args[i], args[i + 1:]
-    nnodes = int(str(opts.get("nnodes", "1")).split(":")[-1])
-    nproc = int(opts.get("nproc-per-node", "1"))
-    node_rank = int(opts.get("node-rank", os.environ.get("SLURM_NODEID", "0")))
-    if "rdzv-endpoint" in opts:
-        addr, _, port = opts["rdzv-endpoint"].rpartition(":")
-    else:
-        addr, port = opts.get("master-addr", "127.0.0.1"), opts.get("master-port", "29500")
-    env = dict(os.environ, RANK=str(node_rank * nproc), LOCAL_RANK="0", WORLD_SIZE=str(nnodes * nproc),
-               LOCAL_WORLD_SIZE=str(nproc), GROUP_RANK=str(node_rank), ROLE_RANK=str(node_rank), MASTER_ADDR=addr,
-               MASTER_PORT=port, TORCHELASTIC_RUN_ID=opts.get("rdzv-id", "none"), PYTHONUNBUFFERED="1")
-    cmd = [script, *sargs] if no_python else [sys.executable, *(["-m"] if module else []), script, *sargs]
-    try:
-        p = subprocess.Popen(cmd, env=env)
-    except OSError as e:
-        print(f"torchrun: error: {script}: {e.strerror}", file=sys.stderr)
-        return 2
-    _forward_signals([p])
-    rc = p.wait()
-    return rc if rc >= 0 else 128 - rc
+    """The mock torchrun (:mod:`mfctl.mock.torchrun`): ``nproc_per_node`` workers per node."""
+    from mfctl.mock.torchrun import main as torchrun_main
+
+    return torchrun_main(args)
 
 
 def main(argv: list[str] | None = None) -> int:

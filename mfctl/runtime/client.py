@@ -31,6 +31,31 @@ class ControllerLost(ConnectionError):
     """The connection to the controller broke."""
 
 
+class HelloRefused(ControllerLost):
+    """The controller answered the ``hello`` with something else than ``welcome``: ``reply`` is
+    its answer (``stop`` for a stranger or a bad token, ``error`` with ``code``
+    ``duplicate-host`` when this host's runtime is already connected), ``code`` its ``code``."""
+
+    def __init__(self, message: str, reply: dict | None):
+        super().__init__(message)
+        self.reply = reply or {}
+        self.code: str | None = self.reply.get("code")
+
+
+def local_rank(environ=None) -> int:
+    """This process's local rank on its host: ``LOCAL_RANK`` (torchrun sets it, also under
+    ``srun torchrun``), else ``SLURM_LOCALID`` (a task of ``srun`` without torchrun), else 0.
+    Raises ValueError for a value that is not a non-negative integer."""
+    env = os.environ if environ is None else environ
+    for name in ("LOCAL_RANK", "SLURM_LOCALID"):
+        raw = env.get(name)
+        if raw is not None and raw != "":
+            if not raw.isdigit():
+                raise ValueError(f"{name}={raw[:20]!r}: expected a non-negative integer")
+            return int(raw)
+    return 0
+
+
 def token_from_env(environ=None) -> str:
     """The run token: ``MFCTL_RUN_TOKEN`` if set, else the content of the file named by
     ``MFCTL_RUN_TOKEN_FILE`` (how ``mfctl run`` passes it: a 0600 file, never a command line),
@@ -58,11 +83,13 @@ class RuntimeClient:
     def from_env(cls, environ=None, **kw) -> "RuntimeClient | None":
         """The client for a process started by ``mfctl run`` (SSH or Slurm launch): controller
         from ``MFCTL_CONTROLLER``, host from ``MFCTL_HOST`` (else ``SLURMD_NODENAME``: Slurm
-        node names are the inventory's), token from :func:`token_from_env`. One client per host:
-        returns None in torchrun's other local ranks (``LOCAL_RANK`` ≠ 0). Raises KeyError
-        when ``MFCTL_CONTROLLER`` or the host is missing."""
+        node names are the inventory's), token from :func:`token_from_env`. One client per host
+        by contract (the controller refuses a second ``hello`` for a host): returns None in every
+        process but local rank 0 (:func:`local_rank`: torchrun's ``LOCAL_RANK``, else Slurm's
+        ``SLURM_LOCALID``); those ranks train without talking to the controller. Raises KeyError
+        when ``MFCTL_CONTROLLER`` or the host is missing, ValueError for a malformed local rank."""
         env = os.environ if environ is None else environ
-        if env.get("LOCAL_RANK", "0") != "0":
+        if local_rank(env) != 0:
             return None
         host = env.get("MFCTL_HOST") or env.get("SLURMD_NODENAME")
         if not host:
@@ -83,7 +110,11 @@ class RuntimeClient:
             raise ControllerLost(f"no welcome from controller: {e}") from e
         sock.settimeout(None)
         if not msg or msg.get("type") != "welcome":
-            raise ControllerLost(f"controller refused: {msg}")
+            why = (msg or {}).get("message") or (msg or {}).get("reason") or "closed without a welcome"
+            code = f" ({msg['code']})" if msg and msg.get("code") else ""
+            self.close()
+            raise HelloRefused(f"controller {self.addr[0]}:{self.addr[1]} refused the hello for {self.host}: "
+                               f"{why}{code}", msg)
         threading.Thread(target=self._reader, daemon=True, name="rt-reader").start()
         return msg
 

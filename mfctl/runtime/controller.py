@@ -17,8 +17,11 @@ ever produces an event. Before that a connection is a stranger's:
   address and the claimed host name (sanitized, at most 64 characters; at most
   :data:`REFUSALS_LOGGED` warnings per minute). It produces no event: the run goes on.
 
-A second ``hello`` with the right token for a host that is already connected is refused the
-same way (the first connection stays; the protocol has no reconnect), with a warning.
+A second ``hello`` with the right token for a host that is already connected is a protocol error
+(:class:`~mfctl.runtime.protocol.DuplicateHost`): it is answered ``error`` with ``code``
+``duplicate-host``, closed and logged like a refusal, and produces no event; the first connection
+stays (the protocol has no reconnect). One runtime client per host is the contract: under
+torchrun only local rank 0 connects (:meth:`mfctl.runtime.client.RuntimeClient.from_env`).
 Authenticated lines are bounded by :data:`mfctl.runtime.protocol.MAX_LINE`.
 """
 
@@ -34,7 +37,7 @@ import time
 from collections import OrderedDict
 from typing import Callable
 
-from mfctl.runtime.protocol import MAX_LINE, Connection, ProtocolError
+from mfctl.runtime.protocol import MAX_LINE, Connection, DuplicateHost, ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +135,7 @@ class Controller:
                     break
         except ProtocolError as e:
             log.warning("runtime worker %s: protocol error: %s", host, e)
-            _send_quietly(conn, {"type": "error", "message": f"protocol error: {e}"})
+            _send_quietly(conn, e.message())
         except OSError as e:
             log.warning("runtime worker %s: %s", host, e)
         finally:
@@ -150,7 +153,7 @@ class Controller:
             return conn.recv(max_line=HELLO_MAX, deadline=time.monotonic() + HELLO_TIMEOUT_S)
         except ProtocolError as e:
             self._refused(peer, f"protocol error: {e}")
-            _send_quietly(conn, {"type": "error", "message": f"protocol error: {e}"})
+            _send_quietly(conn, e.message())
         except OSError as e:  # the deadline, a reset, or dropped for a newer connection
             why = f"no complete hello within {HELLO_TIMEOUT_S:g} s" if isinstance(e, TimeoutError) else str(e)
             self._refused(peer, why or "connection closed")
@@ -160,8 +163,9 @@ class Controller:
         return None
 
     def _admit(self, conn: Connection, peer, hello: dict) -> str | None:
-        """The host a ``hello`` is for, registered as connected; None (refused, told ``stop``) for
-        a stranger, a bad token, or a host whose runtime is already connected (the first stays)."""
+        """The host a ``hello`` is for, registered as connected; None (refused) for a stranger or a
+        bad token (told ``stop``), or a host whose runtime is already connected (told ``error``
+        ``duplicate-host``; the first stays)."""
         claimed = hello.get("host")
         token = hello.get("token")
         ok = (hello.get("type") == "hello" and isinstance(claimed, str) and claimed in self.expected
@@ -175,8 +179,10 @@ class Controller:
             if not taken:
                 self.workers[claimed] = conn
         if taken:
-            self._refused(peer, "that host's runtime is already connected (the first connection stays)", claimed)
-            _send_quietly(conn, {"type": "stop", "reason": f"a runtime for {claimed} is already connected"})
+            err = DuplicateHost(f"a runtime for {claimed} is already connected (one runtime client per host: "
+                                "torchrun's local rank 0); the first connection stays")
+            self._refused(peer, f"protocol error ({err.code}): {err}", claimed)
+            _send_quietly(conn, err.message())
             return None
         return claimed
 

@@ -4,6 +4,10 @@ Every message is one JSON object on one line with a ``type`` and the protocol ve
 ``v``. Worker → controller: ``hello``, ``traffic``, ``iteration``, ``paused``,
 ``resume``, ``log``, ``error``, ``bye``. Controller → worker: ``welcome``, ``propose``,
 ``applied``, ``routes``, ``stop``, ``error``.
+
+An ``error`` may carry a ``code`` naming the refusal, so that a peer can tell one from another
+without reading the text: :data:`DUPLICATE_HOST` (a second ``hello`` for a host whose runtime is
+already connected: one runtime client per host, torchrun's local rank 0).
 """
 
 from __future__ import annotations
@@ -22,8 +26,26 @@ WORKER_TYPES = {"hello", "traffic", "iteration", "paused", "resume", "log", "err
 CONTROLLER_TYPES = {"welcome", "propose", "applied", "routes", "stop", "error"}
 
 
+#: ``error.code`` of the refusal of a second ``hello`` for a host that is already connected
+DUPLICATE_HOST = "duplicate-host"
+
+
 class ProtocolError(Exception):
-    """A peer sent something that is not a valid protocol-v1 message."""
+    """A peer sent something that is not a valid protocol-v1 message, or a message the protocol
+    forbids at that point. ``code``: the ``error`` message's ``code`` that says so (or None)."""
+
+    code: str | None = None
+
+    def message(self) -> dict:
+        """The ``error`` message that tells the peer."""
+        return {"type": "error", "message": f"protocol error: {self}", **({"code": self.code} if self.code else {})}
+
+
+class DuplicateHost(ProtocolError):
+    """A ``hello`` (right token) for a host whose runtime is already connected. The protocol has
+    one runtime connection per host and no reconnect: the second is refused, the first stays."""
+
+    code = DUPLICATE_HOST
 
 
 def encode(msg: dict) -> bytes:
