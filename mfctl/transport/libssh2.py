@@ -6,12 +6,16 @@ long-lived interactive sessions (runtime launch with a pty, log following, the O
 libssh2 does the handshake in C with the GIL released, so 128 hosts connect in parallel
 threads at a fraction of paramiko's CPU cost (``benchmarks/fanout.py``).
 
-The security rules are those of :mod:`mfctl.transport.ssh`: the host key libssh2 got in the
-key exchange (type and blob) is judged by :class:`mfctl.transport.hostkeys.HostKeyPolicy`
-against the inventory's ``known_hosts`` (plain, hashed and ``[host]:port`` entries); ``strict``
-refuses an unknown host, ``accept-new`` records a first-seen key and still refuses a changed one;
-authentication by key file, SSH agent, or a
-password handed in by the caller from the environment.
+The security rules are those of :mod:`mfctl.transport.ssh`: libssh2 is told to ask first for the
+host-key algorithms of the key types known_hosts lists for the host (``method_pref``; libssh2's
+own order puts ecdsa first, so a host known by ed25519 or rsa only would show a key the file does
+not hold), and the key it got in the key exchange is judged by
+:class:`mfctl.transport.hostkeys.HostKeyPolicy` (OpenSSH's rules: plain, hashed, wildcard and
+``[host]:port`` entries, ``@revoked``; ``strict`` refuses an unknown host, ``accept-new`` records a
+first-seen key; a key the file does not hold for a known host is CHANGED under both);
+authentication by key file, SSH agent, or a password handed in by the caller from the environment.
+Every failure is an :class:`~mfctl.errors.UnreachableError` naming the host, its address:port and
+what happened (:func:`handshake_failure`, :func:`auth_failure`, :func:`command_failure`).
 
 Every call is bounded: ``connect_timeout`` (s) for TCP, handshake and authentication;
 ``timeout`` (s) for a command from start to exit status.
@@ -19,9 +23,12 @@ Every call is bounded: ``connect_timeout`` (s) for TCP, handshake and authentica
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import select
 import socket
+import struct
 import threading
 import time
 from pathlib import Path
@@ -31,7 +38,7 @@ from ssh2 import session as S
 from ssh2.error_codes import LIBSSH2_ERROR_EAGAIN
 
 from mfctl.errors import UnreachableError
-from mfctl.transport.hostkeys import HostKeyPolicy
+from mfctl.transport.hostkeys import HostKeyPolicy, algorithm_preference
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +71,8 @@ class ExecSession:
         self._abort: threading.Event | None = None  # run()'s: once set, its command ends (CommandAborted) in ~50 ms
         self._close_after_run = False  # close() came while a command ran: run() closes when it is done
         t = target
+        policy = HostKeyPolicy.of(t)
+        known = policy.known_types(t.address, t.port, host=t.name)  # (an unreadable file: refused before any socket)
         try:
             # the address as bytes: inventory addresses are ASCII (an IP or a host name, checked by the
             # schema); a str would be encoded with the idna codec, whose first import is ~7 ms of a cold start
@@ -76,29 +85,32 @@ class ExecSession:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.session = S.Session()
         self.session.set_timeout(int(connect_timeout * 1000))
+        self.session.method_pref(S.LIBSSH2_METHOD_HOSTKEY, ",".join(
+            algorithm_preference(self.session.supported_algs(S.LIBSSH2_METHOD_HOSTKEY), known)))
+        stage = "handshake"
         try:
             self.session.handshake(self.sock)
-            self._check_host_key()
+            self._check_host_key(policy)
+            stage = "auth"
             self._authenticate()
         except UnreachableError:
             self.close()
             raise
         except E.Timeout as e:
             self.close()
-            raise UnreachableError(f"{t.name}: SSH to {t.address}:{t.port} timed out after {connect_timeout:g} s") from e
+            raise UnreachableError(f"{t.name}: SSH to {t.address}:{t.port} timed out after {connect_timeout:g} s "
+                                   f"({'in the key exchange' if stage == 'handshake' else 'authenticating'})") from e
         except (E.SSH2Error, OSError) as e:
+            why = handshake_failure(e, _last_error(self.session)) if stage == "handshake" else auth_failure(e, t)
             self.close()
-            raise UnreachableError(f"{t.name}: SSH to {t.address}:{t.port} failed: {_describe(e)}") from e
+            raise UnreachableError(f"{t.name}: SSH to {t.address}:{t.port} failed: {why}") from e
 
     # --- connection -------------------------------------------------------------------------
-    def _check_host_key(self) -> None:
+    def _check_host_key(self, policy: HostKeyPolicy) -> None:
         """The server's key, judged by the one host-key policy (:mod:`mfctl.transport.hostkeys`)."""
         t = self.target
         key, ktype = self.session.hostkey()
-        name = _KEYTYPES.get(ktype)
-        if name is None:
-            raise UnreachableError(f"{t.name}: unsupported host key type {ktype}")
-        HostKeyPolicy.of(t).check(t.name, t.address, t.port, name, key)
+        policy.check(t.name, t.address, t.port, _KEYTYPES.get(ktype, f"libssh2 key type {ktype}"), key)
 
     def _authenticate(self) -> None:
         t = self.target
@@ -113,13 +125,13 @@ class ExecSession:
                 self.session.userauth_publickey_fromfile(t.user, str(key))
             except (E.FileError, E.PublicKeyInitError) as e:
                 raise UnreachableError(f"{t.name}: SSH key {key} could not be used ({_describe(e)}): a damaged key, or "
-                                       "one with a passphrase (mfctl never asks: load it into the SSH agent)") from e
+                                       f"one of a type libssh2 cannot read ({_last_error(self.session) or 'no detail'})") from e
         elif t.agent:
             self.session.agent_auth(t.user)
         else:
             raise UnreachableError(f"{t.name}: no way to authenticate (no key file, agent or password)")
         if not self.session.userauth_authenticated():
-            raise UnreachableError(f"{t.name}: authentication as {t.user} failed")
+            raise UnreachableError(f"{t.name}: SSH to {t.address}:{t.port} failed: {auth_refused(t)}")
 
     # --- commands ---------------------------------------------------------------------------
     def _wait(self, deadline: float) -> None:
@@ -251,16 +263,106 @@ _WHAT = {"SocketRecvError": "the server closed the connection", "SocketDisconnec
 
 
 def key_file_problem(path: str | Path) -> str | None:
-    """Why ``path`` cannot be an SSH private key (unreadable, not PEM/OpenSSH), or None.
-    Reads 64 bytes, never the whole file (a device, a huge file)."""
+    """Why ``path`` cannot be an SSH private key (unreadable, not PEM/OpenSSH, protected by a
+    passphrase), or None. Reads 1 KiB, never the whole file (a device, a huge file)."""
     try:
         with open(Path(path).expanduser(), "rb") as f:
-            head = f.read(64)
+            head = f.read(1024)
     except OSError as e:
         return f"cannot load SSH key {path}: {e.strerror or e}"
     if b"PRIVATE KEY-----" not in head:
         return f"SSH key {path} is not a PEM/OpenSSH private key file"
+    if _encrypted(head):
+        return (f"SSH key {path} is protected by a passphrase, and mfctl never asks for one: load it into the SSH "
+                f"agent (ssh-add {path}) and remove key_file (the agent is used when no key_file is set)")
     return None
+
+
+_OPENSSH_BEGIN = b"-----BEGIN OPENSSH PRIVATE KEY-----"
+_OPENSSH_MAGIC = b"openssh-key-v1\0"
+
+
+def _encrypted(head: bytes) -> bool:
+    """Whether a private key file's first bytes say it is encrypted: PEM ``Proc-Type: 4,ENCRYPTED``
+    or PKCS#8 ``BEGIN ENCRYPTED PRIVATE KEY``; OpenSSH's format (PROTOCOL.key): magic, then the
+    cipher name, ``none`` when unencrypted."""
+    if b"ENCRYPTED" in head.split(b"-----END", 1)[0]:
+        return True
+    if _OPENSSH_BEGIN not in head:
+        return False
+    b64 = b"".join(head.split(_OPENSSH_BEGIN, 1)[1].split(b"-----", 1)[0].split())
+    try:
+        raw = base64.b64decode(b64[:len(b64) // 4 * 4])
+    except (binascii.Error, ValueError):
+        return False
+    if not raw.startswith(_OPENSSH_MAGIC) or len(raw) < len(_OPENSSH_MAGIC) + 4:
+        return False
+    (n,) = struct.unpack(">I", raw[len(_OPENSSH_MAGIC):len(_OPENSSH_MAGIC) + 4])
+    cipher = raw[len(_OPENSSH_MAGIC) + 4:len(_OPENSSH_MAGIC) + 4 + n]
+    return cipher != b"none"
+
+
+def _last_error(session) -> str:
+    """libssh2's own words for its last error (``Failed getting banner``…), or ``""``."""
+    try:
+        return session.last_error() or ""
+    except Exception:  # noqa: BLE001 - a diagnostic only; ssh2-python may raise on a torn-down session
+        return ""
+
+
+#: what a failed key exchange means, in the words both SSH stacks use (paramiko's in ssh.connect)
+CLOSED_BEFORE_BANNER = ("the server closed the connection before sending its SSH banner (sshd refusing more "
+                        "unauthenticated connections: MaxStartups; or no SSH server on that port)")
+CLOSED_IN_KEX = ("the server closed the connection during the key exchange, after its SSH banner (sshd's "
+                 "MaxStartups or a firewall, or a server that refused this client)")
+NO_COMMON_ALGORITHM = "key exchange failed: the server and mfctl have no algorithm in common"
+
+
+def handshake_failure(e: BaseException, last_error: str = "") -> str:
+    """What a libssh2 handshake failure means (``last_error``: :func:`_last_error` of its session)."""
+    if "banner" in last_error.lower():
+        return CLOSED_BEFORE_BANNER
+    if isinstance(e, E.KexFailureError) or "no suitable" in last_error.lower() or "agree" in last_error.lower():
+        return f"{NO_COMMON_ALGORITHM} ({last_error})" if last_error else NO_COMMON_ALGORITHM
+    if isinstance(e, (E.SocketRecvError, E.SocketDisconnectError, ConnectionError)) or (
+            type(e) is E.SSH2Error and "exchange" in last_error.lower()):
+        return CLOSED_IN_KEX
+    return _describe(e) + (f" ({last_error})" if last_error and last_error not in str(e) else "")
+
+
+def auth_refused(t) -> str:
+    """The server said no to every credential offered (both stacks' words)."""
+    if t.password:
+        return f"authentication as {t.user} refused: the server does not accept the password"
+    how = f"the key {t.key_file}" if t.key_file else "the SSH agent's keys (ssh-add -l lists them)"
+    return f"authentication as {t.user} refused: the server accepts none of {how}; is the public key in its authorized_keys?"
+
+
+def no_agent(t) -> str:
+    return (f"no credential to offer for {t.user}: no SSH agent with a key answers (SSH_AUTH_SOCK unset, its agent "
+            "gone, or ssh-add -l lists no key) and the inventory names no key_file for this host")
+
+
+def auth_failure(e: BaseException, t) -> str:
+    """What a libssh2 authentication failure means for target ``t``."""
+    if isinstance(e, E.AgentConnectionError):
+        return no_agent(t)
+    if isinstance(e, (E.AgentAuthenticationError, E.AgentListIdentitiesError, E.AgentGetIdentityError)):
+        return auth_refused(t) if t.agent and not t.key_file else _describe(e)
+    if isinstance(e, (E.AuthenticationError, E.PublickeyUnverifiedError)):
+        return auth_refused(t)
+    if isinstance(e, (E.SocketRecvError, E.SocketDisconnectError, E.SocketSendError)):
+        return "the server closed the connection while mfctl authenticated"
+    return _describe(e)
+
+
+def command_failure(e: BaseException, endpoint: str) -> str:
+    """A session that broke while a command ran, in a result's words (``SSH error: …``): the
+    command's outcome is unknown (it may have run, or still run on the host)."""
+    if isinstance(e, (E.SocketRecvError, E.SocketDisconnectError, E.SocketSendError, ConnectionError)):
+        return (f"SSH error: the connection to {endpoint} was lost while the command ran (the server closed it: "
+                "its sshd session ended, sshd restarted, or the host went down); the command's outcome is unknown")
+    return f"SSH error on {endpoint} while the command ran: {_describe(e)}"
 
 
 def _describe(e: Exception) -> str:

@@ -1,11 +1,15 @@
 """SSH to hosts and devices: strict host keys, timeouts, pooling, fan-out (paramiko for
 interactive sessions, libssh2 for commands: :class:`SSHPool`).
 
-Host keys are checked against the inventory's ``known_hosts`` file by one policy for both stacks
-(:mod:`mfctl.transport.hostkeys`): ``strict`` by default (unknown host → :class:`UnreachableError`);
-``accept-new`` records a key seen for the first time and still rejects a *changed* key (like
-OpenSSH's ``StrictHostKeyChecking=accept-new``). Authentication: a key file or the SSH agent, or a
-password passed in by the caller from the environment — never from an inventory.
+Host keys are checked against the inventory's ``known_hosts`` file by one policy for both stacks,
+with OpenSSH's rules (:mod:`mfctl.transport.hostkeys`): both stacks ask first for the key types the
+host is known by; ``strict`` by default (unknown host → :class:`UnreachableError`); ``accept-new``
+records a key seen for the first time (like OpenSSH's ``StrictHostKeyChecking=accept-new``); under
+both, a key the file does not hold for a known host — of any type — is CHANGED, a ``@revoked`` key
+is refused, a host vouched for only by ``@cert-authority`` is refused (no host certificates).
+Authentication: a key file or the SSH agent, or a password passed in by the caller from the
+environment — never from an inventory. Failures name host, address:port and what happened, in
+the same words on both stacks (:mod:`mfctl.transport.libssh2`).
 """
 
 from __future__ import annotations
@@ -51,50 +55,71 @@ class SSHTarget:
     host_key_policy: str = "strict"
 
 
+_PARAMIKO_LOG = "mfctl.transport.paramiko"  # paramiko's transport logs here: its warnings and errors, not its chatter
+logging.getLogger(_PARAMIKO_LOG).setLevel(logging.WARNING)
+
 _PKEY_CACHE: dict[str, "paramiko.PKey"] = {}
 _PKEY_LOCK = threading.Lock()
 
 
-def _private_key(path: str) -> paramiko.PKey:
+def _private_key(path: str, host: str) -> paramiko.PKey:
     """Load a private key file once per process (any type paramiko knows). Encrypted keys
-    belong in the SSH agent: mfctl never asks for a passphrase."""
+    belong in the SSH agent: mfctl never asks for a passphrase (the same words as on the command
+    path: :func:`~mfctl.transport.libssh2.key_file_problem`)."""
     import paramiko
+
+    from mfctl.transport.libssh2 import key_file_problem
 
     p = str(Path(path).expanduser())
     with _PKEY_LOCK:
         if p not in _PKEY_CACHE:
+            problem = key_file_problem(p)
+            if problem:
+                raise UnreachableError(f"{host}: {problem}")
             try:
                 _PKEY_CACHE[p] = paramiko.PKey.from_path(p)
+            except TypeError as e:  # cryptography: "Key is password-protected, but password was not provided."
+                raise UnreachableError(f"{host}: SSH key {p} is protected by a passphrase, and mfctl never asks for "
+                                       "one: load it into the SSH agent and remove key_file") from e
             except (OSError, paramiko.SSHException, ValueError) as e:
-                raise UnreachableError(f"cannot load SSH key {p}: {e}") from e
+                raise UnreachableError(f"{host}: cannot load SSH key {p}: {e}") from e
         return _PKEY_CACHE[p]
 
 
 def connect(target: SSHTarget, timeout: float) -> paramiko.SSHClient:
-    """Open an authenticated SSH connection. Raises UnreachableError (exit 4). The host key is
-    judged by :class:`~mfctl.transport.hostkeys.HostKeyPolicy`, as on the command path."""
+    """Open an authenticated SSH connection. Raises UnreachableError (exit 4) naming the host, its
+    address:port and what happened, in the command path's words (:mod:`mfctl.transport.libssh2`).
+    The host-key algorithms of the key types known_hosts lists for the host are asked for first,
+    and the key is judged by :class:`~mfctl.transport.hostkeys.HostKeyPolicy`, as on the command path."""
     import paramiko
 
-    from mfctl.transport.hostkeys import HostKeyPolicy
+    from mfctl.transport.hostkeys import HostKeyPolicy, algorithm_preference
 
     policy = HostKeyPolicy.of(target)
-    client = paramiko.SSHClient()  # knows no key itself: every key goes to the policy
+    client = paramiko.SSHClient()  # knows no key itself (never loads a known_hosts): every key goes to the policy
     client.set_missing_host_key_policy(_judge(policy, target))
     # read (and refused when unreadable) before any socket is opened
     known = policy.known_types(target.address, target.port, host=target.name)
-    pkey = _private_key(target.key_file) if target.key_file else None
+    pkey = _private_key(target.key_file, target.name) if target.key_file else None
+    made: list[paramiko.Transport] = []
 
     def transport(sock, **kw) -> paramiko.Transport:
         t = paramiko.Transport(sock, **kw)
-        if known:  # ask for a key type the host is known by first (paramiko's own habit with known keys)
-            opts = t.get_security_options()
-            first = [k for k in opts.key_types if k in known or ("ssh-rsa" in known and k.startswith("rsa-sha2-"))]
-            opts.key_types = first + [k for k in opts.key_types if k not in first]
+        t.set_log_channel(_PARAMIKO_LOG)  # into mfctl's log file, not onto the terminal (a traceback per failure)
+        opts = t.get_security_options()
+        opts.key_types = algorithm_preference(opts.key_types, known)
+        made.append(t)
         return t
 
+    where = f"{target.address}:{target.port}"
     try:
         sock = socket.create_connection((target.address, target.port), timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except (socket.timeout, TimeoutError) as e:
+        raise UnreachableError(f"{target.name}: connect to {where} timed out after {timeout:g} s") from e
+    except OSError as e:
+        raise UnreachableError(f"{target.name}: cannot connect to {where}: {e.strerror or e}") from e
+    try:
         client.connect(
             target.address,
             sock=sock,
@@ -113,16 +138,36 @@ def connect(target: SSHTarget, timeout: float) -> paramiko.SSHClient:
     except UnreachableError:  # the host key policy's verdict
         client.close()
         raise
-    except paramiko.SSHException as e:
+    except (paramiko.SSHException, EOFError, OSError) as e:
+        in_kex = not made or made[0].host_key is None
         client.close()
-        raise UnreachableError(f"{target.name}: SSH to {target.address}:{target.port} failed: {e}") from e
-    except (socket.timeout, TimeoutError) as e:
-        client.close()
-        raise UnreachableError(f"{target.name}: connect to {target.address}:{target.port} timed out after {timeout:g} s") from e
-    except OSError as e:
-        client.close()
-        raise UnreachableError(f"{target.name}: cannot connect to {target.address}:{target.port}: {e.strerror or e}") from e
+        raise UnreachableError(f"{target.name}: SSH to {where} "
+                               f"{_paramiko_failure(e, target, in_kex, timeout)}") from e
     return client
+
+
+def _paramiko_failure(e: BaseException, target: SSHTarget, in_kex: bool, timeout: float) -> str:
+    """What a paramiko connect failure means, after ``SSH to ADDRESS:PORT`` (libssh2's words)."""
+    import paramiko
+
+    from mfctl.transport import libssh2 as L
+
+    text, cause = str(e), e.__context__
+    if isinstance(e, (socket.timeout, TimeoutError)) or isinstance(cause, (socket.timeout, TimeoutError)):
+        return f"timed out after {timeout:g} s ({'in the key exchange' if in_kex else 'authenticating'})"
+    if isinstance(e, paramiko.BadAuthenticationType):
+        return f"failed: the server does not take a key for {target.user} (it allows only: {', '.join(e.allowed_types)})"
+    if isinstance(e, paramiko.AuthenticationException):
+        return f"failed: {L.auth_refused(target)}"
+    if text == "No authentication methods available":
+        return f"failed: {L.no_agent(target)}"
+    if text.startswith("Error reading SSH protocol banner") or text.startswith("Indecipherable protocol version"):
+        return f"failed: {L.CLOSED_BEFORE_BANNER}"
+    if text.startswith(("Incompatible ssh", "Incompatible version")):
+        return f"failed: {L.NO_COMMON_ALGORITHM} ({text})"
+    if isinstance(e, (EOFError, ConnectionError)) or text in ("No existing session", "SSH session not active"):
+        return f"failed: {L.CLOSED_IN_KEX if in_kex else 'the server closed the connection while mfctl authenticated'}"
+    return f"failed: {text or type(e).__name__}"
 
 
 def _judge(policy, target: SSHTarget):
@@ -237,7 +282,7 @@ class SSHPool:
         (error ``interrupted``). Never raises for remote failures: they are in the result."""
         from ssh2.exceptions import SSH2Error
 
-        from mfctl.transport.libssh2 import CommandAborted, CommandTimeout
+        from mfctl.transport.libssh2 import CommandAborted, CommandTimeout, command_failure
 
         t0 = time.monotonic()
         t = self.targets[host]
@@ -259,7 +304,7 @@ class SSHPool:
             res.error = "interrupted: the command was abandoned"
             self._drop_exec(host)
         except (SSH2Error, OSError) as e:
-            res.error = f"SSH error: {str(e) or type(e).__name__}"
+            res.error = command_failure(e, res.endpoint)
             self._drop_exec(host)
         res.elapsed_s = time.monotonic() - t0
         return res

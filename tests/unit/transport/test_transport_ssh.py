@@ -207,12 +207,10 @@ def test_errors_lose_their_own_endpoint_to_fold():
 
 def test_both_stacks_give_the_one_policys_verdicts_and_texts(server, tmp_path):
     """paramiko (interactive sessions) and libssh2 (commands) ask the same HostKeyPolicy: the same
-    words for an unknown and for a changed key; a host filed only under another key type is
-    unknown to both (OpenSSH's rule), so accept-new records the offered key beside it."""
+    words for an unknown and for a changed key; a host filed only under another key type shows its
+    key of another type, and that is CHANGED for both (OpenSSH's rule), never recorded by accept-new."""
     srv, target, _, hk = server
-    rsa = paramiko.RSAKey.generate(1024)
     kh = tmp_path / "kh_types"
-    kh.write_text(f"[127.0.0.1]:{srv.port} ssh-rsa {rsa.get_base64()}\n")
     target.known_hosts = str(kh)
     with pytest.raises(UnreachableError) as e:
         connect(target, timeout=3)
@@ -220,16 +218,19 @@ def test_both_stacks_give_the_one_policys_verdicts_and_texts(server, tmp_path):
         r = pool.run("h1", ["echo", "x"])
     assert str(e.value) == f"h1: {r.error}" == (f"h1: host key of [127.0.0.1]:{srv.port} is not in {kh} "
                                                 "(add it, or set host_key_policy: accept-new)")
-    target.host_key_policy = "accept-new"
-    connect(target, timeout=3).close()
-    assert kh.read_text().splitlines()[1] == f"[127.0.0.1]:{srv.port} {hk.get_name()} {hk.get_base64()}"
-    other = paramiko.ECDSAKey.generate(bits=256)
-    kh.write_text(f"[127.0.0.1]:{srv.port} {other.get_name()} {other.get_base64()}\n")
-    with pytest.raises(UnreachableError) as e:
-        connect(target, timeout=3)
-    with SSHPool([target]) as pool:
-        r = pool.run("h1", ["echo", "x"])
-    assert str(e.value) == f"h1: {r.error}" == f"h1: host key CHANGED for 127.0.0.1:{srv.port} — refusing to connect"
+    rsa = paramiko.RSAKey.generate(1024)
+    kh.write_text(f"[127.0.0.1]:{srv.port} ssh-rsa {rsa.get_base64()}\n")
+    for policy in ("strict", "accept-new"):
+        target.host_key_policy = policy
+        with pytest.raises(UnreachableError) as e:
+            connect(target, timeout=3)
+        with SSHPool([target]) as pool:
+            r = pool.run("h1", ["echo", "x"])
+        assert str(e.value) == f"h1: {r.error}" == (
+            f"h1: host key CHANGED for 127.0.0.1:{srv.port} — refusing to connect: it offered its ECDSA key, and {kh} "
+            f"lists another for [127.0.0.1]:{srv.port} (RSA); an impostor, or a reinstalled host: check it, then "
+            f"ssh-keygen -f {kh} -R '[127.0.0.1]:{srv.port}'")
+    assert kh.read_text() == f"[127.0.0.1]:{srv.port} ssh-rsa {rsa.get_base64()}\n"
 
 
 def test_an_unreadable_known_hosts_is_the_hosts_failure_on_both_stacks(server, tmp_path):
