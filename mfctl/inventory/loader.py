@@ -166,6 +166,12 @@ def cross_check(inv: Inventory) -> list[tuple[Loc, str]]:
         if h.name in names:
             problems.append((("hosts", hi, "name"), f"duplicate host name {h.name!r} (also hosts[{names[h.name]}])"))
         names.setdefault(h.name, hi)
+    logins: set[str] = set()
+    for li, lh in enumerate(inv.login_hosts):
+        if lh.name in names or lh.name in logins:
+            problems.append((("login_hosts", li, "name"), f"duplicate host name {lh.name!r} (a login host is not a "
+                                                         "GPU host, and each is named once)"))
+        logins.add(lh.name)
     size = inv.ocs.size
     used: dict[int, str] = {}
     for hi, h in enumerate(inv.hosts):

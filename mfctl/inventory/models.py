@@ -110,6 +110,16 @@ class Host(_Strict):
         return [n for n in self.nics if n.role == "eps"]
 
 
+class LoginHost(_Strict):
+    """A host that is not a GPU server: a cluster's login (submit) node, named by a playbook's
+    ``runtime.slurm.submit_host``. Only reached over SSH to run the scheduler's client commands
+    (``sbatch``/``scontrol``/``scancel``) — never health-swept, link-polled or given a task."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    ssh: SSHEndpoint
+    description: str = ""
+
+
 class SerialTransport(_Strict):
     kind: Literal["serial"]
     device: str = Field(description="Device path or pyserial URL (socket://, rfc2217://)")
@@ -227,6 +237,8 @@ class Inventory(_Strict):
     description: str = ""
     ssh: SSHDefaults = SSHDefaults()
     hosts: list[Host] = Field(min_length=1)
+    login_hosts: list[LoginHost] = Field(default_factory=list, description="login/submit nodes that are not "
+                                         "GPU servers (runtime.slurm.submit_host may name one)")
     ocs: OCS
     eps: EPS
     regions: list[Region] = Field(min_length=1)
@@ -236,6 +248,12 @@ class Inventory(_Strict):
 
     def host(self, name: str) -> Host:
         for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+    def login_host(self, name: str) -> LoginHost:
+        for h in self.login_hosts:
             if h.name == name:
                 return h
         raise KeyError(name)

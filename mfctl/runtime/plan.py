@@ -147,8 +147,10 @@ def _check_fit(pb: Playbook, inv, trace: RoutingTrace) -> int:
     if pb.mock.crash_host and pb.mock.crash_host not in names:
         raise ConfigError(f"mock.crash_host {pb.mock.crash_host!r} is not in the inventory", path=pb.source)
     sh = pb.runtime.slurm.submit_host
-    if pb.runtime.launcher == "slurm" and sh and sh not in names:
-        raise ConfigError(f"runtime.slurm.submit_host {sh!r} is not in the inventory", path=pb.source)
+    if pb.runtime.launcher == "slurm" and sh and sh not in names | {lh.name for lh in inv.login_hosts}:
+        raise ConfigError(f"runtime.slurm.submit_host {sh!r} is not in the inventory (neither a host nor one of "
+                          "its login_hosts)",
+                          path=pb.source)
     return gps
 
 

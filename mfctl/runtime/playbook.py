@@ -84,7 +84,8 @@ class SlurmSpec(_S):
     partition: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
     account: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
     time_limit: str = Field("04:00:00", pattern=r"^(\d+-)?\d{1,2}:\d{2}:\d{2}$")
-    submit_host: str | None = Field(None, description="inventory host that runs sbatch/squeue/scancel (default: the first)")
+    submit_host: str | None = Field(None, description="host that runs sbatch/scontrol/scancel: a GPU host or one "
+                             "of the inventory's login_hosts (default: the first GPU host)")
     output_dir: str = Field("mfctl-runs", pattern=r"^[A-Za-z0-9_./~-]+$",
                             description="job output directory on the cluster's shared filesystem (relative: to the "
                                         "submit host's home)")

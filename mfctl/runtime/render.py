@@ -21,6 +21,9 @@ import shlex
 from dataclasses import dataclass
 
 TOKEN_ENV, TOKEN_FILE_ENV = "MFCTL_RUN_TOKEN", "MFCTL_RUN_TOKEN_FILE"
+#: each Slurm task's first line: ``mfctl-task: $SLURM_PROCID $SLURMD_NODENAME`` (which node ran
+#: which task id, as Slurm says: :meth:`mfctl.runtime.slurm.SlurmLaunch.host_of_task`)
+TASK_MARK = "mfctl-task:"
 REDACTED = "<redacted>"
 
 
@@ -143,9 +146,14 @@ def render_slurm(pb, inv, controller: str, token: str, run_id: str) -> str:
               '# (never in this file, a command line or the environment)',
               f'export {TOKEN_FILE_ENV}="${{{TOKEN_FILE_ENV}:?set by mfctl}}"',
               'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-              '# every task: MFCTL_HOST is unset, the runtime client uses $SLURMD_NODENAME (= the inventory name)',
-              " ".join(["srun", "--label", "--kill-on-bad-exit=1", "torchrun", "--nnodes", str(len(inv.hosts)),
+              '# the rendezvous host by the address Slurm reaches it on (NodeAddr; the node name need not resolve)',
+              'head_addr=$(scontrol -o show node "$head" | sed -n \'s/.* NodeAddr=\\([^ ]*\\).*/\\1/p\') || head_addr=',
+              '# every task: MFCTL_HOST is unset, the runtime client uses $SLURMD_NODENAME (= the inventory name);',
+              '# its first line names its node, so mfctl files its output under the host Slurm ran it on',
+              " ".join(["srun", "--label", "--kill-on-bad-exit=1", "sh", "-c",
+                        shlex.quote(f'echo "{TASK_MARK} $SLURM_PROCID $SLURMD_NODENAME"; exec "$@"'), "mfctl-task",
+                        "torchrun", "--nnodes", str(len(inv.hosts)),
                         "--nproc-per-node", str(rt.nproc_per_node), "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                        f'"$head:{rt.rdzv_port}"', "--rdzv-id", run_id,
+                        f'"${{head_addr:-$head}}:{rt.rdzv_port}"', "--rdzv-id", run_id,
                         *[shlex.quote(a) for a in [*_torchrun_script(rt), *_script_args(pb)]]])]
     return "\n".join(lines) + "\n"

@@ -7,12 +7,19 @@ The flow (``runtime.launcher: slurm``):
    ``sbatch --parsable`` runs on the submit host with the rendered script on stdin and the
    file's path as ``MFCTL_RUN_TOKEN_FILE`` in the submitting environment → the job id. The
    token itself is in no command line, script, environment or error message;
-2. ``squeue -h -j ID -o %T`` every ``poll_s`` for the state, ``sacct -n -P -X -j ID -o
-   State,ExitCode`` once the job has left the queue;
+2. ``scontrol -o show job ID`` every ``poll_s`` for ``JobState``, ``Reason``, ``ExitCode`` and
+   ``NodeList`` — the controller keeps a finished job for ``MinJobAge`` (300 s by default), with or
+   without accounting; ``squeue`` drops it at once and ``sacct`` exits 1 where accounting is
+   disabled. Only when the controller no longer knows the job is ``sacct -n -P -X -j ID -o
+   State,ExitCode`` asked; when neither knows it, the job is over with state ``UNKNOWN``;
 3. the job's output file (``srun --label``: every line starts with the task id) is followed
    with ``tail -F`` in a :class:`~mfctl.runtime.launcher.SessionLauncher` session (the raw output in
-   ``logs/slurm-<ID>.log``) and split per host into ``logs/<host>.log``; each line is passed
-   to ``on_line(host, line)`` (``"slurm"`` for the batch script's own lines);
+   ``logs/slurm-<ID>.log``) and split per host into ``logs/<host>.log``. A task id is mapped to
+   the node Slurm ran it on — each task's first line says ``mfctl-task: ID NODE`` (its
+   ``SLURM_PROCID`` and ``SLURMD_NODENAME``, :func:`~mfctl.runtime.render.render_slurm`), else
+   the job's ``NodeList`` in Slurm's order — never by the inventory's order. Each line is passed
+   to ``on_line(host, line)`` (``"slurm"`` for the batch script's own lines); srun's
+   ``srun: error: NODE: task I: …`` lines are kept as that host's worker error;
 4. :meth:`SlurmLaunch.stop` waits ``grace_s`` for the job to end by itself (the controller
    has said ``stop``), then ``scancel``\\ s it and waits until Slurm reports it ended.
 
@@ -21,6 +28,11 @@ The flow (``runtime.launcher: slurm``):
 ``wait_running`` waits while the job is queued (``runtime.slurm.queue_timeout_s``), ``workers``
 (host → :class:`~mfctl.runtime.launcher.Worker`, all done when the job ends, with its exit code),
 ``stop(grace_s)``.
+
+The submit host is a GPU host of the inventory or one of its ``login_hosts`` (a login node
+that is not a GPU server: the launcher opens an SSH pool of its own to it). A job that ends
+other than COMPLETED names its state in every worker's error (:func:`describe_end`: TIMEOUT,
+CANCELLED, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, …).
 """
 
 from __future__ import annotations
@@ -31,10 +43,12 @@ import threading
 import time
 from pathlib import Path
 
+from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
 from mfctl.errors import MfctlError, OperationFailed, ParseError
 from mfctl.runtime.launcher import SessionLauncher, Worker, remove_token_files, write_token
-from mfctl.runtime.render import TOKEN_FILE_ENV, redact, render_slurm, slurm_output
-from mfctl.transport.ssh import SSHPool
+from mfctl.runtime.render import TASK_MARK, TOKEN_FILE_ENV, redact, render_slurm, slurm_output
+from mfctl.transport.ssh import SSHPool, targets_from_data
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +56,26 @@ log = logging.getLogger(__name__)
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
 QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "RESIZING", "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED"}
+#: the state of a job neither the controller (past MinJobAge) nor accounting knows any more
+UNKNOWN = "UNKNOWN"
+#: wall seconds a job that was told to stop is given to end by itself at least: torchrun's exit
+#: barrier and shutdown took 2.2 s on 4 nodes here (real torch 2.13 under srun), then Slurm's
+#: epilog and one state poll follow
+END_GRACE_S = 8.0
+#: what an end state means (Slurm's job_state_codes man page, squeue(1) "JOB STATE CODES")
+END_MEANING = {
+    "FAILED": "a task or the batch script exited non-zero",
+    "CANCELLED": "cancelled (scancel, by mfctl or an operator)",
+    "TIMEOUT": "killed at its time limit",
+    "NODE_FAIL": "a node of the job failed",
+    "OUT_OF_MEMORY": "a task ran out of memory",
+    "PREEMPTED": "preempted by another job",
+    "BOOT_FAIL": "a node failed to boot",
+    "DEADLINE": "not run by its deadline",
+    "REVOKED": "revoked (federation)",
+    "SPECIAL_EXIT": "held after a special exit",
+    UNKNOWN: "no longer known to the controller (MinJobAge) and accounting is not available",
+}
 
 
 def parse_sbatch(text: str) -> int:
@@ -78,6 +112,34 @@ def parse_sacct(text: str) -> tuple[str, int, int]:
     raise ParseError("sacct", 1, "one accounting line for the job", "(nothing)")
 
 
+def parse_scontrol_job(text: str) -> dict[str, str]:
+    """``Key=value`` fields of ``scontrol -o show job ID`` (one line; a value ends where the next
+    `` Key=`` starts, so values with spaces survive). Raises ParseError without ``JobState``."""
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    fields = dict(re.findall(r"(?:^|\s)([A-Za-z][\w/:]*)=(.*?)(?=\s[A-Za-z][\w/:]*=|\s*$)", line.strip()))
+    if not re.fullmatch(r"[A-Z_]+", fields.get("JobState", "")):
+        raise ParseError("scontrol", 1, "'JobId=… JobState=STATE …' (scontrol -o show job ID)", line[:120])
+    return fields
+
+
+def parse_exit_code(text: str) -> tuple[int, int]:
+    """``(exit_code, signal)`` of Slurm's ``EXIT:SIGNAL`` (``ExitCode=0:15``). Raises ParseError."""
+    m = re.fullmatch(r"(\d+):(\d+)", text.strip())
+    if not m:
+        raise ParseError("scontrol", 1, "ExitCode=EXIT:SIGNAL", text[:40])
+    return int(m.group(1)), int(m.group(2))
+
+
+def describe_end(job_id: int | None, state: str | None, reason: str = "", time_limit: str = "") -> str:
+    """``Slurm job 12 TIMEOUT: killed at its time limit (00:01:00)``, for a worker's error."""
+    what = END_MEANING.get(state or "", "")
+    if state == "TIMEOUT" and time_limit:
+        what += f" ({time_limit})"
+    if reason and reason not in ("None", "(null)") and state not in ("TIMEOUT", "CANCELLED"):
+        what += f"; reason {reason}"
+    return f"Slurm job {job_id} {state or 'ended'}" + (f": {what}" if what else "")
+
+
 class SlurmLaunch:
     """One batch job: submit, follow its output and state, cancel. Every SSH call is bounded
     by the pool's timeouts; state polls happen in a background thread."""
@@ -98,6 +160,11 @@ class SlurmLaunch:
         self.state: str | None = None
         self.reason = ""
         self.exit_code: int | None = None
+        self.time_limit = ""  # as the controller says it (TimeLimit=00:01:00)
+        self.nodes: list[str] = []  # the job's nodes in Slurm's order (NodeList), once it has them
+        self.task_hosts: dict[int, str] = {}  # srun task id → the node it ran on (its mfctl-task line)
+        self.task_errors: dict[str, str] = {}  # node → srun's error line about its task
+        self._own_pool: SSHPool | None = None  # to a login host that is not a GPU host
         self._ended = threading.Event()
         self._follower: SessionLauncher | None = None
         self._tail: Worker | None = None  # the tail -F session
@@ -111,8 +178,12 @@ class SlurmLaunch:
         else the first host)."""
         hosts = [h.name for h in inv.hosts]
         sl = pb.runtime.slurm
-        self = cls(pool, sl.submit_host or hosts[0], hosts, run_dir / "logs", on_line=on_line, journal=journal,
-                   observer=observer)
+        submit = sl.submit_host or hosts[0]
+        own = None
+        if submit not in hosts and submit in {lh.name for lh in getattr(inv, "login_hosts", [])}:
+            own = login_pool(inv, submit, pool)
+        self = cls(own or pool, submit, hosts, run_dir / "logs", on_line=on_line, journal=journal, observer=observer)
+        self._own_pool = own
         self.pb, self.inv, self.run_dir, self.run_id = pb, inv, run_dir, run_id
         self.queue_timeout_s = sl.queue_timeout_s
         return self
@@ -177,23 +248,36 @@ class SlurmLaunch:
 
     # --- state ------------------------------------------------------------------------------
     def _query(self) -> str | None:
-        r = self.pool.run(self.submit_host, ["squeue", "-h", "-j", str(self.job_id), "-o", "%T %r"])
-        queued = None
-        if r.ok:
-            queued = parse_squeue_state(r.stdout)
-            if queued is not None and queued not in TERMINAL:
-                self.reason = r.stdout.split(None, 1)[1].strip() if len(r.stdout.split()) > 1 else ""
-                return queued
-        elif r.error:
+        """The job's state now: the controller's (``scontrol -o show job``), else accounting's."""
+        r = self.pool.run(self.submit_host, ["scontrol", "-o", "show", "job", str(self.job_id)])
+        if r.error:
             return self.state  # the submit host is unreachable for now: keep the last state
-        # gone from the queue (or listed as ended until MinJobAge): the exit code is in accounting
+        if r.ok and r.stdout.strip():
+            f = parse_scontrol_job(r.stdout)
+            st = f["JobState"]
+            self.reason = f.get("Reason", "")
+            self.time_limit = f.get("TimeLimit", self.time_limit)
+            nl = f.get("NodeList", "")
+            if nl and nl != "(null)" and not self.nodes:
+                try:
+                    self.nodes = list(NodeSet(nl))
+                except NodeSetParseError:
+                    log.warning("Slurm job %s: cannot read NodeList=%s", self.job_id, nl)
+            if st in TERMINAL and "ExitCode" in f:
+                code, sig = parse_exit_code(f["ExitCode"])
+                self.exit_code = code if not sig else 128 + sig
+            return st
+        # the controller does not know the job (any more): MinJobAge has passed; ask accounting
         acct = self.pool.run(self.submit_host, ["sacct", "-n", "-P", "-X", "-j", str(self.job_id), "-o", "State,ExitCode"])
         if acct.ok and acct.stdout.strip():
             st, code, sig = parse_sacct(acct.stdout)
             if st in TERMINAL:
                 self.exit_code = code if not sig else 128 + sig
             return st
-        return queued or self.state
+        if "Invalid job id" in r.stderr:
+            return UNKNOWN
+        log.warning("Slurm job %s: scontrol show job said %s", self.job_id, (r.stderr or r.stdout).strip()[:200])
+        return self.state
 
     def _poll(self) -> None:
         while not self._ended.is_set():
@@ -207,15 +291,17 @@ class SlurmLaunch:
                 if self.journal:
                     self.journal.append("runtime.slurm.state", job_id=self.job_id, state=st, exit_code=self.exit_code)
             self.state = st
-            if st in TERMINAL:
+            if st in TERMINAL or st == UNKNOWN:
                 self._ended.set()
                 break
             self._ended.wait(self.poll_s)
         self._drain_log()
+        end = describe_end(self.job_id, self.state, self.reason, self.time_limit)
         for w in self.workers.values():
             w.rc = self.exit_code
             if self.state != "COMPLETED":
-                w.error = f"Slurm job {self.job_id} {self.state}"
+                task = self.task_errors.get(w.host)
+                w.error = f"{end}{f'; {task}' if task else ''}"
             w.done.set()
 
     # --- logs -------------------------------------------------------------------------------
@@ -228,11 +314,26 @@ class SlurmLaunch:
         if self._tail.error:  # no log view is not fatal: the job still runs
             log.warning("cannot follow %s: %s", self.output, self._tail.error)
 
+    def host_of_task(self, task: int) -> str | None:
+        """The inventory host that ran srun task ``task``: what the task said (``mfctl-task``),
+        else the job's ``NodeList`` in Slurm's order; None for a node outside the inventory."""
+        host = self.task_hosts.get(task)
+        if host is None and task < len(self.nodes):
+            host = self.nodes[task]
+        return host if host in self.workers else None
+
     def _demux(self, _submit_host: str, line: str) -> None:
         m = re.match(r"\s*(\d+): ?(.*)$", line)
-        host = self.hosts[int(m.group(1))] if m and int(m.group(1)) < len(self.hosts) else None
+        if m:
+            mark = re.fullmatch(rf"{TASK_MARK} (\d+) (\S+)", m.group(2).strip())
+            if mark and int(mark.group(1)) == int(m.group(1)):
+                self.task_hosts[int(m.group(1))] = mark.group(2)
+        host = self.host_of_task(int(m.group(1))) if m else None
         if host is None and line.startswith("tail: "):
             return  # tail's own notes ("has appeared; following new file")
+        err = re.match(r"srun: error: (\S+): tasks? ([\d,-]+): (.+)$", line)
+        if err and err.group(1) in self.workers:
+            self.task_errors.setdefault(err.group(1), f"srun: task {err.group(2)} on {err.group(1)}: {err.group(3)}")
         if host is not None:
             if host not in self._host_logs:
                 self._host_logs[host] = open(self.workers[host].log_path, "ab")
@@ -267,13 +368,13 @@ class SlurmLaunch:
             self.journal.append("runtime.slurm.cancel", job_id=self.job_id, rc=r.rc, error=r.error or r.stderr.strip() or None)
 
     def stop(self, grace_s: float = 3.0, timeout: float = 30.0) -> None:
-        """Let the job end by itself for ``grace_s``, then cancel it and wait (``timeout``)
-        until Slurm reports it over; then stop following its output. ``grace_s`` 0 (a failed or
-        interrupted run) cancels at once, and says so."""
+        """Let the job end by itself for ``grace_s`` (at least :data:`END_GRACE_S`), then cancel
+        it and wait (``timeout``) until Slurm reports it over; then stop following its output.
+        ``grace_s`` 0 (a failed or interrupted run) cancels at once, and says so."""
         if self.job_id is not None and grace_s <= 0 and not self.ended:
             self._phase("stop", f"cancelling Slurm job {self.job_id} (scancel)")
         if self.job_id is not None:
-            if not self._ended.wait(grace_s):
+            if not self._ended.wait(max(grace_s, END_GRACE_S) if grace_s > 0 else 0):
                 self.cancel()
                 if not self._ended.wait(timeout):
                     self.pool.run(self.submit_host, ["scancel", "--signal=KILL", str(self.job_id)])
@@ -284,11 +385,28 @@ class SlurmLaunch:
         self._drain_log(quiet_s=0.0, limit_s=0.0)  # a no-op when the poller has already drained it
         remove_token_files(self.pool, self.token_files)
         self.token_files = {}
+        if self._own_pool is not None:
+            self._own_pool.close()
 
     @property
     def ended(self) -> bool:
         """Slurm has reported the job over (COMPLETED, FAILED, CANCELLED, TIMEOUT, ...)."""
         return self._ended.is_set()
 
+    def end_reason(self) -> str | None:
+        """How the job ended when not COMPLETED (:func:`describe_end`), None while it runs."""
+        if not self.ended or self.state == "COMPLETED":
+            return None
+        return describe_end(self.job_id, self.state, self.reason, self.time_limit)
+
     def describe(self) -> str:
         return f"Slurm job {self.job_id} on {self.submit_host}" + (f" ({self.state})" if self.state else "")
+
+
+def login_pool(inv, name: str, like: SSHPool) -> SSHPool:
+    """An SSH pool to the inventory's login host ``name`` (the inventory's known_hosts and host
+    key policy, ``like``'s timeouts): the GPU hosts' pool has no target for it."""
+    doc = inv.model_dump(mode="json", include={"ssh": True, "login_hosts": {"__all__": {"name", "ssh"}}})
+    doc["hosts"] = [h for h in doc.pop("login_hosts") if h["name"] == name]
+    return SSHPool(targets_from_data(doc, inv.base_dir), connect_timeout=like.connect_timeout,
+                   command_timeout=like.command_timeout)

@@ -29,6 +29,9 @@ from mfctl.signals import DeferSignals
 log = logging.getLogger(__name__)
 HELLO_TIMEOUT_S = 30.0  # wall seconds for every worker's hello after the launch
 PROGRESS_TIMEOUT_S = 300.0  # wall seconds without any message from the runtime during training
+#: wall seconds a lost connection waits for the launcher's word on the worker (a batch job's end
+#: state — TIMEOUT, CANCELLED, NODE_FAIL — is known a poll or two after the runtime's socket drops)
+LOST_WAIT_S = 5.0
 
 
 class Training:
@@ -103,8 +106,17 @@ class Training:
         elif t == "error":
             self.failed = f"runtime on {host} reported: {msg.get('message')}"
         elif t == "_disconnected" and host not in self.record.done_hosts:
-            self.failed = f"runtime on {host} disconnected before finishing (see {self.log_dir / (host + '.log')})"
+            self.failed = (f"runtime on {host} disconnected before finishing{self._why_lost(host)} "
+                           f"(see {self.log_dir / (host + '.log')})")
             raise OperationFailed(self.failed)
+
+    def _why_lost(self, host: str) -> str:
+        """``": <why>"`` when the launcher says within :data:`LOST_WAIT_S` how ``host``'s worker
+        ended (its error, or a non-zero rc), else ``""``."""
+        w = self.launcher.workers.get(host)
+        if w is None or not w.done.wait(LOST_WAIT_S):
+            return ""
+        return f": {w.error}" if w.error else (f": exit code {w.rc}" if w.rc else "")
 
     # --- traffic → policy → reconfiguration ---------------------------------------------------
     def _record_prediction(self, iteration: int, region: str, name: str, err: float) -> None:
