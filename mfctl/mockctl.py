@@ -40,10 +40,18 @@ def status(state_dir: Path | None = None) -> dict | None:
     return st
 
 
+SSHD_CHOICES = ("auto", "openssh", "paramiko")  # the mock.sshd setting's values
+
+
 def start(inventory: str | Path, state_dir: Path | None = None, *, time_scale: float = 1.0,
-          timeout: float = 30.0, factory: bool = False, inject: list[str] = ()) -> dict:
+          timeout: float = 30.0, factory: bool = False, inject: list[str] = (), sshd: str | None = None) -> dict:
     """Start the mock for ``inventory`` with the fault specs ``inject`` (:mod:`mfctl.mock.inject`);
-    return its status. Raises ConfigError (bad inventory or fault spec) or OperationFailed."""
+    return its status. ``sshd``: what serves its hosts (:data:`SSHD_CHOICES`; None: the
+    ``mock_sshd`` setting, ``MFCTL_MOCK_SSHD``). Raises ConfigError (bad inventory, fault spec or
+    sshd choice; ``openssh`` where sshd is not installed) or OperationFailed."""
+    sshd = sshd or settings.get("mock_sshd")
+    if sshd not in SSHD_CHOICES:
+        raise ConfigError(f"mock sshd must be one of {', '.join(SSHD_CHOICES)} (--sshd, MFCTL_MOCK_SSHD), got {sshd!r}")
     sd = Path(state_dir or default_state_dir()).resolve()
     if status(sd):
         raise LockError(f"a mock testbed is already running from {sd} (mfctl mock down first)")
@@ -53,7 +61,8 @@ def start(inventory: str | Path, state_dir: Path | None = None, *, time_scale: f
     sd.mkdir(parents=True, exist_ok=True)
     log = open(sd / "mock.stderr", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "mfctl.mock", "serve", "--inventory", str(Path(inventory).resolve()),
-                             "--state-dir", str(sd), "--time-scale", str(time_scale)] + (["--factory"] if factory else [])
+                             "--state-dir", str(sd), "--time-scale", str(time_scale), "--sshd", sshd]
+                            + (["--factory"] if factory else [])
                             + [x for spec in inject for x in ("--inject", spec)],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + timeout

@@ -122,6 +122,8 @@ SETTINGS: dict[str, Setting] = {
         Setting("mock_torchrun", "mock", "The torchrun the mock's hosts run: mock (mfctl.mock.torchrun: real torchrun's "
                 "ranks, environment, exits and signals, without torch), real (the torchrun installed beside mfctl's "
                 "Python, from torch), or the absolute path of a torchrun."),
+        Setting("mock_sshd", "auto", "mfctl mock up --sshd: what serves the mock's hosts — openssh (a real sshd per host "
+                "on 127.0.0.1), paramiko (in the mock's process), or auto: openssh where sshd is installed."),
     ]
 }
 

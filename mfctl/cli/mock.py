@@ -31,16 +31,20 @@ def up(inventory: Path = typer.Argument(Path("inventory/mfabric-prototype.yaml")
                                              "gpu03:ssh=refuse, "
                                              "gpu02:nvidia-smi=hang (or hang:N: only its Nth call), "
                                              "ocs:port7=deny, ocs:patch2=deny (or deny:COUNT: the 2nd ENT-PATCH and on)."),
+       sshd: str = option("mock_sshd", "--sshd", default=None, metavar="auto|openssh|paramiko",
+                          help="What serves the mock's hosts: a real OpenSSH sshd per host (openssh), paramiko "
+                               "in the mock's process, or auto: openssh where sshd is installed."),
        json_out: bool = JSON_OPT):
     """Start the mock testbed in the background and write an inventory pointing at it."""
     from mfctl import mockctl
 
     inventory = shipped(inventory, Path("inventory/mfabric-prototype.yaml"))
-    st = mockctl.start(inventory, state_dir, time_scale=time_scale, factory=factory, inject=inject)
+    st = mockctl.start(inventory, state_dir, time_scale=time_scale, factory=factory, inject=inject, sshd=sshd)
     if json_out:
         emit_json({"schema": "mfctl.mock.status/v1", "running": True, **st})
         return
-    typer.echo(f"mock testbed up (pid {st['pid']}): {len(st['hosts'])} SSH hosts, OCS on {st['ocs']['serial']} "
+    typer.echo(f"mock testbed up (pid {st['pid']}): {len(st['hosts'])} SSH hosts ({st['sshd']}), "
+               f"OCS on {st['ocs']['serial']} "
                f"(serial), 127.0.0.1:{st['ocs']['tcp']} (TL1/TCP), 127.0.0.1:{st['ocs']['ssh']} (TL1/SSH)")
     typer.echo(f"inventory: {st['inventory']}")
 

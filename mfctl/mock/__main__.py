@@ -1,4 +1,4 @@
-"""``python -m mfctl.mock serve --inventory FILE --state-dir DIR [--time-scale X]``"""
+"""``python -m mfctl.mock serve --inventory FILE --state-dir DIR [--time-scale X] [--sshd auto|openssh|paramiko]``"""
 
 import argparse
 import sys
@@ -16,9 +16,11 @@ def main(argv=None) -> int:
     s.add_argument("--time-scale", type=float, default=1.0)
     s.add_argument("--factory", action="store_true", help="hosts start unprovisioned")
     s.add_argument("--inject", action="append", default=[], metavar="SPEC", help="a fault (mfctl.mock.inject)")
+    s.add_argument("--sshd", choices=("auto", "openssh", "paramiko"), default="auto",
+                   help="what serves the hosts (mfctl.mock.hostsshd)")
     a = ap.parse_args(argv)
     try:
-        return serve(a.inventory, a.state_dir, a.time_scale, a.factory, a.inject)
+        return serve(a.inventory, a.state_dir, a.time_scale, a.factory, a.inject, a.sshd)
     except MfctlError as e:
         print(f"mock: {e}", file=sys.stderr)
         return int(e.exit_code)

@@ -446,6 +446,14 @@ class MockHost:
             return 127
         self.procs.append(proc)
 
+        def deliver(sig: int) -> None:  # a signal the session got (a pty's ^C, over a real sshd: mock.relay)
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+        channel.on_signal = deliver  # called by a relayed session (mfctl.mock.relayserver); paramiko's never calls it
+
         def watch_channel() -> None:
             # a closed channel is a hang-up: stop the runtime like SIGHUP on a real pty
             while proc.poll() is None:

@@ -1,21 +1,31 @@
 """The whole mock testbed on 127.0.0.1: one SSH server per inventory host, the OCS
 emulator on a pseudo-terminal, raw TCP and SSH, and a ready-to-use inventory for them.
 
+The hosts' SSH servers are real OpenSSH sshds (``sshd="openssh"``: one per host, its sessions
+relayed to this process, :mod:`mfctl.mock.hostsshd`) or paramiko servers in this process
+(``"paramiko"``, :mod:`mfctl.mock.sshd`); ``"auto"`` takes OpenSSH where it is installed. The
+OCS's SSH endpoint is paramiko's either way (a device's CLI, not a host).
+
 Written to the state directory (mode 0700):
 - ``inventory.yaml`` — the source testbed pointed at the mock endpoints;
 - ``known_hosts`` — the per-instance host keys (clients check them strictly);
 - ``client_key`` — the SSH key the mock hosts accept; ``ocs_password`` — the TL1 password;
-- ``status.json`` — pid, endpoints, time scale; ``mock.log``.
+- ``status.json`` — pid, endpoints, time scale, which sshd; ``mock.log``;
+- ``hosts/<name>/`` — an OpenSSH host's keys, ``sshd_config`` and ``sshd.log``;
+  ``hosts/<name>.sock`` — its relay socket (mode 0600).
 """
 
 from __future__ import annotations
 
+import getpass
 import json
 import logging
 import os
 import re
 import secrets
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -24,6 +34,7 @@ import paramiko
 import yaml
 
 from mfctl.inventory import load_inventory
+from mfctl.mock import hostsshd
 from mfctl.mock.hosts import MockHost, MockLane
 from mfctl.mock.nics import PROVISIONED_FW, HostConfig, NICState
 from mfctl.mock.ocs_emulator import OCSEmulator, PtyServer, TCPServer, ssh_shell_handler
@@ -33,11 +44,14 @@ from mfctl.mock.sshd import MockSSHServer
 log = logging.getLogger(__name__)
 
 LANE_TX_DBM = 1.0  # a 100G-CWDM4/LR4-class lane's launch power, dBm (module datasheet class)
+UNIX_PATH_MAX = 107  # bytes of a unix socket's path (sun_path is 108 with its NUL, Linux unix(7))
 
 
 class MockTestbed:
     def __init__(self, inventory_path: str | Path, state_dir: str | Path, *, time_scale: float = 1.0, factory: bool = False,
-                 inject: list[str] = ()):
+                 inject: list[str] = (), sshd: str = "auto"):
+        self.sshd_wanted = sshd  # auto | openssh | paramiko (hostsshd.choose)
+        self.sshd = ""  # what serves the hosts once started: openssh or paramiko
         self.factory = factory  # hosts start unprovisioned (MTU 1500, old firmware, no RoCE QoS, ...)
         self.inject = list(inject)  # fault specs (mfctl.mock.inject), applied before the mock says it is up
         self.source = load_inventory(inventory_path)
@@ -45,14 +59,43 @@ class MockTestbed:
         self.state.mkdir(parents=True, exist_ok=True)
         os.chmod(self.state, 0o700)
         self.time_scale = float(time_scale)
-        self.servers: dict[str, MockSSHServer] = {}
+        self.servers: dict[str, MockSSHServer | hostsshd.OpenSSHHost] = {}
         self.hosts: dict[str, MockHost] = {}
         self.lane_by_rx: dict[int, MockLane] = {}
         self.ocs: OCSEmulator | None = None
         self.slurm: MockSlurm | None = None
 
+    def _socket_dir(self) -> Path:
+        """Where the relay sockets go: ``<state>/hosts``, or a 0700 directory of its own under the
+        system's temporary directory when that path is too long for a unix socket."""
+        d = self.state / "hosts"
+        longest = max(len(h.name) for h in self.source.hosts) + len(".sock") + 1
+        if len(os.fsencode(d)) + longest <= UNIX_PATH_MAX:
+            d.mkdir(mode=0o700, exist_ok=True)
+            return d
+        self._tmp_sockets = Path(tempfile.mkdtemp(prefix="mfctl-mock-"))  # created 0700
+        return self._tmp_sockets
+
+    def _openssh_hosts(self, client_key: paramiko.PKey) -> list[hostsshd.OpenSSHHost]:
+        """One real sshd per host (keys made in parallel), not started yet."""
+        names = [h.name for h in self.source.hosts]
+        keys = hostsshd.generate_host_keys([self.state / "hosts" / n for n in names])
+        sockets = self._socket_dir()
+        env = {k: os.environ[k] for k in ("MFCTL_STATE_DIR",) if os.environ.get(k)}
+        env["SHLVL"] = "1"  # the login shell is not this machine's: bash reads ~/.bashrc for sshd only at level 1
+        return [hostsshd.OpenSSHHost(n, self.state / "hosts" / n, sockets / f"{n}.sock", self.hosts[n].handle,
+                                     authorized_key=f"{client_key.get_name()} {client_key.get_base64()}",
+                                     host_keys=k, env=env) for n, k in zip(names, keys)]
+
     def start(self) -> dict:
         inv = self.source
+        from mfctl.errors import ConfigError
+
+        try:
+            self.sshd = hostsshd.choose(self.sshd_wanted)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        (self.state / "hosts").mkdir(mode=0o700, exist_ok=True)
         client_key = paramiko.ECDSAKey.generate(bits=256)
         key_path = self.state / "client_key"
         client_key.write_private_key_file(str(key_path))
@@ -95,10 +138,18 @@ class MockTestbed:
                 if not self.factory:  # provisioned like playbooks/provision.yaml (addresses excepted)
                     st.fw, st.trust, st.pfc = PROVISIONED_FW, "dscp", [0, 0, 0, 1, 0, 0, 0, 0]
                 mh.config.add_nic(st, self.factory)
-            hk = paramiko.ECDSAKey.generate(bits=256)
-            srv = MockSSHServer(h.name, hk, users={h.ssh.user}, authorized_keys=[client_key], on_exec=mh.handle)
-            self.hosts[h.name], self.servers[h.name] = mh, srv
-            known_hosts.append(f"[127.0.0.1]:{srv.port} {hk.get_name()} {hk.get_base64()}")
+            self.hosts[h.name] = mh
+            if self.sshd == "paramiko":
+                hk = paramiko.ECDSAKey.generate(bits=256)
+                srv = MockSSHServer(h.name, hk, users={h.ssh.user}, authorized_keys=[client_key], on_exec=mh.handle)
+                self.servers[h.name] = srv
+                known_hosts.append(f"[127.0.0.1]:{srv.port} {hk.get_name()} {hk.get_base64()}")
+        if self.sshd == "openssh":
+            real = self._openssh_hosts(client_key)
+            self.servers.update((s.name, s) for s in real)  # before starting: stop() closes what started
+            hostsshd.start_all(real)
+            for s in real:
+                known_hosts.extend(s.known_hosts_lines())
         self.pty = PtyServer(self.ocs)
         self.tcp = TCPServer(self.ocs)
         ocs_hk = paramiko.ECDSAKey.generate(bits=256)
@@ -106,7 +157,6 @@ class MockTestbed:
                                      on_shell=ssh_shell_handler(self.ocs))
         known_hosts.append(f"[127.0.0.1]:{self.ocs_ssh.port} {ocs_hk.get_name()} {ocs_hk.get_base64()}")
         # faults before any file says the mock is usable (a bad spec leaves no inventory behind)
-        from mfctl.errors import ConfigError
         from mfctl.mock import inject
 
         for spec in self.inject:
@@ -122,8 +172,11 @@ class MockTestbed:
         doc["name"] = f"{inv.name}-mock-{self.instance}"
         doc["description"] = f"mock of {inv.name} on 127.0.0.1 (written by mfctl mock up; do not edit)"
         doc["ssh"] = {"known_hosts": str(self.state / "known_hosts"), "host_key_policy": "strict"}
+        login = getpass.getuser() if self.sshd == "openssh" else None  # a real sshd logs in only its own user
         for h in doc["hosts"]:
             h["ssh"].update(address="127.0.0.1", port=self.servers[h["name"]].port, key_file=str(key_path), agent=False)
+            if login:
+                h["ssh"]["user"] = login
         doc["ocs"]["transports"] = [
             {"kind": "serial", "device": self.pty.slave_path, "baudrate": 115200, "bytesize": 8, "parity": "N", "stopbits": 1},
             {"kind": "ssh", "address": "127.0.0.1", "port": self.ocs_ssh.port},
@@ -139,8 +192,10 @@ class MockTestbed:
                             + yaml.safe_dump(doc, sort_keys=False))
         status = {
             "pid": os.getpid(), "faults": self.inject, "started": time.time(), "source": inv.source, "inventory": str(inv_path),
-            "time_scale": self.time_scale, "factory": self.factory,
-            "hosts": {n: {"address": "127.0.0.1", "port": s.port} for n, s in self.servers.items()},
+            "time_scale": self.time_scale, "factory": self.factory, "sshd": self.sshd,
+            "hosts": {n: {"address": "127.0.0.1", "port": s.port,
+                          **({"sshd_log": str(s.log_path)} if isinstance(s, hostsshd.OpenSSHHost) else {})}
+                      for n, s in self.servers.items()},
             "ocs": {"serial": self.pty.slave_path, "tcp": self.tcp.port, "ssh": self.ocs_ssh.port},
         }
         tmp = self.state / "status.json.tmp"
@@ -158,20 +213,24 @@ class MockTestbed:
         for x in (getattr(self, "pty", None), getattr(self, "tcp", None), getattr(self, "ocs_ssh", None)):
             if x is not None:
                 x.close()
+        tmp = getattr(self, "_tmp_sockets", None)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         try:
             (self.state / "status.json").unlink()
         except FileNotFoundError:
             pass
 
 
-def serve(inventory_path: str, state_dir: str, time_scale: float, factory: bool = False, inject: list[str] = ()) -> int:
+def serve(inventory_path: str, state_dir: str, time_scale: float, factory: bool = False, inject: list[str] = (),
+          sshd: str = "auto") -> int:
     """Run the mock in the foreground until SIGTERM/SIGINT."""
     state = Path(state_dir)
     state.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(filename=str(state / "mock.log"), level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("paramiko").setLevel(logging.WARNING)  # not 5 lines per SSH connection
-    tb = MockTestbed(inventory_path, state, time_scale=time_scale, factory=factory, inject=inject)
+    tb = MockTestbed(inventory_path, state, time_scale=time_scale, factory=factory, inject=inject, sshd=sshd)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     signal.signal(signal.SIGINT, lambda *a: stop.set())

@@ -1,0 +1,156 @@
+"""The relay a real sshd runs for every session on a mock host (``ForceCommand``).
+
+``python -I -S relay.py --socket <state>/hosts/<name>.sock`` connects to the mock testbed's
+unix socket for that host (:mod:`mfctl.mock.relayserver`) and forwards, until the command ends:
+
+- the command line (``$SSH_ORIGINAL_COMMAND``; none: a shell request) and whether the session
+  has a terminal (``isatty(0)``: the client asked for a pty);
+- stdin (``I`` frames, then ``E`` at its end), stdout/stderr back (``O``/``R``), the exit status
+  (``X``: a number; negative ``-N`` = killed by signal N, which the relay then dies of itself, so
+  sshd reports ``exit-signal`` as it does for a real command killed by a signal);
+- signals the relay receives (``S``: SIGINT from a pty's ^C, SIGTERM, SIGQUIT, SIGUSR1/2);
+- the hang-up: sshd closes the pipes to the session (``POLLERR``/``POLLHUP`` on stdout or stderr,
+  ``EPIPE``) or the pty (SIGHUP) when the client closes the channel or the connection — the relay
+  then closes the socket, which the mock takes as SIGHUP on the command. A real host without a
+  pty would let the command run on until its next write (SIGPIPE); the mock stops it at once.
+
+Frames are ``type (1 byte) + length (4 bytes, big-endian) + payload``; the hello (``H``) is JSON.
+Stdlib only and no package imports (``-I -S``: no site, no mfctl): its start-up is paid on every
+command the mock host runs. Exit 255 with a message on stderr when the mock is not there.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+
+HEADER = struct.Struct(">cI")
+CHUNK = 65536
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+CONNECT_TIMEOUT_S = 5.0  # the mock's socket is local: it answers at once or is not there
+
+
+def frame(kind: bytes, payload: bytes = b"") -> bytes:
+    return HEADER.pack(kind, len(payload)) + payload
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _die(rc: int) -> None:
+    """Exit like the command did: ``-N`` → killed by signal N (sshd sends exit-signal)."""
+    if rc < 0:
+        sig = -rc
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+            os.kill(os.getpid(), sig)
+        except (OSError, ValueError):
+            pass
+        os._exit(128 + sig)
+    os._exit(rc & 0xFF)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] != "--socket":
+        sys.stderr.write("usage: relay.py --socket PATH\n")
+        return 2
+    path = argv[1]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(CONNECT_TIMEOUT_S)
+    try:
+        sock.connect(path)
+    except OSError as e:
+        sys.stderr.write(f"mock host: cannot reach the mock testbed at {path}: {e.strerror or e}\n")
+        return 255
+    sock.setblocking(True)
+    sock.settimeout(None)
+    hello = {"command": os.environ.get("SSH_ORIGINAL_COMMAND"), "pty": os.isatty(0)}
+    sock.sendall(frame(b"H", json.dumps(hello).encode()))
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    for s in (*FORWARDED_SIGNALS, signal.SIGHUP):
+        signal.signal(s, lambda *_: None)  # delivered through the wakeup pipe
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a closed stdout is EPIPE, read as a hang-up
+
+    poll = select.poll()
+    poll.register(sock, select.POLLIN)
+    poll.register(wake_r, select.POLLIN)
+    poll.register(0, select.POLLIN)
+    tty = os.isatty(0)
+    for fd in (1, 2):
+        poll.register(fd, 0)  # only POLLERR/POLLHUP: sshd closed its end of the pipe, socket or pty
+    buf = bytearray()
+    try:
+        while True:
+            for fd, ev in poll.poll():
+                if fd == wake_r:
+                    for sig in os.read(wake_r, 64):
+                        if sig == signal.SIGHUP:
+                            return _hang_up(sock)
+                        sock.sendall(frame(b"S", str(sig).encode()))
+                elif fd == 0:
+                    try:
+                        data = os.read(0, CHUNK)
+                    except OSError as e:
+                        if e.errno == errno.EIO:  # a pty whose master is gone
+                            return _hang_up(sock)
+                        data = b""
+                    if data:
+                        sock.sendall(frame(b"I", data))
+                        continue
+                    if not tty:  # a pipe or socket at its end stays readable: stop watching it
+                        poll.unregister(0)
+                    sock.sendall(frame(b"E"))  # (on a pty: ^D at the start of a line)
+                elif fd == sock.fileno():
+                    data = sock.recv(CHUNK)
+                    if not data:
+                        sys.stderr.write("mock host: the mock testbed closed the session\n")
+                        return 255
+                    buf += data
+                    while len(buf) >= HEADER.size:
+                        kind, n = HEADER.unpack_from(buf)
+                        if len(buf) < HEADER.size + n:
+                            break
+                        payload = bytes(buf[HEADER.size:HEADER.size + n])
+                        del buf[:HEADER.size + n]
+                        if kind == b"O":
+                            _write_all(1, payload)
+                        elif kind == b"R":
+                            _write_all(2, payload)
+                        elif kind == b"X":
+                            sock.close()
+                            _die(int(payload))
+                elif ev & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
+                    return _hang_up(sock)
+    except BrokenPipeError:
+        return _hang_up(sock)
+    except (ConnectionError, OSError) as e:
+        if getattr(e, "errno", None) in (errno.EIO, errno.EPIPE):
+            return _hang_up(sock)
+        try:
+            sys.stderr.write(f"mock host: relay failed: {e}\n")
+        except OSError:
+            pass
+        return 255
+
+
+def _hang_up(sock: socket.socket) -> int:
+    """The session is gone: closing the socket tells the mock (SIGHUP on the command)."""
+    sock.close()
+    return 129  # 128 + SIGHUP; nobody is left to read it
+
+
+if __name__ == "__main__":
+    _die(main(sys.argv[1:]))
