@@ -85,7 +85,7 @@ def main() -> None:
         make_inventory(tmp / "inv.yaml")
         os.environ["MFCTL_STATE_DIR"] = str(tmp / "state")  # this process and the tools it starts
         env = dict(os.environ)
-        st = mockctl.start(tmp / "inv.yaml", tmp / "mock", timeout=120)
+        st = mockctl.start(tmp / "inv.yaml", tmp / "mock", timeout=120, sshd="paramiko")  # the figures' server
         try:
             inv = load_inventory(st["inventory"])
             key = Path(inv.hosts[0].ssh.key_file)
