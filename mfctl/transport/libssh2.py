@@ -73,6 +73,9 @@ class ExecSession:
         t = target
         policy = HostKeyPolicy.of(t)
         known = policy.known_types(t.address, t.port, host=t.name)  # (an unreadable file: refused before any socket)
+        problem = key_file_problem(t.key_file) if t.key_file and not t.password else None
+        if problem:  # (a key that cannot be used: refused before any socket too)
+            raise UnreachableError(f"{t.name}: {problem}")
         try:
             # the address as bytes: inventory addresses are ASCII (an IP or a host name, checked by the
             # schema); a str would be encoded with the idna codec, whose first import is ~7 ms of a cold start
@@ -118,9 +121,6 @@ class ExecSession:
             self.session.userauth_password(t.user, t.password)
         elif t.key_file:
             key = Path(t.key_file).expanduser()
-            problem = key_file_problem(key)
-            if problem:
-                raise UnreachableError(f"{t.name}: {problem}")
             try:
                 self.session.userauth_publickey_fromfile(t.user, str(key))
             except (E.FileError, E.PublicKeyInitError) as e:
