@@ -11,6 +11,19 @@ from collections.abc import Iterator
 HELD = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 
+class Interrupted(KeyboardInterrupt):
+    """A KeyboardInterrupt that knows its signal (``signum``: SIGINT, SIGTERM or SIGHUP)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def signal_of(exc: BaseException) -> str:
+    """The name of the signal behind an interrupt (``SIGINT`` for a plain KeyboardInterrupt: Ctrl-C)."""
+    return signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
+
+
 class DeferSignals:
     """``with DeferSignals():`` — SIGINT/SIGTERM/SIGHUP received inside are remembered and raised
     as KeyboardInterrupt when the block ends (only in the main thread; elsewhere a no-op).
@@ -43,24 +56,33 @@ class DeferSignals:
                 signal.signal(s, h)
             self._old = None
         if self.pending is not None and exc[0] is None and self.reraise:
-            raise KeyboardInterrupt
+            raise Interrupted(self.pending)
 
 
 def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
+    raise Interrupted(signum)
 
 
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """Inside the block SIGTERM raises KeyboardInterrupt, as Ctrl-C does (``mfctl run``: a
-    scheduler's or systemd's stop is an interrupted run with its records written). Only in the
-    main thread, and only over a handler Python installed; the old handler is put back after."""
-    old = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
-    if old is None:
+    """Inside the block SIGTERM and SIGHUP raise :class:`Interrupted` (a KeyboardInterrupt naming
+    its signal), as Ctrl-C does — and so does SIGINT itself (``mfctl run``: a scheduler's or
+    systemd's stop, or the operator's terminal gone, is an interrupted run with its records written,
+    and the run says which signal). Only in the main thread, and only over a handler Python
+    installed (SIGINT: only over Python's own, SIGHUP: only over the default); the old handlers
+    are put back after."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    old = {}
+    for s, replaceable in ((signal.SIGTERM, None), (signal.SIGHUP, signal.SIG_DFL),
+                           (signal.SIGINT, signal.default_int_handler)):
+        h = signal.getsignal(s)
+        if h is not None and (replaceable is None or h is replaceable):
+            old[s] = h
+            signal.signal(s, _raise_interrupt)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for s, h in old.items():
+            signal.signal(s, h)

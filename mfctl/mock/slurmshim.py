@@ -5,7 +5,9 @@
   task per allocated node (``--ntasks-per-node=1``), each with ``SLURM_PROCID``,
   ``SLURM_NODEID``, ``SLURM_LOCALID``, ``SLURMD_NODENAME``; ``--label`` prefixes every
   output line with the task id (``0: ``); a task failing with ``--kill-on-bad-exit``
-  terminates the others (``srun: error: NODE: task I: Exited with exit code RC``);
+  terminates the others (``srun: error: NODE: task I: Exited with exit code RC``, then
+  ``Terminating StepId=J.0`` and each killed task's ``*** STEP J.0 ON NODE CANCELLED ***``, as
+  real 22.05's srun); srun exits with the highest task exit code (128+N for signal N);
   SIGTERM/SIGINT/SIGHUP are forwarded to every task.
 - ``torchrun``: :mod:`mfctl.mock.torchrun` — ``nproc_per_node`` workers per node with real
   torchrun's environment, failure and signal handling (only local rank 0 of the simulated
@@ -19,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 from ClusterShell.NodeSet import NodeSet
 
@@ -87,7 +90,8 @@ def srun(args: list[str]) -> int:
     pumps = [threading.Thread(target=pump, args=(r, p), daemon=True) for r, p in enumerate(procs)]
     for t in pumps:
         t.start()
-    worst, pending = 0, dict(enumerate(procs))
+    worst, pending, killing = 0, dict(enumerate(procs)), False
+    step = f"{os.environ.get('SLURM_JOB_ID', '0')}.0"
     while pending:
         for rank, p in list(pending.items()):
             try:
@@ -98,9 +102,17 @@ def srun(args: list[str]) -> int:
             if rc != 0:
                 what = f"Exited with exit code {rc}" if rc > 0 else signal.strsignal(-rc)  # "Terminated", "Killed"
                 print(f"srun: error: {nodes[rank]}: task {rank}: {what}", file=sys.stderr, flush=True)
-                worst = worst or (rc if rc > 0 else 128 - rc)
-                if kill_bad:
-                    for q in pending.values():
+                worst = max(worst, rc if rc > 0 else 128 - rc)  # the highest exit code, 128+N for signal N
+                if kill_bad and not killing and pending:
+                    killing = True  # as real 22.05's srun says it, then each killed task's slurmstepd
+                    print(f"srun: launch/slurm: _step_signal: Terminating StepId={step}", file=sys.stderr, flush=True)
+                    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+                    for r, q in pending.items():
+                        with out_lock:
+                            sys.stdout.write(f"{r:>{width}}: " if label else "")
+                            sys.stdout.write(f"slurmstepd-{nodes[r]}: error: *** STEP {step} ON {nodes[r]} "
+                                             f"CANCELLED AT {stamp} ***\n")
+                            sys.stdout.flush()
                         try:
                             q.terminate()
                         except ProcessLookupError:
@@ -111,10 +123,14 @@ def srun(args: list[str]) -> int:
 
 
 def torchrun(args: list[str]) -> int:
-    """The mock torchrun (:mod:`mfctl.mock.torchrun`): ``nproc_per_node`` workers per node."""
-    from mfctl.mock.torchrun import main as torchrun_main
+    """The mock torchrun (:mod:`mfctl.mock.torchrun`): ``nproc_per_node`` workers per node; or,
+    with ``MFCTL_MOCK_TORCHRUN`` naming a real one, that torchrun in this process's place."""
+    from mfctl.mock import torchrun as mock_torchrun
 
-    return torchrun_main(args)
+    cmd = mock_torchrun.command()
+    if cmd[0] != sys.executable:
+        os.execv(cmd[0], [cmd[0], *args])
+    return mock_torchrun.main(args)
 
 
 def main(argv: list[str] | None = None) -> int:

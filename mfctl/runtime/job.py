@@ -45,7 +45,7 @@ from mfctl.runtime.testbed import Testbed, testbed_for
 from mfctl.runtime.topology import RunOCS
 from mfctl.runtime.training import Training
 from mfctl.signals import DeferSignals as _DeferSignals
-from mfctl.signals import sigterm_as_interrupt
+from mfctl.signals import signal_of, sigterm_as_interrupt
 
 log = logging.getLogger(__name__)
 
@@ -137,9 +137,9 @@ class Job:
         MfctlError is raised after the teardown."""
         try:
             self._run()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             self._aborting = True
-            return "interrupted", 130, "stopped by the operator (SIGINT/SIGTERM)"
+            return "interrupted", 130, f"interrupted by {signal_of(e)} (stopped by the operator)"
         except MfctlError as e:
             self._aborting = True
             return "failed", int(e.exit_code), str(e)

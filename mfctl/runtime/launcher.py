@@ -20,7 +20,9 @@ instead; :meth:`SessionLauncher.stop` removes the files.
 from __future__ import annotations
 
 import logging
+import re
 import secrets
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,6 +43,39 @@ log = logging.getLogger(__name__)
 MAX_LINE_BYTES = 65536  # of one output line handed to on_line (the log file gets everything)
 TOKEN_DIR = ".mfctl"  # the token files' directory on a host, relative to the login directory (mode 0700)
 TOKEN_WRITE_TIMEOUT_S = 30.0  # seconds for the token file to be written
+
+
+#: torchrun's own lines that say why it ended (torch 2.13's ``torch.distributed.run``, checked by running it):
+#: a worker failed (its agent then SIGTERMs the others and exits 1) ...
+TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\) of binary: (\S+)")
+#: ... the agent got SIGTERM/SIGINT/SIGHUP/SIGQUIT (it passes it to every worker, then exits 1) ...
+TORCHRUN_SIGNAL = re.compile(r"SignalException: Process (\d+) got signal: (\d+)")
+#: ... or an error of its own, e.g. the rendezvous host unreachable: ``torch.distributed.DistNetworkError:
+#: The client socket has timed out after 20000ms while trying to connect to (ADDR, PORT).`` (exit 1)
+TORCHRUN_ERROR = re.compile(r"^(torch\.distributed\.[\w.]*?(\w+(?:Error|Exception))): (\S.*)$")
+
+
+def _signame(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def torchrun_note(line: str) -> str | None:
+    """What one line of torchrun's output says about how it ended, or None: ``local rank 0 (pid
+    123) of mfctl-simrt failed with exit code 17`` (or ``was killed by SIGKILL``), ``torchrun got
+    SIGHUP``, ``rendezvous failed: DistNetworkError: …`` / ``DistStoreError: …``."""
+    if m := TORCHRUN_FAILED.search(line):
+        rc, lr, pid, binary = int(m[1]), m[2], m[3], m[4]
+        how = f"failed with exit code {rc}" if rc >= 0 else f"was killed by {_signame(-rc)}"
+        return f"local rank {lr} (pid {pid}) of {binary} {how}"
+    if m := TORCHRUN_SIGNAL.search(line):
+        return f"torchrun got {_signame(int(m[2]))}"
+    if (m := TORCHRUN_ERROR.match(line.strip())) and "ChildFailedError" not in m[2]:
+        kind = "rendezvous failed: " if m[2].startswith(("DistNetwork", "DistStore", "Rendezvous")) else ""
+        return f"{kind}{m[2]}: {m[3][:300]}"
+    return None
 
 
 def write_token(pool: SSHPool, host: str, directory: str, token: str) -> str:
@@ -70,6 +105,7 @@ class Worker:
     error: str | None = None
     done: threading.Event = field(default_factory=threading.Event)
     last_data: float = 0.0  # time.monotonic() of the last output received
+    notes: list[str] = field(default_factory=list)  # what the command's own output said about its end (torchrun's)
 
 
 class Launcher(Protocol):
@@ -98,10 +134,14 @@ class Launcher(Protocol):
 class SessionLauncher:
     """One SSH session per worker, its output pumped to ``<log_dir>/<name>.log`` and ``on_line``."""
 
-    def __init__(self, pool: SSHPool, log_dir: Path, on_line=None):
+    def __init__(self, pool: SSHPool, log_dir: Path, on_line=None, diagnose=None):
+        """``diagnose(line) -> str | None``: reads each output line for what it says about the
+        command's end (:func:`torchrun_note`); a command that exits non-zero has the first such
+        note as its ``error`` (``torchrun exited 1: local rank 0 … failed with exit code 17``)."""
         self.pool = pool
         self.log_dir = log_dir
         self.on_line = on_line  # (host, line) -> None: a merged live view
+        self.diagnose = diagnose
         self.workers: dict[str, Worker] = {}
         self.token_files: dict[str, str] = {}  # host → the run token's file there
 
@@ -146,18 +186,28 @@ class SessionLauncher:
                     data = data.replace(b"\r\n", b"\n")  # a pty turns \n into \r\n
                     f.write(data)
                     f.flush()
-                    if self.on_line:
+                    if self.on_line or self.diagnose:
                         partial += data
                         *lines, partial = partial.split(b"\n")
                         if len(partial) > MAX_LINE_BYTES:  # a line without end: shown in pieces, never held whole
                             lines.append(partial[:MAX_LINE_BYTES])
                             partial = partial[MAX_LINE_BYTES:]
                         for ln in lines:
-                            self.on_line(w.host, ln.decode(errors="replace"))
+                            self._line(w, ln.decode(errors="replace"))
+                if partial:
+                    self._line(w, partial.decode(errors="replace"))
                 w.rc = chan.recv_exit_status()
+                if w.rc and w.notes and w.error is None:
+                    w.error = f"{w.argv[_command_index(w.argv)]} exited {w.rc}: {w.notes[0]}"
             except (OSError, EOFError, paramiko.SSHException) as e:
                 w.error = str(e)
         w.done.set()
+
+    def _line(self, w: Worker, line: str) -> None:
+        if self.diagnose and (note := self.diagnose(line)):
+            w.notes.append(note)
+        if self.on_line:
+            self.on_line(w.host, line)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Hang up every worker's session and wait for the output pumps to finish."""
@@ -174,16 +224,28 @@ class SessionLauncher:
         self.token_files = {}
 
 
+def _command_index(argv: list[str]) -> int:
+    """Index of the command in ``env VAR=value … command args``."""
+    i = 1 if argv and argv[0] == "env" else 0
+    while i < len(argv) - 1 and "=" in argv[i] and argv[0] == "env":
+        i += 1
+    return min(i, len(argv) - 1)
+
+
 class SSHLauncher:
     """Each host's command (``runtime.launcher: sim`` — the simulated runtime — or ``ssh`` —
     torchrun) in an SSH session of its own (:class:`SessionLauncher`); each launch journalled as
-    ``runtime.launch`` with the token redacted."""
+    ``runtime.launch`` with the token redacted. A torchrun that fails says why in its output
+    (:func:`torchrun_note`); the worker's ``error`` names it (``torchrun exited 1: local rank 0
+    (pid 4810) of mfctl-simrt failed with exit code 17``, ``torchrun exited 1: torchrun got
+    SIGHUP``, ``torchrun exited 1: rendezvous failed: DistNetworkError: …``)."""
 
     job_id: int | None = None
 
     def __init__(self, pb: "Playbook", inv, pool: SSHPool, log_dir: Path, *, journal, on_line=None):
         self.pb, self.inv, self.journal = pb, inv, journal
-        self.sessions = SessionLauncher(pool, log_dir, on_line=on_line)
+        diagnose = torchrun_note if pb.runtime.launcher == "ssh" else None
+        self.sessions = SessionLauncher(pool, log_dir, on_line=on_line, diagnose=diagnose)
 
     @property
     def workers(self) -> dict[str, Worker]:
@@ -200,7 +262,14 @@ class SSHLauncher:
         pass  # a session runs its command at once
 
     def stop(self, grace_s: float = 0.0) -> None:
-        self.sessions.stop()  # (hanging up is the stop: the controller has said stop already)
+        """Wait up to ``grace_s`` for every host's command to end by itself, then hang up the rest
+        (hanging up is the stop: the controller has said ``stop`` already). torchrun ends a few
+        tenths of a second after its ranks (its agents' exit barrier): hung up before, it would
+        report SIGHUP and no exit status for a run that went well."""
+        deadline = time.monotonic() + grace_s
+        for w in self.workers.values():
+            w.done.wait(max(0.0, deadline - time.monotonic()))
+        self.sessions.stop()
 
 
 def launcher_for(pb: "Playbook", inv, pool: SSHPool, run_dir: Path, run_id: str, *, journal,

@@ -25,6 +25,11 @@ TOKEN_ENV, TOKEN_FILE_ENV = "MFCTL_RUN_TOKEN", "MFCTL_RUN_TOKEN_FILE"
 #: which task id, as Slurm says: :meth:`mfctl.runtime.slurm.SlurmLaunch.host_of_task`)
 TASK_MARK = "mfctl-task:"
 REDACTED = "<redacted>"
+#: seconds torchrun's static rendezvous waits for its store (``--rdzv-conf timeout=``; torch's default
+#: is 600): below the run's 30 s wait for every hello (:data:`mfctl.runtime.training.HELLO_TIMEOUT_S`),
+#: so an unreachable rendezvous host is torchrun's own error (``DistNetworkError … timed out … while
+#: trying to connect to (ADDR, PORT)``, exit 1) in the run's error, not a hello that never came
+RDZV_TIMEOUT_S = 25
 
 
 def redact(text: str, *secrets: str) -> str:
@@ -121,7 +126,7 @@ def render_hosts(pb, inv, controller: str, token: str) -> list[HostLaunch]:
         env = {**nccl_env(pb, h, h.mgmt_netdev), **rt.env, **base}
         argv = ["torchrun", "--nnodes", str(len(hosts)), "--nproc-per-node", str(rt.nproc_per_node),
                 "--node-rank", str(rank), "--master-addr", hosts[0].ssh.address, "--master-port", str(rt.rdzv_port),
-                *_torchrun_script(rt), *_script_args(pb)]
+                "--rdzv-conf", f"timeout={RDZV_TIMEOUT_S}", *_torchrun_script(rt), *_script_args(pb)]
         out.append(HostLaunch(h.name, argv, env))
     return out
 

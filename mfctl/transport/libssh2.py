@@ -62,6 +62,17 @@ class CommandAborted(Exception):
     """The caller gave up on the command (its ``abort`` event was set: Ctrl-C)."""
 
 
+class SessionGone(Exception):
+    """The server had closed the session before the command was sent (no channel could be opened):
+    the command did not start. ``reused``: the session had run commands before — a pooled session
+    that sshd dropped while idle (restart, ClientAliveInterval, a firewall's idle timeout), which the
+    pool replaces once."""
+
+    def __init__(self, reused: bool):
+        super().__init__("the server closed the connection before the command started")
+        self.reused = reused
+
+
 class ExecSession:
     """An authenticated libssh2 session to one host; commands run one at a time (a lock)."""
 
@@ -70,6 +81,7 @@ class ExecSession:
         self.lock = threading.Lock()
         self._abort: threading.Event | None = None  # run()'s: once set, its command ends (CommandAborted) in ~50 ms
         self._close_after_run = False  # close() came while a command ran: run() closes when it is done
+        self.used = False  # a command has been started on it (SessionGone.reused)
         t = target
         policy = HostKeyPolicy.of(t)
         known = policy.known_types(t.address, t.port, host=t.name)  # (an unreadable file: refused before any socket)
@@ -167,7 +179,8 @@ class ExecSession:
         the rest is read and counted, not kept — the command is drained to its end, so it never
         blocks on a full channel and its exit status is its own, and memory stays bounded while it runs.
         Raises CommandTimeout after ``timeout`` seconds, CommandAborted (its channel closed) within
-        ~50 ms of ``abort`` being set, ssh2 exceptions on a broken session."""
+        ~50 ms of ``abort`` being set, SessionGone when the server had closed the session before the
+        command was sent, ssh2 exceptions on a session that broke under the command."""
         try:
             return self._run(command, timeout, stdin, abort, limit)
         finally:
@@ -183,7 +196,11 @@ class ExecSession:
                 raise CommandAborted
             self._slice = 0.0005
             self.session.set_blocking(False)
-            chan = self._call(self.session.open_session, deadline)
+            reused, self.used = self.used, True
+            try:
+                chan = self._call(self.session.open_session, deadline)
+            except (E.SocketRecvError, E.SocketDisconnectError, E.SocketSendError) as e:
+                raise SessionGone(reused) from e
             if isinstance(chan, int):
                 raise E.ChannelError(f"open_session failed ({chan})")
             try:

@@ -282,15 +282,24 @@ class SSHPool:
         (error ``interrupted``). Never raises for remote failures: they are in the result."""
         from ssh2.exceptions import SSH2Error
 
-        from mfctl.transport.libssh2 import CommandAborted, CommandTimeout, command_failure
+        from mfctl.transport.libssh2 import CommandAborted, CommandTimeout, SessionGone, command_failure
 
         t0 = time.monotonic()
         t = self.targets[host]
         res = CommandResult(host=host, argv=[str(a) for a in argv], endpoint=f"{t.address}:{t.port}")
         timeout = timeout or self.command_timeout
         try:
-            rc, out, err, res.stdout_dropped, res.stderr_dropped = self._exec_session(host).run(
-                quote_argv(argv), timeout, stdin, abort, self.max_output_bytes)
+            try:
+                done = self._exec_session(host).run(quote_argv(argv), timeout, stdin, abort, self.max_output_bytes)
+            except SessionGone as e:
+                self._drop_exec(host)
+                if not e.reused:
+                    raise
+                # a pooled session the server dropped while idle: the command was not sent, so it is
+                # sent once more on a new session (a second SessionGone is the host's error)
+                log.info("%s: the server had closed the pooled SSH session to %s; connecting again", host, res.endpoint)
+                done = self._exec_session(host).run(quote_argv(argv), timeout, stdin, abort, self.max_output_bytes)
+            rc, out, err, res.stdout_dropped, res.stderr_dropped = done
             res.rc, res.stdout, res.stderr = rc, out.decode(errors="replace"), err.decode(errors="replace")
             if res.truncated:
                 log.warning("%s: %s: output truncated at %d bytes per stream (%d + %d bytes dropped)", host,
@@ -302,6 +311,9 @@ class SSHPool:
             self._drop_exec(host)  # the session may hold the abandoned channel's data
         except CommandAborted:
             res.error = "interrupted: the command was abandoned"
+            self._drop_exec(host)
+        except SessionGone as e:
+            res.error = f"SSH error: {res.endpoint}: {e}"
             self._drop_exec(host)
         except (SSH2Error, OSError) as e:
             res.error = command_failure(e, res.endpoint)

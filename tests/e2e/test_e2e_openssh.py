@@ -418,6 +418,34 @@ def test_a_session_killed_mid_command_is_a_result_naming_the_endpoint(peers, sca
                        "command's outcome is unknown")  # was "SSH error: SocketRecvError"
 
 
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(d.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def test_a_pooled_session_sshd_dropped_while_idle_is_replaced_once_not_reported(peers, scans, tmp_path):
+    """sshd restarted, ClientAliveInterval or a firewall's idle timeout: the next command was never
+    sent, so the pool connects again and sends it (it used to fail as "lost while the command ran")."""
+    kh = tmp_path / "known_hosts"
+    kh.write_text(scans[(True, None)])
+    with SSHPool([target(peers, kh)], connect_timeout=5) as pool:
+        assert pool.run("gpu01", ["echo", "one"]).stdout == "one\n"
+        first = pool._exec["gpu01"]
+        sessions = wait_until(lambda: _children(peers.sshd.proc.pid), timeout=10, what="the pooled session's sshd")
+        for pid in sessions:  # (the module's sshd serves no one else now)
+            os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not _children(peers.sshd.proc.pid), timeout=10, what="the session's sshd to go")
+        r = pool.run("gpu01", ["echo", "two"])
+        assert (r.stdout, r.error) == ("two\n", None) and pool._exec["gpu01"] is not first
+
+
 # --- mfctl exec, end to end ----------------------------------------------------------------------
 def test_mfctl_exec_over_real_openssh_with_a_known_hosts_ssh_wrote(peers, scans, tmp_path, cli_env):
     kh = tmp_path / "known_hosts"
