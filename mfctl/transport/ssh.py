@@ -57,6 +57,9 @@ class SSHTarget:
 
 _PARAMIKO_LOG = "mfctl.transport.paramiko"  # paramiko's transport logs here: its warnings and errors, not its chatter
 logging.getLogger(_PARAMIKO_LOG).setLevel(logging.WARNING)
+# its errors are the UnreachableError connect() raises: without a handler of the caller's they are
+# not printed (Python's last-resort handler would put a traceback per failed connection on stderr)
+logging.getLogger(_PARAMIKO_LOG).addHandler(logging.NullHandler())
 
 _PKEY_CACHE: dict[str, "paramiko.PKey"] = {}
 _PKEY_LOCK = threading.Lock()

@@ -246,3 +246,22 @@ def test_an_unreadable_known_hosts_is_the_hosts_failure_on_both_stacks(server, t
         connect(target, timeout=3)
     with SSHPool([target]) as pool:
         assert "cannot read known_hosts" in pool.run("h1", ["true"]).error
+
+
+def test_paramiko_failures_are_the_error_raised_not_a_traceback_on_stderr():
+    """paramiko's transport thread logs an error and a traceback for a server that closes before its
+    banner; with no handler of the caller's, Python's last-resort handler printed them on stderr."""
+    import subprocess
+    import sys
+
+    code = ("import socket, threading\n"
+            "from mfctl.errors import UnreachableError\n"
+            "from mfctl.transport.ssh import SSHTarget, connect\n"
+            "srv = socket.create_server(('127.0.0.1', 0))\n"
+            "threading.Thread(target=lambda: [srv.accept()[0].close() for _ in range(9)], daemon=True).start()\n"
+            "t = SSHTarget('h1', '127.0.0.1', srv.getsockname()[1], agent=False, known_hosts='/dev/null')\n"
+            "try:\n    connect(t, 3)\nexcept UnreachableError as e:\n    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stderr == "" and r.stdout.startswith("h1: SSH to 127.0.0.1:") and r.stdout.endswith(
+        "failed: the server closed the connection before sending its SSH banner (sshd refusing more unauthenticated "
+        "connections: MaxStartups; or no SSH server on that port)\n")
