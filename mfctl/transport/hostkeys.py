@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import logging
 import re
@@ -144,7 +143,7 @@ class Entry:
         """Whether this line is for ``name`` (OpenSSH's ``match_hostname``, or the hashed name)."""
         if self._hashed is not None:
             salt, digest = self._hashed
-            return hmac.compare_digest(hmac.new(salt, name.encode(), hashlib.sha1).digest(), digest)
+            return hmac.compare_digest(hmac.digest(salt, name.encode(), "sha1"), digest)
         low = name.lower()
         if any(p.fullmatch(low) for p in self._negative):
             return False
