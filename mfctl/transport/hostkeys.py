@@ -289,11 +289,17 @@ class HostKeyPolicy:
 
     def known_types(self, address: str, port: int, *, host: str = "") -> list[str]:
         """The key types the host is known by (plain lines for its name, else — another port than
-        22 — for its bare address), in file order: what a client asks the server for first."""
+        22 — for its bare address), in file order: what a client asks the server for first. A key
+        that is also ``@revoked`` counts only when no other does (OpenSSH's ``order_hostkeyalgs``
+        skips it; asking for it still, when it is all there is, gets the REVOKED verdict from a
+        server that has it rather than CHANGED for whatever key the library likes best)."""
         kh = load(self.known_hosts, host)
         names = [known_hosts_name(address, port)] + ([address] if port != 22 else [])
         for name in names:
-            types = [e.keytype for e in kh.matching(name) if not e.marker]
+            lines = kh.matching(name)
+            revoked = {e.blob for e in lines if e.marker == "revoked"}
+            plain = [e for e in lines if not e.marker]
+            types = [e.keytype for e in plain if e.blob not in revoked] or [e.keytype for e in plain]
             if types:
                 return list(dict.fromkeys(types))
         return []

@@ -150,6 +150,11 @@ def test_revoked_keys_are_refused_even_when_listed_and_only_for_the_hosts_the_li
         with pytest.raises(UnreachableError, match="REVOKED"):  # a new host with a revoked key: not recorded
             p.check("gpu04", "127.0.0.1", 2224, "ecdsa-sha2-nistp256", ECDSA)
         assert p.known_hosts.read_text() == text
+    # a revoked key's type is asked for first only when the host has no other key (then: REVOKED)
+    assert p.known_types("127.0.0.1", 2222) == ["ecdsa-sha2-nistp256"]
+    p = policy(tmp_path, text + line("[127.0.0.1]:2222", "ssh-ed25519", KEY_A))
+    assert p.known_types("127.0.0.1", 2222) == ["ssh-ed25519"] and p.known_types("127.0.0.1", 2223) == [
+        "ecdsa-sha2-nistp256"]
 
 
 def test_cert_authority_lines_are_refused_naming_the_line_unless_the_hosts_own_key_is_listed(tmp_path):
