@@ -1,18 +1,30 @@
 """A mock Slurm cluster for the mock testbed: the mock hosts are its nodes.
 
 Every mock host answers the client commands an operator (and ``mfctl run`` with
-``runtime.launcher: slurm``) uses, in Slurm's formats:
+``runtime.launcher: slurm``) uses, in Slurm 22.05's formats and with its exit codes and error
+texts (each checked against a real 22.05 cluster: tests/peers_slurm.py, docs/real-peers.md):
 
-- ``sbatch [--parsable] [options] [SCRIPT]`` — the script from a file or stdin, ``#SBATCH``
-  directives honoured (``--job-name``, ``--nodes``, ``--nodelist``, ``--output``,
-  ``--time``, ``--chdir``, ``--partition`` (one partition, ``mfabric``: another is refused as
-  by Slurm), ``--account``, ``--ntasks-per-node``, ``--gpus-per-node``); prints ``Submitted
-  batch job N`` or, with ``--parsable``, ``N``;
-- ``squeue [-h] [-j IDS] [-o FORMAT]`` (``%i %j %T %t %N %D %M %R %u``);
+- ``sbatch [--parsable] [options] [SCRIPT]`` — the script from a file, stdin or ``--wrap``,
+  ``#SBATCH`` directives honoured (``--job-name``, ``--nodes``, ``--nodelist``, ``--output``,
+  ``--time``, ``--chdir``, ``--partition`` (one partition, ``mfabric``: another is refused with
+  Slurm's text), ``--account``, ``--ntasks-per-node``, ``--gpus-per-node``); prints ``Submitted
+  batch job N`` or, with ``--parsable``, ``N``; an unknown option exits 255. A job asking more
+  nodes than the partition has is accepted and stays PENDING (reason ``PartitionConfig``);
+- the queue: a job is PENDING (reason ``None``) until the scheduler's next pass
+  (:data:`SCHED_DELAY_S`), then RUNNING when its nodes are free, else PENDING ``Resources`` (the
+  first job waiting) or ``Priority`` (the ones behind it); once its batch script has ended it is
+  COMPLETING until its processes are gone, then COMPLETED / FAILED / CANCELLED / TIMEOUT; the
+  controller forgets it :data:`MIN_JOB_AGE_S` (testbed seconds) later;
+- ``squeue [-h] [-j IDS] [-t STATES|all] [-o FORMAT]`` (``%i %j %T %t %N %D %M %r %R %u %P``;
+  without ``-t`` only pending, running and completing jobs, as Slurm);
+- ``scontrol -o show job ID`` (``JobState``, ``Reason``, ``ExitCode`` — ``0:15`` for a
+  cancelled job, as the controller says —, ``NodeList``, ``TimeLimit``, …), ``scontrol -o show
+  node NAME`` and ``scontrol show hostnames [LIST]``;
 - ``sacct [-n] [-P] [-X] -j IDS [-o FIELDS]`` (JobID, JobName, State, ExitCode, Elapsed,
-  NodeList, Start, End);
-- ``scancel [-s SIGNAL] ID...``;
-- ``scontrol show hostnames [LIST]``.
+  NodeList, Start, End): ``CANCELLED by UID|0:0``, ``TIMEOUT|0:0``; a batch script that exited
+  128+N (srun after ``--kill-on-bad-exit`` terminated the other tasks) reads ``FAILED|N:0``, as
+  22.05's accounting showed it;
+- ``scancel [-s SIGNAL] ID...`` — of a finished or unknown job: exit 0, silent, as Slurm.
 
 A job runs for real: its batch script is executed by ``/bin/bash`` on this machine with
 the Slurm job environment (``SLURM_JOB_ID``, ``SLURM_JOB_NODELIST``, ...) and a ``PATH``
@@ -24,6 +36,7 @@ time (divided by the time scale), as everything in the mock.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shlex
@@ -38,8 +51,15 @@ from pathlib import Path
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
+log = logging.getLogger(__name__)
+
 KILL_WAIT_S = 2.0  # Slurm's KillWait (default 30 s): SIGTERM, then SIGKILL after this long
 PARTITIONS = ("mfabric",)  # the cluster's partitions (the first is the default); sbatch refuses others
+SCHED_DELAY_S = 0.2  # wall seconds from submit to the scheduler's pass (real 22.05 here: 1-3 s)
+MIN_JOB_AGE_S = 300.0  # testbed seconds a finished job stays in the controller (slurm.conf MinJobAge default)
+LIVE = ("PENDING", "RUNNING", "COMPLETING")  # what squeue lists without -t
+SHORT = {"PENDING": "PD", "RUNNING": "R", "COMPLETING": "CG", "COMPLETED": "CD", "FAILED": "F", "CANCELLED": "CA",
+         "TIMEOUT": "TO", "NODE_FAIL": "NF", "OUT_OF_MEMORY": "OOM", "PREEMPTED": "PR"}
 
 SHIMS = ("srun", "scontrol", "torchrun", "mfctl-simrt")
 
@@ -68,17 +88,31 @@ def parse_time_limit(s: str) -> float:
     return float(((days * 24 + h) * 60 + m) * 60 + sec)
 
 
+def format_time_limit(seconds: float) -> str:
+    """Seconds → Slurm's ``[D-]HH:MM:SS`` (scontrol's ``TimeLimit``); a whole number of minutes
+    as Slurm keeps it (rounded up)."""
+    m = int(-(-seconds // 60))
+    d, h, mm = m // 1440, m % 1440 // 60, m % 60
+    return f"{d}-{h:02d}:{mm:02d}:00" if d else f"{h:02d}:{mm:02d}:00"
+
+
 @dataclass
 class MockJob:
     job_id: int
     name: str
-    nodes: list[str]
+    want: int  # nodes asked for
+    nodelist: list[str]  # nodes asked for by name
     user: str
     workdir: Path
     output: Path
     time_limit_s: float
     partition: str
+    script: Path
+    env: dict = field(repr=False, default_factory=dict)
+    nodes: list[str] = field(default_factory=list)  # allocated, in Slurm's order
     state: str = "PENDING"
+    reason: str = "None"
+    final: str | None = None  # CANCELLED / TIMEOUT, decided while the job is still COMPLETING
     exit_code: int = 0
     signal: int = 0
     submitted: float = field(default_factory=time.time)
@@ -93,7 +127,8 @@ _OPTS = {"--job-name": "job-name", "-J": "job-name", "--nodes": "nodes", "-N": "
          "-w": "nodelist", "--output": "output", "-o": "output", "--error": "error", "-e": "error", "--time": "time",
          "-t": "time", "--chdir": "chdir", "-D": "chdir", "--partition": "partition", "-p": "partition",
          "--account": "account", "-A": "account", "--ntasks-per-node": "ntasks-per-node", "--ntasks": "ntasks",
-         "-n": "ntasks", "--gpus-per-node": "gpus-per-node", "--export": "export", "--exclusive": None}
+         "-n": "ntasks", "--gpus-per-node": "gpus-per-node", "--export": "export", "--wrap": "wrap",
+         "--exclusive": None}
 
 
 class MockSlurm:
@@ -110,7 +145,7 @@ class MockSlurm:
         self.time_scale = time_scale
         self.jobs: dict[int, MockJob] = {}
         self.next_id = 4001
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
 
     # --- dispatch ---------------------------------------------------------------------------
     def handle(self, argv: list[str], env: dict, user: str, read_stdin, out, err) -> int | None:
@@ -137,15 +172,17 @@ class MockSlurm:
                     i += 1
                 elif a.startswith("-"):
                     err(f"sbatch: unrecognized option '{a}'\nTry \"sbatch --help\" for more information\n")
-                    return 1
+                    return 255  # (real 22.05's exit status for a usage error)
                 else:
                     script_path = a
                     break
                 i += 1
         except IndexError:
-            err(f"sbatch: option '{args[-1]}' requires an argument\n")
-            return 1
-        if script_path is not None:
+            err(f"sbatch: option '{args[-1]}' requires an argument\nTry \"sbatch --help\" for more information\n")
+            return 255
+        if "wrap" in opts:
+            script = f"#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{opts['wrap']}\n"
+        elif script_path is not None:
             p = Path(script_path).expanduser()
             p = p if p.is_absolute() else self.home / p
             try:
@@ -188,14 +225,14 @@ class MockSlurm:
             want = int(n_opt) if n_opt else (len(nodelist) or 1)
         except ValueError:
             return fail("Invalid node count specification")
-        if want > len(self.nodes) or (nodelist and want < len(nodelist)):
-            return fail("Requested node configuration is not available")
-        if o.get("gpus-per-node") and any(int(re.sub(r"^.*:", "", o["gpus-per-node"])) > g for g in self.nodes.values()):
+        if nodelist and want < len(nodelist):
+            return fail("Node count specification invalid")
+        gpn = str(o.get("gpus-per-node") or "")
+        if gpn and any(int(re.sub(r"^.*:", "", gpn)) > g for g in self.nodes.values()):
             return fail("Requested node configuration is not available")
         if o.get("partition", PARTITIONS[0]) not in PARTITIONS:
             err(f"sbatch: error: invalid partition specified: {o['partition']}\n")
             return fail("Invalid partition name specified")
-        nodes = nodelist + [n for n in self.nodes if n not in nodelist][: want - len(nodelist)]
         try:
             limit = parse_time_limit(o.get("time", "1-00:00:00"))
         except (ValueError, KeyError):
@@ -203,37 +240,78 @@ class MockSlurm:
         with self.lock:
             jid = self.next_id
             self.next_id += 1
-        name = o.get("job-name") or (Path(script_path).name if script_path else "sbatch")
+        name = o.get("job-name") or ("wrap" if "wrap" in o else Path(script_path).name if script_path else "sbatch")
         workdir = Path(o["chdir"]).expanduser() if o.get("chdir") else self.home
         workdir = workdir if workdir.is_absolute() else self.home / workdir
         outpat = o.get("output", "slurm-%j.out").replace("%j", str(jid)).replace("%x", name).replace("%u", user)
         output = Path(outpat).expanduser()
         output = output if output.is_absolute() else workdir / output
-        job = MockJob(jid, name, nodes, user, workdir, output, limit, o.get("partition", PARTITIONS[0]))
-        try:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            outf = open(output, "ab")
-        except OSError as e:
-            return fail(f"cannot open the output file {output}: {e.strerror}")
         spath = self.spool / f"job{jid}.sh"
         spath.write_text(script)
         jenv = {**os.environ, **env, "PATH": f"{self.bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
                 "SLURM_JOB_ID": str(jid), "SLURM_JOBID": str(jid), "SLURM_JOB_NAME": name,
-                "SLURM_JOB_NODELIST": str(NodeSet.fromlist(nodes)), "SLURM_NNODES": str(len(nodes)),
-                "SLURM_JOB_NUM_NODES": str(len(nodes)), "SLURM_SUBMIT_DIR": str(self.home),
-                "SLURM_JOB_PARTITION": job.partition, "SLURM_NTASKS_PER_NODE": o.get("ntasks-per-node", "1"),
-                "SLURMD_NODENAME": nodes[0], "SLURM_CLUSTER_NAME": "mfabric-mock", "PYTHONUNBUFFERED": "1"}
+                "SLURM_SUBMIT_DIR": str(self.home), "SLURM_NTASKS_PER_NODE": o.get("ntasks-per-node", "1"),
+                "SLURM_CLUSTER_NAME": "mfabric-mock", "PYTHONUNBUFFERED": "1"}
+        job = MockJob(jid, name, want, nodelist, user, workdir, output, limit, o.get("partition", PARTITIONS[0]),
+                      spath, jenv)
         with self.lock:
             self.jobs[jid] = job
-            job.state, job.started = "RUNNING", time.time()
-            job.proc = subprocess.Popen(["/bin/bash", str(spath)], cwd=str(workdir), env=jenv, stdout=outf,
-                                        stderr=outf, stdin=subprocess.DEVNULL, start_new_session=True)
-        outf.close()
-        threading.Thread(target=self._watch, args=(job,), daemon=True, name=f"slurm-job-{jid}").start()
+        threading.Timer(SCHED_DELAY_S, self._schedule).start()
         out(f"{jid}\n" if parsable else f"Submitted batch job {jid}\n")
         return 0
 
+    # --- the scheduler ------------------------------------------------------------------------
+    def _schedule(self) -> None:
+        """One pass, first come first served: a job starts when its nodes are free; the first that
+        cannot waits for ``Resources``, the ones behind it for ``Priority``."""
+        with self.lock:
+            self._purge()
+            busy = {n for j in self.jobs.values() if j.state in ("RUNNING", "COMPLETING") for n in j.nodes}
+            blocked = False
+            for job in sorted(self.jobs.values(), key=lambda j: j.job_id):
+                if job.state != "PENDING" or time.time() - job.submitted < SCHED_DELAY_S * 0.9:
+                    continue
+                if job.want > len(self.nodes):
+                    job.reason = "PartitionConfig"  # more nodes than the partition has: never runs
+                    continue
+                if blocked:
+                    job.reason = "Priority"
+                    continue
+                free = [n for n in self.nodes if n not in busy]
+                if any(n in busy for n in job.nodelist) or len(free) < job.want:
+                    job.reason, blocked = "Resources", True
+                    continue
+                rest = [n for n in free if n not in job.nodelist]
+                chosen = set(job.nodelist) | set(rest[: job.want - len(job.nodelist)])
+                job.nodes = [n for n in self.nodes if n in chosen]  # Slurm's order, not the request's
+                busy |= chosen
+                self._start(job)
+
+    def _start(self, job: MockJob) -> None:
+        try:
+            job.output.parent.mkdir(parents=True, exist_ok=True)
+            outf = open(job.output, "ab")
+        except OSError as e:
+            job.state, job.reason, job.exit_code, job.ended = "FAILED", "JobLaunchFailure", 1, time.time()
+            log.warning("mock Slurm job %s: cannot open its output %s: %s", job.job_id, job.output, e.strerror)
+            return
+        job.env.update({"SLURM_JOB_NODELIST": str(NodeSet.fromlist(job.nodes)), "SLURM_NNODES": str(len(job.nodes)),
+                        "SLURM_JOB_NUM_NODES": str(len(job.nodes)), "SLURM_JOB_PARTITION": job.partition,
+                        "SLURMD_NODENAME": job.nodes[0]})
+        job.state, job.reason, job.started = "RUNNING", "None", time.time()
+        job.proc = subprocess.Popen(["/bin/bash", str(job.script)], cwd=str(job.workdir), env=job.env, stdout=outf,
+                                    stderr=outf, stdin=subprocess.DEVNULL, start_new_session=True)
+        outf.close()
+        threading.Thread(target=self._watch, args=(job,), daemon=True, name=f"slurm-job-{job.job_id}").start()
+
+    def _purge(self) -> None:
+        """Forget jobs that ended more than MinJobAge ago (the controller's view; accounting keeps them)."""
+        age = MIN_JOB_AGE_S / self.time_scale
+        for jid in [j.job_id for j in self.jobs.values() if j.ended and time.time() - j.ended > age]:
+            self.jobs[jid].purged = True  # type: ignore[attr-defined]
+
     def _watch(self, job: MockJob) -> None:
+        assert job.proc is not None
         deadline = time.monotonic() + job.time_limit_s / self.time_scale
         while True:
             try:
@@ -244,34 +322,46 @@ class MockSlurm:
                     with open(job.output, "a") as f:
                         f.write(f"slurmstepd: error: *** JOB {job.job_id} ON {job.nodes[0]} CANCELLED AT "
                                 f"{datetime.now():%Y-%m-%dT%H:%M:%S} DUE TO TIME LIMIT ***\n")
-                    job.state = "TIMEOUT"
+                    job.state, job.final = "COMPLETING", "TIMEOUT"
                     self._kill(job)
+        with self.lock:
+            job.state = "COMPLETING"  # the batch script has ended; its job's processes are being reaped
+        t_end = time.monotonic() + KILL_WAIT_S + 1
+        while _group_alive(job.proc.pid) and time.monotonic() < t_end:
+            time.sleep(0.02)
+        time.sleep(0.05)  # (the epilog)
         with self.lock:
             job.ended = time.time()
             if rc < 0:
                 job.exit_code, job.signal = 0, -rc
             else:
                 job.exit_code = rc
-            if job.state == "RUNNING":
-                job.state = "COMPLETED" if rc == 0 else "FAILED"
+            job.state = job.final or ("COMPLETED" if rc == 0 else "FAILED")
+            job.reason = "NonZeroExitCode" if job.state == "FAILED" else ("TimeLimit" if job.state == "TIMEOUT" else "None")
+        self._schedule()
 
     def _kill(self, job: MockJob, sig: int = signal.SIGTERM) -> None:
         """SIGTERM the job's whole process group; SIGKILL after KillWait."""
+        proc = job.proc
+        if proc is None:
+            return
+
         def send(s):
             try:
-                os.killpg(job.proc.pid, s)
+                os.killpg(proc.pid, s)
             except (ProcessLookupError, PermissionError):
                 pass
         send(sig)
         if sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             def later():
-                if job.proc.poll() is None or _group_alive(job.proc.pid):
+                if proc.poll() is None or _group_alive(proc.pid):
                     send(signal.SIGKILL)
             threading.Timer(KILL_WAIT_S, later).start()
 
     # --- queries ----------------------------------------------------------------------------
     def _select(self, args, err, cmd) -> tuple[list[MockJob] | None, dict]:
-        flags, ids, i = {}, None, 0
+        flags: dict = {}
+        i = 0
         while i < len(args):
             a = args[i]
             if a in ("-j", "--jobs", "-o", "--format", "-u", "--user", "-s", "--signal", "-t", "--states"):
@@ -303,32 +393,44 @@ class MockSlurm:
                 return None, flags
             return [self.jobs[j] for j in ids if j in self.jobs], flags
 
+    def _in_controller(self, jobs: list[MockJob]) -> list[MockJob]:
+        with self.lock:
+            self._purge()
+            return [j for j in jobs if not getattr(j, "purged", False)]
+
     def squeue(self, args, env, user, read_stdin, out, err) -> int:
         jobs, f = self._select(args, err, "squeue")
         if jobs is None:
             return 1
-        live = [j for j in jobs if j.state in ("PENDING", "RUNNING", "COMPLETING")]
-        if isinstance(f.get("j"), str) and not live and not jobs:
+        jobs = self._in_controller(jobs)
+        if isinstance(f.get("j"), str) and not jobs:
             err("slurm_load_jobs error: Invalid job id specified\n")
             return 1
+        states = f.get("t") if isinstance(f.get("t"), str) else None
+        if states is None:
+            shown = [j for j in jobs if j.state in LIVE]
+        elif states.lower() == "all":
+            shown = jobs
+        else:
+            want = {x.strip().upper() for x in states.split(",")}
+            shown = [j for j in jobs if j.state in want or SHORT.get(j.state) in want]
         fmt = f.get("o") if isinstance(f.get("o"), str) else "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
-        short = {"PENDING": "PD", "RUNNING": "R", "COMPLETING": "CG"}
 
         def field_(j, c):
-            el = int(time.time() - (j.started or time.time()))
-            return {"i": str(j.job_id), "j": j.name, "T": j.state, "t": short.get(j.state, "CD"),
-                    "N": str(NodeSet.fromlist(j.nodes)),
-                    "D": str(len(j.nodes)), "M": f"{el // 60}:{el % 60:02d}", "R": str(NodeSet.fromlist(j.nodes)),
-                    "u": j.user, "P": j.partition}.get(c, "")
+            el = int((j.ended or time.time()) - (j.started or time.time()))
+            nl = str(NodeSet.fromlist(j.nodes)) if j.nodes else ""
+            return {"i": str(j.job_id), "j": j.name, "T": j.state, "t": SHORT.get(j.state, "CD"), "N": nl,
+                    "D": str(len(j.nodes) or j.want), "M": f"{el // 60}:{el % 60:02d}", "r": j.reason,
+                    "R": f"({j.reason})" if j.state == "PENDING" else nl, "u": j.user, "P": j.partition}.get(c, "")
 
         hdr = {"i": "JOBID", "j": "NAME", "T": "STATE", "t": "ST", "N": "NODELIST", "D": "NODES", "M": "TIME",
-               "R": "NODELIST(REASON)", "u": "USER", "P": "PARTITION"}
+               "r": "REASON", "R": "NODELIST(REASON)", "u": "USER", "P": "PARTITION"}
 
         def render(row_fn):
             return re.sub(r"%(\.?\d+)?([A-Za-z])", lambda m: _pad(row_fn(m.group(2)), m.group(1)), fmt)
 
         lines = [] if f.get("h") else [render(lambda c: hdr.get(c, c))]
-        lines += [render(lambda c, j=j: field_(j, c)) for j in live]
+        lines += [render(lambda c, j=j: field_(j, c)) for j in shown]
         out("".join(ln + "\n" for ln in lines))
         return 0
 
@@ -344,11 +446,13 @@ class MockSlurm:
             n = name.split("%")[0].lower()
             el = int((j.ended or time.time()) - (j.started or time.time()))
             state = j.state + (f" by {j.cancelled_by}" if j.state == "CANCELLED" and j.cancelled_by is not None else "")
+            code = "0:0" if j.state in ("CANCELLED", "TIMEOUT") else (
+                f"{j.exit_code - 128}:0" if j.exit_code > 128 else f"{j.exit_code}:{j.signal}")
             ts = lambda t: datetime.fromtimestamp(t).strftime("%Y-%m-%dT%H:%M:%S") if t else "Unknown"  # noqa: E731
             return {"jobid": str(j.job_id), "jobname": j.name, "partition": j.partition, "account": "mfabric",
-                    "alloccpus": str(2 * len(j.nodes)), "state": state, "exitcode": f"{j.exit_code}:{j.signal}",
+                    "alloccpus": str(2 * len(j.nodes)), "state": state, "exitcode": code,
                     "elapsed": f"{el // 3600:02d}:{el % 3600 // 60:02d}:{el % 60:02d}",
-                    "nodelist": str(NodeSet.fromlist(j.nodes)),
+                    "nodelist": str(NodeSet.fromlist(j.nodes)) if j.nodes else "None assigned",
                     "start": ts(j.started), "end": ts(j.ended), "nnodes": str(len(j.nodes)), "user": j.user}.get(n, "")
 
         lines = []
@@ -377,25 +481,62 @@ class MockSlurm:
             except (KeyError, ValueError):
                 err(f"scancel: error: Invalid signal name: {f['s']}\n")
                 return 1
-        rc = 0
         known = {j.job_id: j for j in jobs}
         for a in ids:
             j = known.get(int(a))
             if j is None or j.state not in ("PENDING", "RUNNING"):
-                err(f"scancel: error: Kill job error on job id {a}: "
-                    f"{'Invalid job id specified' if j is None else 'Job/step already completing or completed'}\n")
-                rc = 1
-                continue
+                continue  # a finished or unknown job: real 22.05 exits 0 and says nothing
             if not isinstance(f.get("s"), str) or sig == signal.SIGKILL:  # a cancel, not just a signal
-                j.state, j.cancelled_by = "CANCELLED", os.getuid()
+                with self.lock:
+                    j.cancelled_by = os.getuid()
+                    if j.state == "PENDING":
+                        j.state, j.ended, j.reason = "CANCELLED", time.time(), j.reason
+                        continue
+                    j.state, j.final = "COMPLETING", "CANCELLED"
                 with open(j.output, "a") as fh:
                     fh.write(f"slurmstepd: error: *** JOB {j.job_id} ON {j.nodes[0]} CANCELLED AT "
                              f"{datetime.now():%Y-%m-%dT%H:%M:%S} ***\n")
             self._kill(j, sig)
-        return rc
+        return 0
 
     def scontrol(self, args, env, user, read_stdin, out, err) -> int:
+        one_line = bool(args) and args[0] in ("-o", "--oneliner")
+        rest = args[1:] if one_line else args
+        if rest[:2] == ["show", "job"] and len(rest) == 3:
+            return self._show_job(rest[2], one_line, out, err)
         return scontrol(args, env, out, err)
+
+    def _show_job(self, spec: str, one_line: bool, out, err) -> int:
+        try:
+            jobs = self._in_controller([self.jobs[int(spec)]]) if int(spec) in self.jobs else []
+        except ValueError:
+            jobs = []
+        if not jobs:
+            err("slurm_load_jobs error: Invalid job id specified\n")
+            return 1
+        j = jobs[0]
+        ts = lambda t: datetime.fromtimestamp(t).strftime("%Y-%m-%dT%H:%M:%S") if t else "Unknown"  # noqa: E731
+        nl = str(NodeSet.fromlist(j.nodes)) if j.nodes else ""
+        req = str(NodeSet.fromlist(j.nodelist)) if j.nodelist else "(null)"
+        code = f"{j.exit_code}:{j.signal}" if j.ended else "0:0"
+        if j.state == "CANCELLED" and j.ended and j.started:
+            code = "0:15"  # the batch script killed by scancel's SIGTERM, as the controller keeps it
+        groups = [
+            [f"JobId={j.job_id}", f"JobName={j.name}"],
+            [f"UserId={j.user}(0)", "GroupId=root(0)", "MCS_label=N/A"],
+            [f"JobState={j.state}", f"Reason={j.reason}", "Dependency=(null)"],
+            [f"ExitCode={code}"],
+            [f"TimeLimit={format_time_limit(j.time_limit_s)}", "TimeMin=N/A"],
+            [f"SubmitTime={ts(j.submitted)}", f"StartTime={ts(j.started)}", f"EndTime={ts(j.ended)}"],
+            [f"Partition={j.partition}", "AllocNode:Sid=localhost:1"],
+            [f"ReqNodeList={req}", "ExcNodeList=(null)"],
+            [f"NodeList={nl}", f"BatchHost={j.nodes[0] if j.nodes else '(null)'}"],
+            [f"NumNodes={len(j.nodes) or j.want}", f"NumCPUs={len(j.nodes) or j.want}"],
+            [f"WorkDir={j.workdir}", f"StdOut={j.output}"],
+        ]
+        out((" ".join(w for g in groups for w in g) if one_line else "\n".join("   " + " ".join(g) for g in groups)
+             .lstrip()) + "\n")
+        return 0
 
     def stop_all(self) -> None:
         for j in list(self.jobs.values()):
@@ -421,9 +562,23 @@ def _group_alive(pgid: int) -> bool:
 
 
 def scontrol(args, env, out, err) -> int:
-    """``scontrol show hostnames [LIST]`` (LIST defaults to ``$SLURM_JOB_NODELIST``)."""
+    """``scontrol show hostnames [LIST]`` (LIST defaults to ``$SLURM_JOB_NODELIST``) and
+    ``scontrol [-o] show node NAME`` (every mock node is on ``127.0.0.1``); what a job's shell
+    calls, without the controller's state."""
+    one_line = bool(args) and args[0] in ("-o", "--oneliner")
+    args = args[1:] if one_line else args
+    if args[:2] == ["show", "node"] and len(args) == 3:
+        name = args[2]
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+            err(f"Node {name} not found\n")
+            return 1
+        words = [f"NodeName={name}", "Arch=x86_64", "NodeAddr=127.0.0.1", f"NodeHostName={name}", "State=ALLOCATED",
+                 f"Partitions={PARTITIONS[0]}"]
+        out((" ".join(words) if one_line else "   ".join(words)) + "\n")
+        return 0
     if args[:2] != ["show", "hostnames"]:
-        err(f"scontrol: error: mock scontrol models only `show hostnames`, not {' '.join(args[:2])!r}\n")
+        err(f"scontrol: error: mock scontrol models only `show hostnames`, `show node` and `show job`, "
+            f"not {' '.join(args[:2])!r}\n")
         return 1
     spec = args[2] if len(args) > 2 else env.get("SLURM_JOB_NODELIST", "")
     try:

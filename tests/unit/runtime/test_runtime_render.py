@@ -38,10 +38,12 @@ def test_slurm_rendering_and_cli_dry_run(cli_env):
     pb = load_playbook(TORCHRUN)
     pb.runtime.launcher = "slurm"
     script = render_slurm(pb, load_inventory(pb.inventory_path()), "192.0.2.9:7000", "s3cr3t-n0nce", "run1")
-    assert "#SBATCH --nodes=4" in script and "--rdzv-backend c10d" in script and '"$head:29500"' in script
+    assert "#SBATCH --nodes=4" in script and "--rdzv-backend c10d" in script and '"${head_addr:-$head}:29500"' in script
     assert "s3cr3t-n0nce" not in script and "export NCCL_SOCKET_IFNAME=eno1" in script
     assert "#SBATCH --output=mfctl-runs/mfctl-run1-%j.out" in script
-    assert "srun --label --kill-on-bad-exit=1 torchrun" in script and script.rstrip().endswith(
+    assert "scontrol -o show node \"$head\"" in script  # the rendezvous at the head's NodeAddr
+    assert "srun --label --kill-on-bad-exit=1 sh -c" in script and "mfctl-task torchrun --nnodes 4" in script
+    assert script.rstrip().endswith(
         "/opt/megatron/pretrain_gpt.py --mfctl-hook examples.megatron_hook --pipeline-degree 2 --bp-pipeline-degree 4 "
         "--grad-partitions 8")
     pb.runtime.script_mode = "module"

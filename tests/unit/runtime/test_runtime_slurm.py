@@ -16,9 +16,10 @@ from mfctl.errors import ParseError
 from mfctl.inventory import load_inventory
 from mfctl.runtime.job import Job
 from mfctl.runtime.playbook import load_playbook
-from mfctl.runtime.slurm import parse_sacct, parse_sbatch, parse_squeue_state
+from mfctl.runtime.slurm import (SlurmLaunch, describe_end, parse_exit_code, parse_sacct, parse_sbatch,
+                                 parse_scontrol_job, parse_squeue_state)
 from mfctl.transport.ssh import SSHPool, targets_from_inventory
-from support import DATA, PROTOTYPE, live_processes, mfctl_cmd
+from support import DATA, PROTOTYPE, live_processes, mfctl_cmd, wait_until
 
 SHORT = DATA / "playbooks" / "short.yaml"
 
@@ -66,6 +67,61 @@ def test_sbatch_squeue_sacct_parsers():
         parse_sacct("JobID|State\n")
 
 
+# `scontrol -o show job 2` from a real Slurm 22.05.8 cluster (tests/peers_slurm.py), a cancelled job
+REAL_SHOW_JOB = (
+    "JobId=2 JobName=wrap UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901758 Nice=0 Account=root "
+    "QOS=normal JobState=CANCELLED Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 "
+    "ExitCode=0:15 RunTime=00:00:02 TimeLimit=00:01:00 TimeMin=N/A SubmitTime=2026-12-01T14:03:33 "
+    "EligibleTime=2026-12-01T14:03:33 AccrueTime=2026-12-01T14:03:33 StartTime=2026-12-01T14:03:34 "
+    "EndTime=2026-12-01T14:03:36 Deadline=N/A SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-12-01T14:03:34 "
+    "Scheduler=Main Partition=gpu AllocNode:Sid=localhost:3081 ReqNodeList=(null) ExcNodeList=(null) "
+    "NodeList=gpu[01-04] BatchHost=gpu01 NumNodes=4 NumCPUs=4 NumTasks=4 CPUs/Task=1 ReqB:S:C:T=0:0:*:* "
+    "TRES=cpu=4,node=4,billing=4 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* MinCPUsNode=1 MinMemoryNode=0 "
+    "MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 Licenses=(null) "
+    "Network=(null) Command=(null) WorkDir=/work/main/tests StdErr=/tmp/sc2/out-2 StdIn=/dev/null "
+    "StdOut=/tmp/sc2/out-2 Power= \n")
+
+
+def test_scontrol_show_job_parser_reads_real_22_05_output():
+    f = parse_scontrol_job(REAL_SHOW_JOB)
+    assert (f["JobId"], f["JobState"], f["Reason"], f["ExitCode"]) == ("2", "CANCELLED", "None", "0:15")
+    assert (f["NodeList"], f["ReqNodeList"], f["BatchHost"], f["TimeLimit"]) == ("gpu[01-04]", "(null)", "gpu01", "00:01:00")
+    assert (f["TRES"], f["AllocNode:Sid"], f["Power"]) == ("cpu=4,node=4,billing=4", "localhost:3081", "")
+    assert parse_exit_code(f["ExitCode"]) == (0, 15)
+    with pytest.raises(ParseError, match="scontrol"):
+        parse_scontrol_job("slurm_load_jobs error: Invalid job id specified\n")
+
+
+def test_end_states_are_named_with_what_they_mean():
+    assert describe_end(12, "TIMEOUT", "TimeLimit", "00:01:00") == "Slurm job 12 TIMEOUT: killed at its time limit (00:01:00)"
+    assert describe_end(12, "CANCELLED") == "Slurm job 12 CANCELLED: cancelled (scancel, by mfctl or an operator)"
+    assert describe_end(12, "NODE_FAIL", "NodeDown") == "Slurm job 12 NODE_FAIL: a node of the job failed; reason NodeDown"
+    assert describe_end(12, "OUT_OF_MEMORY") == "Slurm job 12 OUT_OF_MEMORY: a task ran out of memory"
+    assert describe_end(12, "PREEMPTED") == "Slurm job 12 PREEMPTED: preempted by another job"
+    assert describe_end(12, "FAILED", "NonZeroExitCode") == ("Slurm job 12 FAILED: a task or the batch script exited "
+                                                            "non-zero; reason NonZeroExitCode")
+
+
+def test_task_output_is_filed_under_the_node_slurm_ran_it_on(tmp_path):
+    """Inventory order gpu03, gpu01, gpu04, gpu02; Slurm's task 0 is gpu01 (its NodeList order)."""
+    seen = []
+    sl = SlurmLaunch(None, "login", ["gpu03", "gpu01", "gpu04", "gpu02"], tmp_path / "logs",
+                     on_line=lambda h, ln: seen.append((h, ln)))
+    (tmp_path / "logs").mkdir()
+    for ln in ["0: mfctl-task: 0 gpu01", "2: mfctl-task: 2 gpu03", "0: > runtime on gpu01", "2: > runtime on gpu03",
+               "srun: error: gpu03: task 2: Exited with exit code 17", "tail: 'x' has appeared;  following new file"]:
+        sl._demux("login", ln)
+    sl.nodes = ["gpu01", "gpu02", "gpu03", "gpu04"]  # NodeList, for a task whose first line was lost
+    sl._demux("login", "3: > runtime on gpu04")
+    sl._drain_log(quiet_s=0, limit_s=0)
+    assert (tmp_path / "logs" / "gpu01.log").read_text() == "mfctl-task: 0 gpu01\n> runtime on gpu01\n"
+    assert (tmp_path / "logs" / "gpu03.log").read_text() == "mfctl-task: 2 gpu03\n> runtime on gpu03\n"
+    assert (tmp_path / "logs" / "gpu04.log").read_text() == "> runtime on gpu04\n"
+    assert not (tmp_path / "logs" / "gpu02.log").exists()
+    assert sl.task_errors == {"gpu03": "srun: task 2 on gpu03: Exited with exit code 17"}
+    assert ("slurm", "srun: error: gpu03: task 2: Exited with exit code 17") in seen and ("gpu04", "> runtime on gpu04") in seen
+
+
 # --- the mock Slurm cluster over SSH ----------------------------------------------------------
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
@@ -110,28 +166,34 @@ def test_mock_sbatch_rejects_bad_jobs_like_slurm(cluster):
     assert r.rc == 1 and "must start with #!" in r.stderr
     r = pool.run("gpu01", ["sbatch", "--nodelist=gpu09"], stdin=b"#!/bin/bash\ntrue\n")
     assert r.rc == 1 and "Invalid node name specified" in r.stderr
-    r = pool.run("gpu01", ["sbatch", "--nodes=9"], stdin=b"#!/bin/bash\ntrue\n")
-    assert r.rc == 1 and "Requested node configuration is not available" in r.stderr
-    r = pool.run("gpu01", ["scancel", "99999"])
-    assert r.rc == 1 and "Invalid job id specified" in r.stderr
+    r = pool.run("gpu01", ["sbatch", "-p", "nosuch", "--wrap", "true"])
+    assert (r.rc, r.stderr) == (1, "sbatch: error: invalid partition specified: nosuch\n"
+                                   "sbatch: error: Batch job submission failed: Invalid partition name specified\n")
+    r = pool.run("gpu01", ["scancel", "99999"])  # an unknown job: real 22.05 exits 0, silent
+    assert (r.rc, r.stdout, r.stderr) == (0, "", "")
     r = pool.run("gpu01", ["sbatch", "--bogus"], stdin=b"#!/bin/bash\ntrue\n")
-    assert r.rc == 1 and "unrecognized option" in r.stderr
+    assert (r.rc, r.stderr) == (255, "sbatch: unrecognized option '--bogus'\nTry \"sbatch --help\" for more information\n")
+    r = pool.run("gpu01", ["scontrol", "-o", "show", "job", "99999"])
+    assert (r.rc, r.stderr) == (1, "slurm_load_jobs error: Invalid job id specified\n")
 
 
 def test_mock_scancel_and_time_limit_end_jobs_and_their_processes(cluster):
     pool, _ = cluster
     script = b"#!/bin/bash\n#SBATCH --nodes=4\nsrun --label --kill-on-bad-exit=1 sleep 300\n"
     job = parse_sbatch(pool.run_checked("gpu01", ["sbatch", "--parsable"], stdin=script))
+    r = pool.run("gpu01", ["squeue", "-h", "-j", str(job), "-o", "%i %T %r"])
+    assert r.stdout.split() == [str(job), "PENDING", "None"]  # until the scheduler's pass, as Slurm
+    wait_until(lambda: pool.run("gpu01", ["squeue", "-h", "-j", str(job), "-o", "%T"]).stdout.strip() == "RUNNING",
+               what=f"job {job} RUNNING")
     r = pool.run("gpu01", ["squeue", "-h", "-j", str(job), "-o", "%i %T %D %N"])
     assert r.stdout.split() == [str(job), "RUNNING", "4", "gpu[01-04]"]
     pool.run_checked("gpu01", ["scancel", str(job)])
-    state, code, sig = _wait_state(pool, job, "CANCELLED")
-    assert state == "CANCELLED"
+    assert _wait_state(pool, job, "CANCELLED") == ("CANCELLED", 0, 0)
     assert _nothing_left()
     # a 1-minute limit at time scale 10 ends after 6 s of wall time
     t0 = time.monotonic()
     job = parse_sbatch(pool.run_checked("gpu01", ["sbatch", "--parsable", "--time=1"], stdin=script))
-    assert _wait_state(pool, job, "TIMEOUT", timeout=20)[0] == "TIMEOUT"
+    assert _wait_state(pool, job, "TIMEOUT", timeout=20) == ("TIMEOUT", 0, 0)
     assert 5.5 < time.monotonic() - t0 < 15
     assert _nothing_left()
 
@@ -161,7 +223,8 @@ def test_run_through_slurm_end_to_end(tmp_path):
     assert s["exit_code"] == 0, s["error"]
     assert s["launcher"] == "slurm" and s["iterations"] == 12 and s["reconfigurations"]
     run = Path(s["run_dir"])
-    assert "srun --label --kill-on-bad-exit=1 torchrun" in (run / "sbatch.sh").read_text()
+    assert ("srun --label --kill-on-bad-exit=1 sh -c 'echo \"mfctl-task: $SLURM_PROCID $SLURMD_NODENAME\"; "
+            "exec \"$@\"' mfctl-task torchrun --nnodes 4") in (run / "sbatch.sh").read_text()
     for h in ("gpu01", "gpu02", "gpu03", "gpu04"):  # the labelled output, split per host
         text = (run / "logs" / f"{h}.log").read_text()
         assert f"mfctl simulated runtime on {h}" in text and text.count("iteration ") >= 12
