@@ -344,7 +344,8 @@ def handshake_failure(e: BaseException, last_error: str = "") -> str:
     if isinstance(e, (E.SocketRecvError, E.SocketDisconnectError, ConnectionError)) or (
             type(e) is E.SSH2Error and "exchange" in last_error.lower()):
         return CLOSED_IN_KEX
-    return _describe(e) + (f" ({last_error})" if last_error and last_error not in str(e) else "")
+    detail = _describe(e) + (f": {last_error}" if last_error and last_error not in str(e) else "")
+    return f"the SSH handshake failed ({detail})"
 
 
 def auth_refused(t) -> str:

@@ -265,3 +265,21 @@ def test_paramiko_failures_are_the_error_raised_not_a_traceback_on_stderr():
     assert r.stderr == "" and r.stdout.startswith("h1: SSH to 127.0.0.1:") and r.stdout.endswith(
         "failed: the server closed the connection before sending its SSH banner (sshd refusing more unauthenticated "
         "connections: MaxStartups; or no SSH server on that port)\n")
+
+
+def test_libssh2_handshake_failures_in_words():
+    """libssh2's exceptions carry no text: its last_error() and the class say what happened (as seen
+    against a real sshd: test_e2e_openssh.py; a kex failure from an sshd with only an rsa key and a
+    session limited to ed25519)."""
+    from ssh2 import exceptions as E
+
+    from mfctl.transport import libssh2 as L
+
+    assert L.handshake_failure(E.SocketDisconnectError(), "Failed getting banner") == L.CLOSED_BEFORE_BANNER
+    assert L.handshake_failure(E.SocketRecvError(), "Failed getting banner") == L.CLOSED_BEFORE_BANNER
+    assert L.handshake_failure(E.SSH2Error(), "Unable to exchange encryption keys") == L.CLOSED_IN_KEX
+    assert L.handshake_failure(E.KexFailureError(), "Unable to exchange encryption keys") == (
+        "key exchange failed: the server and mfctl have no algorithm in common (Unable to exchange encryption keys)")
+    assert L.handshake_failure(E.SSH2Error(), "") == "the SSH handshake failed (SSH2Error)"
+    assert L.handshake_failure(E.MethodNotSupported(), "Invalid method") == (
+        "the SSH handshake failed (MethodNotSupported: Invalid method)")
