@@ -14,19 +14,19 @@ unix socket for that host (:mod:`mfctl.mock.relayserver`) and forwards, until th
   then closes the socket, which the mock takes as SIGHUP on the command. A real host without a
   pty would let the command run on until its next write (SIGPIPE); the mock stops it at once.
 
-Frames are ``type (1 byte) + length (4 bytes, big-endian) + payload``; the hello (``H``) is JSON.
-Stdlib only and no package imports (``-I -S``: no site, no mfctl): its start-up is paid on every
-command the mock host runs. Exit 255 with a message on stderr when the mock is not there.
+Frames are ``type (1 byte) + length (4 bytes, big-endian) + payload``; the hello (``H``) is
+``b"1"``/``b"0"`` (a pty or not), then ``b"c"`` and the command's bytes, or ``b"s"`` (a shell).
+Its start-up is paid on every command a mock host runs, so it imports only C modules (``_socket``
+and ``_signal``, not ``socket``/``signal``/``json``, which pull in ``enum`` and ``re``) and runs with
+``-I -S`` (no site, no mfctl): ~10 ms of Python start-up. Exit 255 with a message on stderr when
+the mock is not there.
 """
 
-from __future__ import annotations
-
+import _signal as signal  # the C module: signal.py would import enum (≈ 5 ms of every command)
+import _socket as socket
 import errno
-import json
 import os
 import select
-import signal
-import socket
 import struct
 import sys
 
@@ -34,6 +34,19 @@ HEADER = struct.Struct(">cI")
 CHUNK = 65536
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 CONNECT_TIMEOUT_S = 5.0  # the mock's socket is local: it answers at once or is not there
+
+
+def hello(command: bytes | None, pty: bool) -> bytes:
+    """The hello frame's payload (see the module doc)."""
+    return (b"1" if pty else b"0") + (b"s" if command is None else b"c" + command)
+
+
+def parse_hello(payload: bytes) -> tuple[str | None, bool]:
+    """``(command or None for a shell, pty)``; raises ValueError for anything else."""
+    if len(payload) < 2 or payload[:1] not in (b"0", b"1") or payload[1:2] not in (b"c", b"s"):
+        raise ValueError(f"not a relay hello: {payload[:16]!r}")
+    command = payload[2:].decode("utf-8", errors="replace") if payload[1:2] == b"c" else None
+    return command, payload[:1] == b"1"
 
 
 def frame(kind: bytes, payload: bytes = b"") -> bytes:
@@ -74,8 +87,7 @@ def main(argv: list[str]) -> int:
         return 255
     sock.setblocking(True)
     sock.settimeout(None)
-    hello = {"command": os.environ.get("SSH_ORIGINAL_COMMAND"), "pty": os.isatty(0)}
-    sock.sendall(frame(b"H", json.dumps(hello).encode()))
+    sock.sendall(frame(b"H", hello(os.environb.get(b"SSH_ORIGINAL_COMMAND"), os.isatty(0))))
 
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -146,7 +158,7 @@ def main(argv: list[str]) -> int:
         return 255
 
 
-def _hang_up(sock: socket.socket) -> int:
+def _hang_up(sock) -> int:
     """The session is gone: closing the socket tells the mock (SIGHUP on the command)."""
     sock.close()
     return 129  # 128 + SIGHUP; nobody is left to read it

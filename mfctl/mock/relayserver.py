@@ -9,7 +9,6 @@ status it returns is sent back (negative ``-N``: killed by signal N).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -18,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from mfctl.mock.relay import CHUNK, HEADER, frame
+from mfctl.mock.relay import CHUNK, HEADER, frame, parse_hello
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +153,7 @@ class RelayChannel:
         self.sock.close()
 
 
-def _read_hello(sock: socket.socket) -> dict:
+def _read_hello(sock: socket.socket) -> tuple[str | None, bool]:
     sock.settimeout(HELLO_TIMEOUT_S)
     buf = b""
     while len(buf) < HEADER.size:
@@ -172,7 +171,7 @@ def _read_hello(sock: socket.socket) -> dict:
             raise ConnectionError("the relay closed in its hello")
         body += chunk
     sock.settimeout(None)
-    return json.loads(body)
+    return parse_hello(body)
 
 
 class RelayServer:
@@ -207,13 +206,12 @@ class RelayServer:
 
     def _serve(self, conn: socket.socket) -> None:
         try:
-            hello = _read_hello(conn)
+            command, pty = _read_hello(conn)
         except (OSError, ValueError) as e:
             log.warning("%s: relay session refused: %s", self.name, e)
             conn.close()
             return
-        command = hello.get("command")
-        chan = RelayChannel(conn, command, bool(hello.get("pty")))
+        chan = RelayChannel(conn, command, pty)
         with self._lock:
             self.sessions.add(chan)
         threading.Thread(target=chan.read_relay, daemon=True).start()
