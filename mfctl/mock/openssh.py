@@ -19,6 +19,7 @@ from __future__ import annotations
 import getpass
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -44,6 +45,26 @@ def unavailable_reason() -> str | None:
     if shutil.which("ssh-keygen") is None:
         return "ssh-keygen is not installed (Debian: apt-get install openssh-client)"
     return None
+
+
+def _children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (from /proc; [] where there is no /proc)."""
+    out = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for e in entries:
+        if e.isdigit():
+            try:
+                with open(f"/proc/{e}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
+            if len(fields) > 1 and int(fields[1]) == pid:
+                out.append(int(e))
+    return out
 
 
 def _free_port() -> int:
@@ -151,10 +172,17 @@ class OpenSSHServer:
             return ""
 
     def close(self) -> None:
-        """Stop sshd and every session it started (its process group and its children's)."""
+        """Stop sshd and every connection it serves (each is a child of the listener in a session
+        of its own, which SIGTERM to the listener alone would leave running: a client still
+        connected would go on reaching a host that is gone)."""
         if self.proc is None:
             return
         if self.proc.poll() is None:
+            for pid in _children(self.proc.pid):
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=5)
