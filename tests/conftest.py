@@ -75,3 +75,30 @@ def session_mock(tmp_path_factory):
 def mock_testbed(session_mock) -> SessionMock:
     """The session's mock at time scale 100 (see the module docstring for who may share it)."""
     return session_mock()
+
+
+# --- Section C: a real Slurm cluster (tests/peers_slurm.py) ---
+@pytest.fixture(scope="session")
+def real_slurm(tmp_path_factory):
+    """``real_slurm(accounting=False, name="") -> peers_slurm.SlurmCluster``: a real 4-node Slurm
+    22.05 cluster (munged, slurmctld, ``slurmd -N gpu01..gpu04`` on 127.0.0.1; with ``accounting``
+    also mariadbd + slurmdbd), one per flavour and ``name`` (a test that keeps a cluster busy asks
+    for one of its own), started on first use and stopped at the end of the session. Skips where
+    it cannot run (not root, packages missing)."""
+    from peers_slurm import SlurmCluster, unavailable_reason
+
+    started: dict[tuple[bool, str], SlurmCluster] = {}
+
+    def get(accounting: bool = False, name: str = "") -> SlurmCluster:
+        why = unavailable_reason(accounting)
+        if why:
+            pytest.skip(why)
+        if (accounting, name) not in started:
+            d = tmp_path_factory.mktemp(f"slurm{'-acct' if accounting else ''}{f'-{name}' if name else ''}")
+            started[accounting, name] = SlurmCluster(d, accounting=accounting).start()
+        return started[accounting, name]
+
+    yield get
+    for c in started.values():
+        c.close()
+        assert not c.pids(), f"Slurm processes left after the cluster stopped: {c.pids()}"

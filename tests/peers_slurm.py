@@ -111,6 +111,7 @@ class SlurmCluster:
             "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nMpiDefault=none\nMailProg=/bin/true\n"
             "SelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\nSchedulerType=sched/backfill\n"
             "SlurmdParameters=config_overrides\nReturnToService=2\nGresTypes=gpu\n"
+            "SchedulerParameters=batch_sched_delay=0\n"
             f"MinJobAge={MIN_JOB_AGE_S}\nKillWait=2\nInactiveLimit=0\nWaitTime=0\nMessageTimeout=10\n"
             "SlurmctldTimeout=30\nSlurmdTimeout=30\nJobCompType=jobcomp/none\n"
             f"{acct}"

@@ -170,6 +170,8 @@ class MockSlurm:
                 elif a in _OPTS:
                     opts[_OPTS[a]] = args[i + 1]
                     i += 1
+                elif not a.startswith("--") and a[:2] in _OPTS and len(a) > 2:  # -N4, -wgpu01 (getopt's way)
+                    opts[_OPTS[a[:2]]] = a[2:]
                 elif a.startswith("-"):
                     err(f"sbatch: unrecognized option '{a}'\nTry \"sbatch --help\" for more information\n")
                     return 255  # (real 22.05's exit status for a usage error)
