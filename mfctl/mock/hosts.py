@@ -457,7 +457,10 @@ class MockHost:
         def watch_channel() -> None:
             # a closed channel is a hang-up: stop the runtime like SIGHUP on a real pty
             while proc.poll() is None:
-                if channel.closed or channel.eof_received or not channel.get_transport().is_active():
+                # (paramiko's channel: the client's EOF comes with its close; a relayed session says when
+                # it hung up, and an EOF on stdin alone leaves the command running, as on a real host)
+                eof_is_hangup = getattr(channel, "eof_is_hangup", True) and channel.eof_received
+                if channel.closed or eof_is_hangup or not channel.get_transport().is_active():
                     try:
                         os.killpg(proc.pid, signal.SIGTERM)
                     except ProcessLookupError:

@@ -30,7 +30,8 @@ class RelayChannel:
     """One session as a paramiko-like channel: ``send``/``sendall`` (stdout),
     ``send_stderr``/``sendall_stderr``, ``recv(n)`` (stdin; ``b""`` at its end; raises
     ``socket.timeout`` after ``settimeout(s)``), ``closed`` (the session hung up), ``eof_received``
-    (stdin ended), ``pty`` / ``mfctl_pty`` (the client asked for a terminal), ``get_transport()``
+    (stdin ended; ``eof_is_hangup`` False: a command goes on after it, as on a real host),
+    ``pty`` / ``mfctl_pty`` (the client asked for a terminal), ``get_transport()``
     (itself: ``is_active()`` while not hung up), ``signals`` (signal numbers received, in order)
     and ``on_signal`` (called with each one, from the reader thread, when set)."""
 
@@ -40,6 +41,7 @@ class RelayChannel:
         self.pty = self.mfctl_pty = bool(pty)
         self.closed = False
         self.eof_received = False
+        self.eof_is_hangup = False
         self.signals: list[int] = []
         self.on_signal: Callable[[int], None] | None = None
         self._timeout: float | None = None

@@ -194,3 +194,71 @@ def test_an_injected_refusal_closes_connections_before_the_banner(tmp_path, cli_
         assert r.returncode == 4 and "gpu02\n" in r.stdout, (r.stdout, r.stderr)
     finally:
         mockctl.stop(tmp_path / "mock")
+
+
+def _relay_pids(socket_path: str) -> list[int]:
+    """Pids of the relays sshd started for sessions on the mock host of ``socket_path``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(c.endswith(b"relay.py") for c in cmd) and socket_path.encode() in cmd:
+                out.append(int(d.name))
+    return out
+
+
+def _kill_the_relay_under(omock, host: str, start, tmp_path):
+    """Start a ``tail -F`` on ``host`` with ``start(argv)``, SIGTERM its relay (as a real host's
+    command killed by a signal), return what ``start`` returned once it is done."""
+    st, _, _, _ = omock
+    target = tmp_path / "follow.log"
+    target.write_text("x\n")
+    sock = str(Path(st["state_dir"]) / "hosts" / f"{host}.sock")
+    before = set(_relay_pids(sock))
+    finish = start(["tail", "-F", str(target)])
+    (pid,) = wait_until(lambda: set(_relay_pids(sock)) - before, what="the session's relay")
+    wait_until(lambda: live_processes(str(target).encode()), what="tail to run")  # (MFCTL_STATE_DIR: the mock's)
+    os.kill(pid, 15)
+    return finish()
+
+
+def test_a_command_killed_by_a_signal_is_exit_signal_as_openssh_sends_it(omock, monkeypatch, tmp_path):
+    """OpenSSH reports a command killed by a signal with exit-signal and no exit-status: its own
+    client exits 255 (the paramiko mock said 128 + N, as a shell would)."""
+    if shutil.which("ssh") is None:
+        pytest.skip("OpenSSH's ssh is not installed (Debian: apt-get install openssh-client)")
+    st, inv, _, state = omock
+    monkeypatch.setenv("MFCTL_STATE_DIR", state)
+    h = next(h for h in inv.hosts if h.name == "gpu02")
+
+    def start(argv):
+        p = subprocess.Popen(["ssh", "-v", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={inv.ssh.known_hosts}", "-o",
+                              "StrictHostKeyChecking=yes", "-i", h.ssh.key_file, "-p", str(h.ssh.port),
+                              f"{h.ssh.user}@127.0.0.1", " ".join(argv)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return lambda: (p.communicate(timeout=30), p.returncode)
+
+    (out, err), rc = _kill_the_relay_under(omock, "gpu02", start, tmp_path)
+    assert (rc, out) == (255, "x\n")
+    assert "rtype exit-signal" in err and "rtype exit-status" not in err
+
+
+@pytest.mark.xfail(strict=True, reason="issue 15: libssh2's get_exit_status() is 0 after exit-signal, and SSHPool.run "
+                   "reads a command killed by a signal as a success (rc 0); paramiko's is -1")
+def test_sshpool_does_not_read_a_command_killed_by_a_signal_as_a_success(omock, monkeypatch, tmp_path):
+    import threading
+
+    st, inv, pool, state = omock
+    monkeypatch.setenv("MFCTL_STATE_DIR", state)
+
+    def start(argv):
+        res: dict = {}
+        t = threading.Thread(target=lambda: res.setdefault("r", pool.run("gpu01", argv, timeout=30)))
+        t.start()
+        return lambda: (t.join(35), res["r"])[1]
+
+    r = _kill_the_relay_under(omock, "gpu01", start, tmp_path)
+    assert r.rc != 0 and r.error is None, r
