@@ -72,7 +72,7 @@ def status(state_dir: Path = STATE_OPT, json_out: bool = JSON_OPT):
     if json_out:
         emit_json({"schema": "mfctl.mock.status/v1", "running": bool(st), **(st or {})})
     elif st:
-        typer.echo(f"running (pid {st['pid']}), inventory {st['inventory']}")
+        typer.echo(f"running (pid {st['pid']}, hosts on {st.get('sshd', 'paramiko')}), inventory {st['inventory']}")
         for h, e in st["hosts"].items():
             typer.echo(f"  {h:<10} ssh 127.0.0.1:{e['port']}")
         typer.echo(f"  OCS        serial {st['ocs']['serial']}, tcp {st['ocs']['tcp']}, ssh {st['ocs']['ssh']}")
