@@ -12,8 +12,11 @@ module: ``from peers_slurm import SlurmCluster, unavailable_reason``; the fixtur
   controller: ``scontrol show job``, ``squeue -t all``) is ``MIN_JOB_AGE_S``.
 - ``CommunicationParameters=NoInAddrAny,NoCtldInAddrAny``: slurmctld and the slurmd's bind
   127.0.0.1, not every address (the test checks with ``ss``).
-- With ``accounting``: ``mariadbd --skip-networking`` on a unix socket in the directory, slurmdbd
-  on 127.0.0.1 (``DbdAddr``), ``AccountingStorageType=accounting_storage/slurmdbd``.
+- With ``accounting``: ``mariadbd --skip-networking`` on a unix socket in the directory (slurmdbd
+  finds it by ``MYSQL_UNIX_PORT``), slurmdbd on 127.0.0.1 (slurmdbd.conf's own
+  ``CommunicationParameters=NoInAddrAny``: ``DbdAddr`` names it but binds nothing),
+  ``AccountingStorageType=accounting_storage/slurmdbd`` with ``AccountingStoragePass`` = the munge
+  socket (the controller's connection to slurmdbd does not use ``AuthInfo``'s socket).
 
 Needs root (slurmd runs jobs as the submitting user; munged, slurmd and slurmdbd check their
 files' owners) and Debian's ``slurm-wlm``, ``munge`` (+ ``slurmdbd``, ``mariadb-server``):
@@ -133,7 +136,8 @@ class SlurmCluster:
                 f"AuthType=auth/munge\nAuthInfo=socket={self.munge_socket}\nDbdAddr=127.0.0.1\nDbdHost=localhost\n"
                 f"DbdPort={self.dbd_port}\nSlurmUser=root\nPidFile={d / 'run' / 'slurmdbd.pid'}\n"
                 f"LogFile={d / 'log' / 'slurmdbd.log'}\nDebugLevel=info\nStorageType=accounting_storage/mysql\n"
-                f"StorageHost=localhost\nStorageUser=root\nStorageLoc=slurm_acct_{self.cluster}\n")
+                f"StorageHost=localhost\nStorageUser=root\nStorageLoc=slurm_acct_{self.cluster}\n"
+                "CommunicationParameters=NoInAddrAny\n")
             os.chmod(dbd, 0o600)
 
     # --- daemons ----------------------------------------------------------------------------

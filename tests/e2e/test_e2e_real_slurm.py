@@ -159,13 +159,14 @@ def time_limit_run(slurm_site, tmp_path_factory):
         p.communicate(timeout=120)
 
 
-def test_real_slurm_cluster_is_on_loopback_only(real_slurm, time_limit_run):
+@pytest.mark.parametrize("accounting", [False, True], ids=["no-accounting", "slurmdbd"])
+def test_real_slurm_cluster_is_on_loopback_only(real_slurm, time_limit_run, accounting):
     """(Also starts the module's background time-limit run, see :func:`time_limit_run`.)"""
-    cluster = real_slurm()
-    assert cluster.startup_s is not None and cluster.startup_s < 10, cluster.startup_s
+    cluster = real_slurm(accounting)
+    assert cluster.startup_s is not None and cluster.startup_s < 15, cluster.startup_s
     out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=10).stdout
     mine = [ln for ln in out.splitlines() if any(f"pid={p}," in ln for p in cluster.pids())]
-    assert len(mine) == 5, out  # slurmctld + four slurmd
+    assert len(mine) == (6 if accounting else 5), out  # slurmctld + four slurmd (+ slurmdbd; mariadbd: a socket)
     assert all(ln.split()[3].startswith("127.0.0.1:") for ln in mine), mine
     r = cluster.run("sinfo", "-h", "-N", "-o", "%N %P %t")
     assert r.stdout.split("\n")[:4] == [f"gpu0{i} gpu* idle" for i in range(1, 5)]
