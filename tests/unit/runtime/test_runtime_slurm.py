@@ -16,8 +16,15 @@ from mfctl.errors import ParseError
 from mfctl.inventory import load_inventory
 from mfctl.runtime.job import Job
 from mfctl.runtime.playbook import load_playbook
-from mfctl.runtime.slurm import (SlurmLaunch, describe_end, parse_exit_code, parse_sacct, parse_sbatch,
-                                 parse_scontrol_job, parse_squeue_state)
+from mfctl.runtime.slurm import (
+    SlurmLaunch,
+    describe_end,
+    parse_exit_code,
+    parse_sacct,
+    parse_sbatch,
+    parse_scontrol_job,
+    parse_squeue_state,
+)
 from mfctl.transport.ssh import SSHPool, targets_from_inventory
 from support import DATA, PROTOTYPE, live_processes, mfctl_cmd, wait_until
 
