@@ -66,12 +66,6 @@ def command(choice: str | None = None) -> list[str]:
     return [choice]
 
 
-class _Signalled(Exception):
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
 def _log(level: str, where: str, msg: str) -> None:
     """One line in torch's log format (``W1201 14:01:46.830000 4807 torch/…/api.py:1028] msg``)."""
     now = datetime.now()
@@ -194,36 +188,39 @@ def main(args: list[str]) -> int:
     error_dir = tempfile.mkdtemp(prefix="torchelastic_")
     attempt_dir = tempfile.mkdtemp(prefix=f"{opts.get('rdzv-id', 'none')}_", dir=error_dir)
 
+    got: list[int] = []  # the death signals received: noted, never raised (not inside Popen: a rank would be lost)
+
     def on_signal(signum, frame):
-        raise _Signalled(signum)
+        got.append(signum)
 
     old = {s: signal.signal(s, on_signal) for s in DEATH_SIGNALS}
     procs: list[subprocess.Popen] = []
+    failures: list[tuple[float, int, subprocess.Popen, int]] = []
     try:
         try:
             for env in _worker_env(opts, nnodes, nproc, node_rank, attempt_dir):
+                if got:
+                    break
                 procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, start_new_session=True))
-            failures: list[tuple[float, int, subprocess.Popen, int]] = []
-            while True:
+            while not got:
                 states = [p.poll() for p in procs]
                 failures = [(time.time(), lr, p, rc) for lr, (p, rc) in enumerate(zip(procs, states)) if rc]
                 if failures or all(rc == 0 for rc in states):
                     break
                 time.sleep(interval)
-        except _Signalled as e:
-            for s in DEATH_SIGNALS:  # one more while shutting down is not raised again
-                signal.signal(s, signal.SIG_IGN)
-            name = signal.Signals(e.signum)
-            _log("W", "torch/distributed/elastic/agent/server/api.py:753",
-                 f"Received {int(name)} death signal, shutting down workers")
-            _close(procs, e.signum)
-            print("Traceback (most recent call last):\n  (torchrun's agent was waiting for its workers)\n"
-                  f"torch.distributed.elastic.multiprocessing.api.SignalException: Process {os.getpid()} got signal: "
-                  f"{int(name)}", file=sys.stderr, flush=True)
-            return 1
         except OSError as e:  # the script cannot be started: torchrun's worker fails at once with its error
             print(f"torchrun: error: {script}: {e.strerror}", file=sys.stderr, flush=True)
             _close(procs, signal.SIGTERM)
+            return 1
+        if got:
+            for s in DEATH_SIGNALS:  # one more while shutting down changes nothing
+                signal.signal(s, signal.SIG_IGN)
+            _log("W", "torch/distributed/elastic/agent/server/api.py:753",
+                 f"Received {got[0]} death signal, shutting down workers")
+            _close(procs, got[0])
+            print("Traceback (most recent call last):\n  (torchrun's agent was waiting for its workers)\n"
+                  f"torch.distributed.elastic.multiprocessing.api.SignalException: Process {os.getpid()} got signal: "
+                  f"{got[0]}", file=sys.stderr, flush=True)
             return 1
         if not failures:
             return 0

@@ -19,9 +19,10 @@ from mfctl.errors import OperationFailed
 from mfctl.runtime import controller as controller_mod
 from mfctl.runtime import job as job_mod
 from mfctl.runtime import testbed as testbed_mod
-from mfctl.runtime.client import ControllerLost, RuntimeClient
+from mfctl.runtime.client import ControllerLost, HelloRefused, RuntimeClient, local_rank
 from mfctl.runtime.controller import Controller
 from mfctl.runtime.playbook import load_playbook
+from mfctl.runtime.protocol import DUPLICATE_HOST
 from support import DATA
 
 WELCOME = {"run_id": "t", "region": "r0", "hosts": ["h1", "h2"], "leader": "h1"}
@@ -195,13 +196,63 @@ def test_a_second_worker_for_a_connected_host_is_refused_and_the_first_stays(ctr
     caplog.set_level(logging.WARNING, logger="mfctl.runtime.controller")
     first = RuntimeClient(ctrl.address_str, host="h1", token=TOKEN)
     first.connect()
-    with pytest.raises(ControllerLost, match="already connected"):
-        RuntimeClient(ctrl.address_str, host="h1", token=TOKEN).connect()
+    second = RuntimeClient(ctrl.address_str, host="h1", token=TOKEN)
+    with pytest.raises(HelloRefused) as refused:
+        second.connect()
+    why = ("protocol error: a runtime for h1 is already connected (one runtime client per host: torchrun's local "
+           "rank 0); the first connection stays")
+    assert refused.value.code == DUPLICATE_HOST == "duplicate-host"
+    assert refused.value.reply == {"v": 1, "type": "error", "code": "duplicate-host", "message": why}
+    where = f"{ctrl.address[0]}:{ctrl.address[1]}"
+    assert str(refused.value) == f"controller {where} refused the hello for h1: {why} (duplicate-host)"
+    assert isinstance(refused.value, ControllerLost)  # a runtime that handles a lost controller handles this
     assert ctrl.send("h1", {"type": "stop", "reason": "still you"})
     assert first.poll(timeout=5) == [{"v": 1, "type": "stop", "reason": "still you"}]
     assert _events(ctrl) == [("h1", "hello")]  # the old controller swapped the worker silently
-    assert any("already connected" in r.getMessage() for r in caplog.records)
+    warnings = [r.getMessage() for r in caplog.records if "already connected" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith("controller: refused 127.0.0.1:")
+    assert warnings[0].endswith(" (hello for host 'h1'): protocol error (duplicate-host): a runtime for h1 is already "
+                                "connected (one runtime client per host: torchrun's local rank 0); the first connection stays")
     first.close()
+
+
+def test_seven_more_local_ranks_saying_hello_are_refused_one_by_one(ctrl, caplog):
+    """What real torchrun with nproc_per_node 8 did to the old contract: every local rank of a
+    host said hello as the host. Each extra one is refused; one hello event, one worker."""
+    caplog.set_level(logging.WARNING, logger="mfctl.runtime.controller")
+    clients = [RuntimeClient(ctrl.address_str, host="h2", token=TOKEN) for _ in range(8)]
+    clients[0].connect()
+    codes = []
+    for c in clients[1:]:
+        with pytest.raises(HelloRefused) as refused:
+            c.connect()
+        codes.append(refused.value.code)
+    assert codes == ["duplicate-host"] * 7
+    assert list(ctrl.workers) == ["h2"] and _events(ctrl) == [("h2", "hello")]
+    assert sum("duplicate-host" in r.getMessage() for r in caplog.records) == 7
+    clients[0].close()
+
+
+@pytest.mark.parametrize(("env", "rank", "client"), [
+    ({}, 0, True),
+    ({"LOCAL_RANK": "0"}, 0, True),
+    ({"LOCAL_RANK": "3"}, 3, False),  # torchrun's other local ranks train without a client
+    ({"LOCAL_RANK": "0", "SLURM_LOCALID": "0"}, 0, True),  # srun torchrun: torchrun's LOCAL_RANK counts
+    ({"LOCAL_RANK": "5", "SLURM_LOCALID": "0"}, 5, False),
+    ({"SLURM_LOCALID": "1"}, 1, False),  # srun --ntasks-per-node 8 without torchrun
+])
+def test_one_runtime_client_per_host_local_rank_0(env, rank, client):
+    base = {"MFCTL_CONTROLLER": "127.0.0.1:7000", "SLURMD_NODENAME": "gpu02", "MFCTL_RUN_TOKEN": TOKEN}
+    assert local_rank(env) == rank
+    rt = RuntimeClient.from_env(base | env)
+    assert (rt is not None) == client
+    if rt is not None:
+        assert (rt.host, rt.addr, rt.token) == ("gpu02", ("127.0.0.1", 7000), TOKEN)
+
+
+def test_a_malformed_local_rank_is_an_error_not_rank_0():
+    with pytest.raises(ValueError, match=r"LOCAL_RANK='1 ': expected a non-negative integer"):
+        RuntimeClient.from_env({"MFCTL_CONTROLLER": "127.0.0.1:7000", "MFCTL_HOST": "h1", "LOCAL_RANK": "1 "})
 
 
 def test_the_run_binds_the_controller_on_the_address_the_hosts_reach(tmp_path, monkeypatch):
