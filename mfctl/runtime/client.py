@@ -119,6 +119,7 @@ class RuntimeClient:
         return msg
 
     def _reader(self) -> None:
+        assert self.conn is not None  # started by connect()
         try:
             while True:
                 msg = self.conn.recv()
@@ -130,6 +131,8 @@ class RuntimeClient:
         self.lost.set()
 
     def _send(self, msg: dict) -> None:
+        if self.conn is None:
+            raise ControllerLost("not connected to the controller (connect() first)")
         try:
             self.conn.send(msg)
         except OSError as e:

@@ -121,7 +121,7 @@ class Controller:
         try:
             hello = self._read_hello(conn, s, peer)
             host = self._admit(conn, peer, hello) if hello is not None else None
-            if host is None:
+            if host is None or hello is None:
                 return
             s.settimeout(None)
             conn.send({"type": "welcome", **self.welcome(host)})
@@ -170,7 +170,7 @@ class Controller:
         token = hello.get("token")
         ok = (hello.get("type") == "hello" and isinstance(claimed, str) and claimed in self.expected
               and isinstance(token, str) and hmac.compare_digest(token.encode(), self.token.encode()))
-        if not ok:
+        if not ok or not isinstance(claimed, str):
             self._refused(peer, "not a hello" if hello.get("type") != "hello" else "unknown worker or bad token", claimed)
             _send_quietly(conn, {"type": "stop", "reason": "unknown worker or bad token"})
             return None
