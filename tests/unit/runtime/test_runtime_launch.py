@@ -22,6 +22,7 @@ from mfctl.runtime.launcher import SSHLauncher, launcher_for, torchrun_note
 from mfctl.runtime.playbook import load_playbook
 from mfctl.runtime.slurm import SlurmLaunch
 from mfctl.runtime.testbed import Hardware, advertised_ip
+from mfctl.signals import DeferSignals, signal_of, sigterm_as_interrupt
 from support import PROTOTYPE, ROOT, wait_until
 
 MIXTRAL = ROOT / "playbooks" / "mixtral-prototype.yaml"
@@ -189,3 +190,17 @@ def test_a_local_rank_outlives_a_crashed_rank_0_only_until_its_collective_times_
     assert rcs == [1]
     assert capsys.readouterr().err == ("mfctl-simrt (local rank 1): local rank 0 ended (without a word); collective "
                                        "timed out after 0.2 s\n")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_an_interrupted_run_knows_which_signal_stopped_it(sig):
+    """``mfctl run``'s summary says ``interrupted by SIGHUP`` (a dropped terminal), not a guess."""
+    with pytest.raises(KeyboardInterrupt) as got, sigterm_as_interrupt():
+        os.kill(os.getpid(), sig)
+        time.sleep(5)  # the handler raises at once; the sleep is never finished
+    assert signal_of(got.value) == sig.name
+    with pytest.raises(KeyboardInterrupt) as held, sigterm_as_interrupt(), DeferSignals():
+        os.kill(os.getpid(), sig)  # held while the OCS changes, raised after with its signal
+    assert signal_of(held.value) == sig.name
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal_of(KeyboardInterrupt()) == "SIGINT"  # Python's own Ctrl-C
