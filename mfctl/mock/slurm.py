@@ -120,6 +120,7 @@ class MockJob:
     ended: float | None = None
     proc: subprocess.Popen | None = None
     cancelled_by: int | None = None
+    purged: bool = False  # MinJobAge has passed: the controller (scontrol, squeue) no longer knows it
 
 
 # sbatch options that take a value, long and short spellings → canonical name
@@ -310,7 +311,7 @@ class MockSlurm:
         """Forget jobs that ended more than MinJobAge ago (the controller's view; accounting keeps them)."""
         age = MIN_JOB_AGE_S / self.time_scale
         for jid in [j.job_id for j in self.jobs.values() if j.ended and time.time() - j.ended > age]:
-            self.jobs[jid].purged = True  # type: ignore[attr-defined]
+            self.jobs[jid].purged = True
 
     def _watch(self, job: MockJob) -> None:
         assert job.proc is not None
@@ -398,7 +399,7 @@ class MockSlurm:
     def _in_controller(self, jobs: list[MockJob]) -> list[MockJob]:
         with self.lock:
             self._purge()
-            return [j for j in jobs if not getattr(j, "purged", False)]
+            return [j for j in jobs if not j.purged]
 
     def squeue(self, args, env, user, read_stdin, out, err) -> int:
         jobs, f = self._select(args, err, "squeue")
@@ -442,7 +443,8 @@ class MockSlurm:
         jobs, f = self._select(args, err, "sacct")
         if jobs is None:
             return 1
-        fields = (f.get("o") if isinstance(f.get("o"), str) else self.SACCT_DEFAULT).split(",")
+        fo = f.get("o")
+        fields = (fo if isinstance(fo, str) else self.SACCT_DEFAULT).split(",")
 
         def val(j, name):
             n = name.split("%")[0].lower()

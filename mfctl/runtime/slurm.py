@@ -329,6 +329,7 @@ class SlurmLaunch:
             if mark and int(mark.group(1)) == int(m.group(1)):
                 self.task_hosts[int(m.group(1))] = mark.group(2)
         host = self.host_of_task(int(m.group(1))) if m else None
+        text = m.group(2) if m else line  # the task's own line, without its label
         if host is None and line.startswith("tail: "):
             return  # tail's own notes ("has appeared; following new file")
         err = re.match(r"srun: error: (\S+): tasks? ([\d,-]+): (.+)$", line)
@@ -340,10 +341,10 @@ class SlurmLaunch:
             f = self._host_logs[host]
             if f.closed:  # the follower outlived the drain: nothing more is kept
                 return
-            f.write(m.group(2).encode() + b"\n")
+            f.write(text.encode() + b"\n")
             f.flush()
         if self.on_line:
-            self.on_line(host or "slurm", m.group(2) if host else line)
+            self.on_line(host or "slurm", text if host else line)
 
     def _drain_log(self, quiet_s: float = 0.3, limit_s: float = 3.0) -> None:
         """The job is over: follow its output until it has been quiet for ``quiet_s`` (at most
