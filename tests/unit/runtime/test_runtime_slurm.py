@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from mfctl import mockctl
-from mfctl.errors import ParseError
+from mfctl.errors import ConfigError, ParseError
 from mfctl.inventory import load_inventory
 from mfctl.runtime.job import Job
 from mfctl.runtime.playbook import load_playbook
@@ -288,3 +288,42 @@ def test_torchrun_over_ssh_on_the_mock_and_a_crash_leaves_nothing(tmp_path):
             runs_dir=str(tmp_path / "runs")).run()
     assert s["exit_code"] == 1 and "gpu04" in s["error"]
     assert _nothing_left()
+
+
+# --- a login node as the submit host ------------------------------------------------------------
+def _with_login(tmp_path, name="login1") -> Path:
+    doc = yaml.safe_load(PROTOTYPE.read_text())
+    doc["login_hosts"] = [{"name": name, "ssh": {"address": "192.0.2.5", "user": "mfabric", "agent": True}}]
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return p
+
+
+def test_a_login_host_that_is_no_gpu_host_can_be_the_submit_host(tmp_path):
+    from mfctl.runtime.launcher import launcher_for
+    from mfctl.runtime.plan import plan_run
+
+    inv = load_inventory(_with_login(tmp_path), cached=False)
+    assert [h.name for h in inv.login_hosts] == ["login1"] and [h.name for h in inv.hosts][:1] == ["gpu01"]
+    pb = load_playbook(_playbook(tmp_path))
+    pb.runtime.slurm.submit_host = "login1"
+    plan_run(pb, inv)  # accepted: a login host
+    with SSHPool(targets_from_inventory(inv)) as gpu_pool:
+        sl = launcher_for(pb, inv, gpu_pool, tmp_path, "run1", journal=None, observer=None)
+        assert isinstance(sl, SlurmLaunch) and sl.submit_host == "login1"
+        assert sl.hosts == ["gpu01", "gpu02", "gpu03", "gpu04"] and set(sl.workers) == set(sl.hosts)
+        assert sl.pool is not gpu_pool and list(sl.pool.targets) == ["login1"]  # its own pool to the login node
+        assert (sl.pool.targets["login1"].address, sl.pool.targets["login1"].user) == ("192.0.2.5", "mfabric")
+        assert "login1" not in gpu_pool.targets  # never swept, polled or given a task
+        sl.stop(0)
+    pb.runtime.slurm.submit_host = "login2"
+    with pytest.raises(ConfigError, match="submit_host 'login2' is not in the inventory"):
+        plan_run(pb, inv)
+
+
+def test_a_login_host_may_not_reuse_a_gpu_hosts_name(tmp_path):
+    p = _with_login(tmp_path, "gpu02")
+    line = p.read_text().splitlines().index("- name: gpu02", p.read_text().splitlines().index("login_hosts:")) + 1
+    with pytest.raises(ConfigError, match=rf"inv\.yaml:{line}: duplicate host name 'gpu02' \(a login host is not a GPU "
+                                          r"host, and each is named once\)"):
+        load_inventory(p, cached=False)
