@@ -20,8 +20,9 @@ The flow (``runtime.launcher: slurm``):
    the job's ``NodeList`` in Slurm's order — never by the inventory's order. Each line is passed
    to ``on_line(host, line)`` (``"slurm"`` for the batch script's own lines); srun's
    ``srun: error: NODE: task I: …`` lines are kept as that host's worker error;
-4. :meth:`SlurmLaunch.stop` waits ``grace_s`` for the job to end by itself (the controller
-   has said ``stop``), then ``scancel``\\ s it and waits until Slurm reports it ended.
+4. :meth:`SlurmLaunch.stop` waits ``grace_s`` (at least :data:`END_GRACE_S`) for the job to end
+   by itself (the controller has said ``stop``), then ``scancel``\\ s it and waits until Slurm
+   reports it ended.
 
 :class:`SlurmLaunch` implements the :class:`~mfctl.runtime.launcher.Launcher` protocol:
 ``start`` renders and submits the script (kept as ``sbatch.sh`` in the run directory),
