@@ -112,10 +112,13 @@ class Training:
 
     def _why_lost(self, host: str) -> str:
         """``": <why>"`` when the launcher says within :data:`LOST_WAIT_S` how ``host``'s worker
-        ended (its error, or a non-zero rc), else ``""``."""
+        ended (its error, or a non-zero rc) — or, still ending, what its output said of it
+        (torchrun's ``failed (exitcode: 17) local_rank: 0 …``: ``Worker.notes``) — else ``""``."""
         w = self.launcher.workers.get(host)
-        if w is None or not w.done.wait(LOST_WAIT_S):
+        if w is None:
             return ""
+        if not w.done.wait(LOST_WAIT_S):
+            return f": {w.notes[0]} (its launcher still ending)" if w.notes else ""
         return f": {w.error}" if w.error else (f": exit code {w.rc}" if w.rc else "")
 
     # --- traffic → policy → reconfiguration ---------------------------------------------------

@@ -13,6 +13,7 @@ after Nms while trying to connect to (ADDR, PORT).`` after ``--rdzv-conf timeout
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -128,11 +129,13 @@ def test_a_crashed_rank_names_the_host_and_torchruns_exit(tmp_path, real_torchru
     pb = _playbook(tmp_path, nproc=2, iterations=40, mock={"crash_host": "gpu03", "crash_at_iteration": 3})
     s = Job(load_playbook(pb), runs_dir=str(tmp_path / "runs"), skip_health=True).run()
     assert s["exit_code"] == 1 and s["status"] == "failed"
-    assert s["error"].startswith("runtime on gpu03 disconnected before finishing: torchrun exited 1: local rank 0 (pid ")
-    assert ") of mfctl-simrt failed with exit code 17 (see " in s["error"]
+    # torchrun's exit (1) when it has ended within the run's wait for it, else its last word alone
+    assert re.fullmatch(r"runtime on gpu03 disconnected before finishing: (torchrun exited 1: )?local rank 0 "
+                        r"\(pid \d+\) of mfctl-simrt failed with exit code 17( \(its launcher still ending\))? "
+                        r"\(see \S+/logs/gpu03\.log\)", s["error"]), s["error"]
     out = (Path(s["run_dir"]) / "logs" / "gpu03.log").read_text()
     assert "> simulated worker crash at iteration 3" in out
-    assert "Root Cause (first observed failure)" in out and "exitcode  : 17" in out
+    assert re.search(r"\] failed \(exitcode: 17\) local_rank: 0 \(pid: \d+\) of binary: mfctl-simrt\n", out)
     wait_until(lambda: not _ranks(), timeout=15, what="every rank and agent to end")
 
 
@@ -170,7 +173,7 @@ def test_ctrl_c_ends_every_rank_on_every_host_and_says_sigint(tmp_path, cli_env)
     assert p.returncode == 130, err[-2000:]
     s = json.loads(out)
     assert s["status"] == "interrupted" and s["error"] == "interrupted by SIGINT (stopped by the operator)"
-    assert 1 <= s["iterations"] < 400
+    assert s["iterations"] < 400  # (the leader's last iterations may still be queued at the signal)
     wait_until(lambda: not ranks() and not ranks(agents=True), timeout=15, what="every rank and agent to end")
 
 
