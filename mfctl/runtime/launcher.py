@@ -47,6 +47,7 @@ TOKEN_WRITE_TIMEOUT_S = 30.0  # seconds for the token file to be written
 #: ~0.3 s on an idle machine, over 3 s measured with 4 agents on a loaded 2-core one); the wait
 #: ends as soon as every host's torchrun has
 TORCHRUN_EXIT_GRACE_S = 10.0
+MAX_NOTES = 8  # a worker's notes kept (the first is the one its error names)
 
 
 #: torchrun's own lines that say why it ended (torch 2.13's ``torch.distributed.run``, checked by running it):
@@ -203,13 +204,13 @@ class SessionLauncher:
                 w.rc = chan.recv_exit_status()
                 if w.rc and w.notes and w.error is None:
                     how = "ended without an exit status (hung up)" if w.rc == -1 else f"exited {w.rc}"
-                    w.error = f"{w.argv[_command_index(w.argv)]} {how}: {w.notes[0]}"
+                    w.error = f"{_command_name(w.argv)} {how}: {w.notes[0]}"
             except (OSError, EOFError, paramiko.SSHException) as e:
                 w.error = str(e)
         w.done.set()
 
     def _line(self, w: Worker, line: str) -> None:
-        if self.diagnose and (note := self.diagnose(line)):
+        if self.diagnose and len(w.notes) < MAX_NOTES and (note := self.diagnose(line)):
             w.notes.append(note)
         if self.on_line:
             self.on_line(w.host, line)
@@ -229,12 +230,10 @@ class SessionLauncher:
         self.token_files = {}
 
 
-def _command_index(argv: list[str]) -> int:
-    """Index of the command in ``env VAR=value … command args``."""
-    i = 1 if argv and argv[0] == "env" else 0
-    while i < len(argv) - 1 and "=" in argv[i] and argv[0] == "env":
-        i += 1
-    return min(i, len(argv) - 1)
+def _command_name(argv: list[str]) -> str:
+    """The command of ``[env VAR=value …] command args`` (``torchrun``)."""
+    words = argv[1:] if argv[:1] == ["env"] else argv
+    return next((w for w in words if "=" not in w or w.startswith("=")), argv[0] if argv else "?")
 
 
 class SSHLauncher:
