@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 HELLO_TIMEOUT_S = 30.0  # wall seconds for every worker's hello after the launch
 PROGRESS_TIMEOUT_S = 300.0  # wall seconds without any message from the runtime during training
 #: wall seconds a lost connection waits for the launcher's word on the worker (a batch job's end
-#: state — TIMEOUT, CANCELLED, NODE_FAIL — is known a poll or two after the runtime's socket drops)
-LOST_WAIT_S = 5.0
+#: state — TIMEOUT, CANCELLED, NODE_FAIL — is known once torchrun, srun and Slurm's KillWait are
+#: done: 2-4 s on an idle 2-core machine, over 5 s with a loaded one); it returns as soon as it has it
+LOST_WAIT_S = 15.0
 
 
 class Training:
