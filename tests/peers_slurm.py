@@ -33,7 +33,7 @@ import subprocess
 import time
 from pathlib import Path
 
-MIN_JOB_AGE_S = 30  # slurm.conf MinJobAge: a finished job stays visible this long (> mfctl's 1 s poll)
+MIN_JOB_AGE_S = 300  # slurm.conf MinJobAge (Slurm's default): a finished job stays in the controller this long
 START_TIMEOUT_S = 30.0  # for every daemon to answer (the cluster was up in ~2 s here)
 BINARIES = {"munged": "munge", "slurmctld": "slurm-wlm", "slurmd": "slurm-wlm", "sbatch": "slurm-client",
             "scontrol": "slurm-client"}
