@@ -246,9 +246,7 @@ def test_a_command_killed_by_a_signal_is_exit_signal_as_openssh_sends_it(omock, 
     assert "rtype exit-signal" in err and "rtype exit-status" not in err
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15: libssh2's get_exit_status() is 0 after exit-signal, and SSHPool.run "
-                   "reads a command killed by a signal as a success (rc 0); paramiko's is -1")
-def test_sshpool_does_not_read_a_command_killed_by_a_signal_as_a_success(omock, monkeypatch, tmp_path):
+def test_sshpool_reads_a_command_killed_by_a_signal_as_128_plus_n(omock, monkeypatch, tmp_path):
     import threading
 
     st, inv, pool, state = omock
@@ -261,4 +259,20 @@ def test_sshpool_does_not_read_a_command_killed_by_a_signal_as_a_success(omock, 
         return lambda: (t.join(35), res["r"])[1]
 
     r = _kill_the_relay_under(omock, "gpu01", start, tmp_path)
-    assert r.rc != 0 and r.error is None, r
+    assert (r.rc, r.error) == (128 + 15, None), r  # SIGTERM: exit-signal read from libssh2: 128 + N, as a shell says
+
+
+def test_the_suite_s_mock_is_openssh_unless_told_otherwise(mock_testbed, cli_env):
+    """The session's mock (``mfctl mock up``, ``mock.sshd`` auto) is real OpenSSH where it is
+    installed: ``mfctl exec`` on every host is one more session in each host's sshd log."""
+    wanted = os.environ.get("MFCTL_MOCK_SSHD") or "auto"
+    assert mock_testbed.status["sshd"] == ("paramiko" if wanted == "paramiko" else "openssh")
+    if wanted == "paramiko":
+        return
+    logs = {h: Path(e["sshd_log"]) for h, e in mock_testbed.status["hosts"].items()}
+    before = {h: p.read_text().count("Starting session: forced-command") for h, p in logs.items()}
+    r = subprocess.run(mfctl_cmd("exec", "-i", mock_testbed.inventory, "all", "--json", "--", "hostname"),
+                       capture_output=True, text=True, env=cli_env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    wait_until(lambda: all(p.read_text().count("Starting session: forced-command") == before[h] + 1
+                           for h, p in logs.items()), what="one more session in every host's sshd log")
