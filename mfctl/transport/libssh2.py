@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ctypes
 import logging
 import select
+import signal
 import socket
 import struct
 import threading
@@ -238,7 +240,9 @@ class ExecSession:
                         self._wait(deadline)
                 self._call(chan.close, deadline)
                 self._call(chan.wait_closed, deadline)  # the exit status has arrived by now
-                return chan.get_exit_status(), bytes(out), bytes(err), dropped[0], dropped[1]
+                signame = exit_signal(chan, self.session)
+                rc = signal_exit_code(signame) if signame else chan.get_exit_status()
+                return rc, bytes(out), bytes(err), dropped[0], dropped[1]
             except (CommandTimeout, CommandAborted):
                 try:
                     chan.close()
@@ -277,6 +281,90 @@ _WHAT = {"SocketRecvError": "the server closed the connection", "SocketDisconnec
          "BannerRecvError": "no SSH banner (the server closed the connection)", "KexFailureError": "key exchange failed "
          "(no algorithm in common)", "KeyExchangeError": "key exchange failed", "AuthenticationError": "authentication refused",
          "PublickeyUnverifiedError": "the key was refused", "AgentConnectionError": "no SSH agent to ask for keys"}
+
+
+class _ExitSignalReader:
+    """Reads the signal name of an SSH ``exit-signal`` (RFC 4254 §6.10) from libssh2 itself.
+
+    OpenSSH reports a command killed by a signal with ``exit-signal`` and *no* ``exit-status``;
+    libssh2's ``get_exit_status`` then says 0, and ssh2-python 1.2.0's ``Channel.get_exit_signal``
+    never returns the name (it passes libssh2 NULL length pointers and reads length 0). So this
+    calls ``libssh2_channel_get_exit_signal`` of the libssh2 the extension is linked with
+    (ctypes), with the C pointers of the Cython ``Channel``/``Session`` objects. Their layout
+    (``PyObject`` head, then the declared fields: ssh2/channel.pxd, ssh2/session.pxd) is checked
+    on every call against a field Python can see (``Channel._session is chan.session``,
+    ``Session.sock``); where it does not hold (another ssh2-python), the reader is off and a
+    signal reads as libssh2 says (logged once).
+    """
+
+    def __init__(self) -> None:
+        self.fn = self.free = None
+        self.warned = False
+        try:
+            import ssh2.channel
+
+            lib = ctypes.CDLL(ssh2.channel.__file__)  # dlsym searches its libssh2 too
+            fn, free = lib.libssh2_channel_get_exit_signal, lib.libssh2_free
+        except (OSError, AttributeError) as e:  # pragma: no cover - a build without these symbols
+            log.warning("libssh2: cannot read exit-signal (%s): a command killed by a signal reads as its exit status", e)
+            return
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t),
+                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        free.restype, free.argtypes = None, [ctypes.c_void_p, ctypes.c_void_p]
+        self.fn, self.free = fn, free
+
+    @staticmethod
+    def _field(obj, index: int):
+        return ctypes.c_void_p.from_address(id(obj) + _HEAD + _PTR * index).value
+
+    def _layout_ok(self, chan, session) -> bool:
+        try:
+            return (chan.session is session
+                    and ctypes.cast(self._field(chan, 1), ctypes.py_object).value is session  # Channel._session
+                    and ctypes.cast(self._field(session, 2), ctypes.py_object).value is session.sock)  # Session.sock
+        except (ValueError, TypeError, AttributeError):
+            return False
+
+    def __call__(self, chan, session) -> str | None:
+        if self.fn is None:
+            return None
+        if not self._layout_ok(chan, session):
+            if not self.warned:
+                self.warned = True
+                log.warning("libssh2: ssh2-python's object layout is not the expected one: exit-signal not read")
+            return None
+        name, length = ctypes.c_void_p(), ctypes.c_size_t(0)
+        if self.fn(self._field(chan, 0), ctypes.byref(name), ctypes.byref(length), None, None, None, None) != 0 \
+                or not name.value:
+            return None
+        try:
+            return ctypes.string_at(name.value, length.value).decode("ascii", errors="replace")
+        finally:
+            self.free(self._field(session, 0), name.value)
+
+
+_HEAD = 2 * ctypes.sizeof(ctypes.c_void_p)  # PyObject_HEAD: ob_refcnt, ob_type (no vtable: no cdef methods)
+_PTR = ctypes.sizeof(ctypes.c_void_p)  # Channel: _channel, _session; Session: _session, _sock (int, padded), sock
+_exit_signal_reader: _ExitSignalReader | None = None
+
+
+def exit_signal(chan, session) -> str | None:
+    """The name (``TERM``, ``KILL``…, no ``SIG``) of the signal that killed the command on
+    ``chan``, as the server's exit-signal said; None when the command exited (or nothing said)."""
+    global _exit_signal_reader
+    if _exit_signal_reader is None:
+        _exit_signal_reader = _ExitSignalReader()
+    return _exit_signal_reader(chan, session)
+
+
+def signal_exit_code(name: str) -> int:
+    """A command killed by signal ``name`` as a shell reports it: 128 + N (``TERM`` → 143); a
+    name this machine does not know → 255 (what OpenSSH's ``ssh`` exits with on exit-signal)."""
+    try:
+        return 128 + signal.Signals["SIG" + name].value
+    except KeyError:
+        return 255
 
 
 def key_file_problem(path: str | Path) -> str | None:

@@ -420,6 +420,17 @@ def test_a_session_killed_mid_command_is_a_result_naming_the_endpoint(peers, sca
                        "command's outcome is unknown")  # was "SSH error: SocketRecvError"
 
 
+@pytest.mark.parametrize("script, rc", [("kill -TERM $$", 143), ("kill -KILL $$", 137), ("exit 3", 3), ("true", 0)])
+def test_a_command_killed_by_a_signal_reads_128_plus_n_not_0(peers, scans, tmp_path, script, rc):
+    """OpenSSH sends exit-signal and no exit-status for a command a signal killed; libssh2 then
+    says 0 (ssh2-python never returns the signal's name): SSHPool reads the name from libssh2."""
+    kh = tmp_path / "known_hosts"
+    kh.write_text(scans[(True, None)])
+    with SSHPool([target(peers, kh)], connect_timeout=5) as pool:
+        r = pool.run("gpu01", ["sh", "-c", script], timeout=20)
+    assert (r.rc, r.error) == (rc, None)
+
+
 def _children(pid: int) -> list[int]:
     out = []
     for d in Path("/proc").iterdir():
