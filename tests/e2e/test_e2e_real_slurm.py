@@ -263,7 +263,7 @@ def test_ctrl_c_cancels_the_real_job_and_leaves_nothing(slurm_site, tmp_path, cl
     cancel = [r for r in _journal(s["run_dir"]) if r["op"] == "runtime.slurm.cancel"][0]
     assert (cancel["rc"], cancel["error"]) == (0, None)
     show = cluster.run("scontrol", "-o", "show", "job", str(s["slurm_job"])).stdout
-    assert "JobState=CANCELLED" in show and "ExitCode=0:15" in show
+    assert "JobState=CANCELLED" in show and re.search(r" ExitCode=(0:15|143:0) ", show)  # (see the agreement test)
     stopped = [r for r in _journal(s["run_dir"]) if r["op"] == "runtime.stopped"][0]["workers"]
     assert all(w["error"].startswith(f"Slurm job {s['slurm_job']} CANCELLED: cancelled (scancel") for w in stopped.values())
     _assert_nothing_left(cluster)
@@ -335,7 +335,9 @@ def test_mock_and_real_slurm_agree(slurm_cli, tmp_path):
                == f"{b} PENDING Resources\n{c} PENDING Priority\n", what="Resources, then Priority")
     assert run(["scancel", a]) == (0, "", "")
     state_is(a, "CANCELLED")
-    assert show(a)["ExitCode"] == "0:15"
+    # the batch shell killed by scancel's SIGTERM (0:15), or its child first and the shell exiting
+    # 143 (143:0): real 22.05 gave either (proctrack/linuxproc signals the job's processes one by one)
+    assert show(a)["ExitCode"] in ("0:15", "143:0")
     state_is(c, "COMPLETED")
     assert run(["squeue", "-h", "-j", b, "-o", "%T"]) == (0, "", "")  # a finished job leaves squeue's default view
     assert run(["squeue", "-h", "-t", "all", "-j", b, "-o", "%i %T"]) == (0, f"{b} COMPLETED\n", "")
