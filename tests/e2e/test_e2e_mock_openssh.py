@@ -6,6 +6,7 @@ One OpenSSH mock for the module (``mfctl.mockctl.start``); skipped where sshd is
 
 import json
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -239,7 +240,13 @@ def test_a_command_killed_by_a_signal_is_exit_signal_as_openssh_sends_it(omock, 
                               "StrictHostKeyChecking=yes", "-i", h.ssh.key_file, "-p", str(h.ssh.port),
                               f"{h.ssh.user}@127.0.0.1", " ".join(argv)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        return lambda: (p.communicate(timeout=30), p.returncode)
+        assert select.select([p.stdout], [], [], 20)[0], "no output from tail within 20 s"
+        first = p.stdout.readline()  # tail's output has crossed before its relay is killed
+
+        def finish():
+            out, err = p.communicate(timeout=30)
+            return (first + out, err), p.returncode
+        return finish
 
     (out, err), rc = _kill_the_relay_under(omock, "gpu02", start, tmp_path)
     assert (rc, out) == (255, "x\n")
