@@ -24,7 +24,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mfctl.inventory import load_inventory
 from mfctl.mock import torchrun as mock_torchrun
+from mfctl.runtime import render
 from mfctl.runtime.job import Job
 from mfctl.runtime.launcher import torchrun_note
 from mfctl.runtime.playbook import load_playbook
@@ -193,3 +195,22 @@ def test_the_launcher_reads_real_torchruns_last_words():
         "  exitcode  : 17 (pid: 4810)": None,
     }
     assert {line: torchrun_note(line) for line in cases} == cases
+
+
+def test_real_torchrun_takes_the_rendered_launch_and_names_an_unreachable_rendezvous(tmp_path, monkeypatch):
+    """gpu02's launch as render.py renders it for the prototype inventory (rendezvous on gpu01 at
+    192.0.2.11, a documentation address nothing answers), run by real torchrun: it gives up after
+    the rendered ``--rdzv-conf timeout`` (2 s here, 25 s in a run; torch's default is 600 s), and
+    the launcher's reading of its output is what the run's error will say."""
+    monkeypatch.setattr(render, "RDZV_TIMEOUT_S", 2)
+    pb = load_playbook(PLAYBOOK)
+    launch = render.render_hosts(pb, load_inventory(pb.inventory_path()), "127.0.0.1:9", "t0ken")[1]
+    assert launch.argv[:13] == ["torchrun", "--nnodes", "4", "--nproc-per-node", "8", "--node-rank", "1",
+                                "--master-addr", "192.0.2.11", "--master-port", "29500", "--rdzv-conf", "timeout=2"]
+    t0 = time.monotonic()
+    r = subprocess.run([str(TORCHRUN), *launch.argv[1:]], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, **launch.env})
+    assert r.returncode == 1 and time.monotonic() - t0 < 30
+    notes = [n for n in map(torchrun_note, (r.stdout + r.stderr).splitlines()) if n]
+    assert notes == ["rendezvous failed: DistNetworkError: The client socket has timed out after 2000ms while trying "
+                     "to connect to (192.0.2.11, 29500)."]
