@@ -133,8 +133,11 @@ class OpenSSHServer:
             "PrintMotd no", "PrintLastLog no", "UseDNS no", "MaxStartups 200:30:400", "MaxSessions 64",
             "LoginGraceTime 20", "LogLevel VERBOSE",
         ]
-        if env:
-            lines.append("SetEnv " + " ".join(f"{k}={v}" for k, v in env.items()))
+        # SHLVL=1: the session's shell counts itself level 2 and so skips ~/.bashrc, which bash sources
+        # for a level-1 `bash -c` under sshd (SSH_CLIENT set); this machine's root .bashrc runs
+        # `pyenv init` (~0.3 s a command), a cost of the test machine, not of a GPU host
+        env = {"SHLVL": "1", **env}
+        lines.append("SetEnv " + " ".join(f"{k}={v}" for k, v in env.items()))
         if force_command:
             lines.append(f"ForceCommand {force_command}")
         for key, value in options.items():  # replaces the default line (sshd takes a keyword's first value)
