@@ -46,8 +46,12 @@ def test_main_job_end_to_end_via_cli(tmp_path, cli_env):
     # as in the quick start: relative runs dir ("runs" under the working directory)
     cli_env.pop("MFCTL_RUNS_DIR")
     cli_env["MFCTL_STATE_DIR"] = "state"
+    # time scale 15, not the short playbook's 50: over OpenSSH mock hosts a host's health sample (17
+    # commands, each through sshd, bash and the relay) takes ~1.8 s of wall time beside the run's
+    # processes on 2 cores, and at 50 the run trains for ~1.5 s: no sample finished before its end
+    pb = _variant(tmp_path, mock={"time_scale": 15})
     t0 = time.monotonic()
-    r = subprocess.run(mfctl_cmd("run", SHORT, "--json"), capture_output=True, text=True, env=cli_env, timeout=120,
+    r = subprocess.run(mfctl_cmd("run", pb, "--json"), capture_output=True, text=True, env=cli_env, timeout=120,
                        cwd=tmp_path)
     wall = time.monotonic() - t0
     assert r.returncode == 0, r.stderr[-3000:]
