@@ -104,6 +104,17 @@ def main(argv: list[str]) -> int:
     for fd in (1, 2):
         poll.register(fd, 0)  # only POLLERR/POLLHUP: sshd closed its end of the pipe, socket or pty
     buf = bytearray()
+    to_mock = [True]  # the socket still takes frames
+
+    def send(data: bytes) -> None:
+        # The mock may have sent the command's last frames (O…, X) and closed its end already: a
+        # write that fails then (EPIPE, reset) is not a hang-up — those frames are still to be read
+        if to_mock[0]:
+            try:
+                sock.sendall(data)
+            except (BrokenPipeError, ConnectionResetError):
+                to_mock[0] = False
+
     try:
         while True:
             for fd, ev in poll.poll():
@@ -111,7 +122,7 @@ def main(argv: list[str]) -> int:
                     for sig in os.read(wake_r, 64):
                         if sig == signal.SIGHUP:
                             return _hang_up(sock)
-                        sock.sendall(frame(b"S", str(sig).encode()))
+                        send(frame(b"S", str(sig).encode()))
                 elif fd == 0:
                     try:
                         data = os.read(0, CHUNK)
@@ -120,11 +131,11 @@ def main(argv: list[str]) -> int:
                             return _hang_up(sock)
                         data = b""
                     if data:
-                        sock.sendall(frame(b"I", data))
+                        send(frame(b"I", data))
                         continue
                     if not tty:  # a pipe or socket at its end stays readable: stop watching it
                         poll.unregister(0)
-                    sock.sendall(frame(b"E"))  # (on a pty: ^D at the start of a line)
+                    send(frame(b"E"))  # (on a pty: ^D at the start of a line)
                 elif fd == sock.fileno():
                     data = sock.recv(CHUNK)
                     if not data:
