@@ -99,8 +99,17 @@ def algorithm_preference(supported: Iterable[str], known: Sequence[str]) -> list
     shows its key and is then CHANGED). Certificate algorithms are left out: mfctl does not check
     host certificates."""
     plain = [a for a in supported if not a.endswith(_CERT_SUFFIX)]
+    # OpenSSH's own order before the library's (libssh2 puts ecdsa first): a host met for the first
+    # time shows the key ``ssh`` would record (ed25519), and known types go first of all
+    plain.sort(key=lambda a: _OPENSSH_ORDER.index(keytype_of_algorithm(a))
+               if keytype_of_algorithm(a) in _OPENSSH_ORDER else len(_OPENSSH_ORDER))
     first = [a for a in plain if keytype_of_algorithm(a) in known]
     return first + [a for a in plain if a not in first]
+
+
+#: OpenSSH 9's default HostKeyAlgorithms order by key type (ssh_config(5), HostKeyAlgorithms)
+_OPENSSH_ORDER = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
+                  "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com", "ssh-rsa")
 
 
 def _glob(pattern: str) -> re.Pattern:
@@ -291,15 +300,17 @@ class HostKeyPolicy:
         """The key types the host is known by (plain lines for its name, else — another port than
         22 — for its bare address), in file order: what a client asks the server for first. A key
         that is also ``@revoked`` counts only when no other does (OpenSSH's ``order_hostkeyalgs``
-        skips it; asking for it still, when it is all there is, gets the REVOKED verdict from a
-        server that has it rather than CHANGED for whatever key the library likes best)."""
+        skips it; asking for it still, when it is all there is — listed, or only in a ``@revoked``
+        line — gets the REVOKED verdict from a server that has it rather than another key recorded
+        under accept-new or called unknown)."""
         kh = load(self.known_hosts, host)
         names = [known_hosts_name(address, port)] + ([address] if port != 22 else [])
         for name in names:
             lines = kh.matching(name)
             revoked = {e.blob for e in lines if e.marker == "revoked"}
             plain = [e for e in lines if not e.marker]
-            types = [e.keytype for e in plain if e.blob not in revoked] or [e.keytype for e in plain]
+            types = ([e.keytype for e in plain if e.blob not in revoked] or [e.keytype for e in plain]
+                     or [e.keytype for e in lines if e.marker == "revoked"])  # only revoked: show it, REVOKED
             if types:
                 return list(dict.fromkeys(types))
         return []

@@ -184,8 +184,9 @@ def test_accept_new_records_the_offered_key_then_strict_uses_it_like_ssh(peers, 
     kh = tmp_path / "known_hosts"
     assert run_libssh2(target(peers, kh, policy="accept-new"), ["echo", "recorded"]) == "recorded\n"
     recorded = kh.read_text()
-    assert recorded == peers.sshd.known_hosts_line("ecdsa") + "\n"  # libssh2's first choice with nothing known
-    assert via_paramiko(target(peers, kh)) == ("connected", "ecdsa-sha2-nistp256")  # strict now, and asks for ecdsa
+    # ed25519, the key real ssh records first (OpenSSH's order; libssh2's own would have shown ecdsa)
+    assert recorded == peers.sshd.known_hosts_line("ed25519") + "\n"
+    assert via_paramiko(target(peers, kh)) == ("connected", "ssh-ed25519")  # strict now
     assert run_libssh2(target(peers, kh), ["echo", "strict"]) == "strict\n"
     assert real_ssh(peers, kh, command=("echo", "ok")) == (0, "")  # the line mfctl wrote is one ssh reads
     kh2 = tmp_path / "kh_paramiko"
@@ -229,6 +230,23 @@ def test_a_revoked_key_is_refused_on_both_stacks_even_when_listed(peers, scans, 
     kh.write_text(kh.read_text() + peers.sshd.known_hosts_line("ecdsa") + "\n")
     assert via_libssh2(target(peers, kh)) == via_paramiko(target(peers, kh)) == ("connected", "ecdsa-sha2-nistp256")
     assert real_ssh(peers, kh) == (0, "")
+
+
+def test_a_host_known_only_by_a_revoked_line_is_revoked_on_both_stacks_never_recorded(peers, tmp_path):
+    """Only ``@revoked [host]:port ed25519…``: the revoked type is asked for, so both stacks say
+    REVOKED, as ssh does (libssh2 used to take ecdsa first: "not in known_hosts", or, under
+    accept-new, record the ecdsa key)."""
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"@revoked [127.0.0.1]:{peers.sshd.port} {peers.sshd.public_key('ed25519')}\n")
+    before = kh.read_text()
+    want = (f"gpu01: host key REVOKED for 127.0.0.1:{peers.sshd.port} — refusing to connect: its ED25519 key is "
+            f"marked @revoked at {kh}:1 (a stolen key may be in use)")
+    for policy in ("strict", "accept-new"):
+        assert via_libssh2(target(peers, kh, policy=policy)) == (want, "")
+        assert via_paramiko(target(peers, kh, policy=policy)) == (want, "")
+    assert kh.read_text() == before
+    rc, err = real_ssh(peers, kh, strict="accept-new")
+    assert rc == 255 and "was revoked" in err
 
 
 def test_cert_authority_lines_are_refused_naming_the_line_and_do_not_break_a_file(peers, scans, tmp_path):

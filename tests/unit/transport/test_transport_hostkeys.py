@@ -54,12 +54,13 @@ def test_names_key_types_and_the_algorithm_order_openssh_uses():
         "ssh-rsa", "ssh-rsa", "ssh-rsa", "ssh-ed25519", "ecdsa-sha2-nistp384"]
     libssh2 = ["ecdsa-sha2-nistp256", "ecdsa-sha2-nistp256-cert-v01@openssh.com", "ssh-ed25519",
                "ssh-ed25519-cert-v01@openssh.com", "rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"]
-    # known types first, in the library's own order; the rest after; certificates never
+    # known types first; the rest after, in OpenSSH's order (ed25519, ecdsa, rsa), not libssh2's; certificates never
     assert algorithm_preference(libssh2, ["ssh-ed25519"]) == [
         "ssh-ed25519", "ecdsa-sha2-nistp256", "rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"]
     assert algorithm_preference(libssh2, ["ssh-rsa"]) == [
-        "rsa-sha2-512", "rsa-sha2-256", "ssh-rsa", "ecdsa-sha2-nistp256", "ssh-ed25519"]
-    assert algorithm_preference(libssh2, []) == ["ecdsa-sha2-nistp256", "ssh-ed25519", "rsa-sha2-512", "rsa-sha2-256",
+        "rsa-sha2-512", "rsa-sha2-256", "ssh-rsa", "ssh-ed25519", "ecdsa-sha2-nistp256"]
+    # a host met for the first time shows the key real ssh would record: ed25519 (libssh2 alone: ecdsa)
+    assert algorithm_preference(libssh2, []) == ["ssh-ed25519", "ecdsa-sha2-nistp256", "rsa-sha2-512", "rsa-sha2-256",
                                                  "ssh-rsa"]
 
 
