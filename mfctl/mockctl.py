@@ -7,6 +7,7 @@ The mock runs as ``python -m mfctl.mock serve`` in its own session; it writes
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import signal
@@ -18,6 +19,8 @@ from pathlib import Path
 from mfctl import settings
 from mfctl.errors import ConfigError, LockError, OperationFailed
 from mfctl.inventory import load_inventory
+
+log = logging.getLogger(__name__)
 
 
 def default_state_dir() -> Path:
@@ -85,6 +88,7 @@ def stop(state_dir: Path | None = None, *, timeout: float = 10.0) -> bool:
     sd = Path(state_dir or default_state_dir())
     st = status(sd)
     if not st:
+        _reap(sd)
         return False
     pid = st["pid"]
     os.kill(pid, signal.SIGTERM)
@@ -103,7 +107,36 @@ def stop(state_dir: Path | None = None, *, timeout: float = 10.0) -> bool:
     else:
         os.kill(pid, signal.SIGKILL)
     (sd / "status.json").unlink(missing_ok=True)
+    _reap(sd)
     return True
+
+
+def _reap(sd: Path) -> None:
+    if reap_stale_sshds(sd):  # the hosts' sshds of a mock killed with -9 (nothing else stops them)
+        log.warning("stopped the sshds a killed mock left in %s", sd)
+
+
+def reap_stale_sshds(root: str | Path) -> list[int]:
+    """Stop the sshds that a mock under ``root`` left running (it was killed with -9 and could not
+    close them): each ``sshd.pid`` below ``root`` (written by the mock beside its sshd_config)
+    whose process is still that sshd — its command line names that directory's config (sshd
+    rewrites its title, so the test is on the whole line). Returns their pids."""
+    reaped = []
+    for pidfile in Path(root).glob("**/sshd.pid"):
+        try:
+            pid = int(pidfile.read_text().split()[0])
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except (OSError, ValueError, IndexError):
+            pidfile.unlink(missing_ok=True)
+            continue
+        if b"sshd" in cmdline and str(pidfile.with_name("sshd_config")).encode() in cmdline:
+            try:
+                os.kill(pid, signal.SIGTERM)
+                reaped.append(pid)
+            except OSError:
+                pass
+        pidfile.unlink(missing_ok=True)
+    return reaped
 
 
 class MockTestbed:

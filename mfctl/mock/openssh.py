@@ -25,6 +25,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from mfctl.mockctl import reap_stale_sshds
+
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
 HOST_KEY_TYPES = ("ed25519", "ecdsa", "rsa")  # what Debian's sshd generates, in OpenSSH's default order
 START_TIMEOUT_S = 10.0  # an sshd on loopback is up in well under a second
@@ -90,6 +92,7 @@ class OpenSSHServer:
             raise FileNotFoundError(unavailable_reason())
         self.binary = binary
         self.dir = Path(directory).resolve()
+        reap_stale_sshds(self.dir)  # one left by a server here whose owner was killed (-9)
         self.dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
         self.user = getpass.getuser()
@@ -154,6 +157,9 @@ class OpenSSHServer:
         self.proc = subprocess.Popen([self.binary, "-D", "-e", "-f", str(self.config)], stdin=subprocess.DEVNULL,
                                      stdout=log, stderr=log, start_new_session=True)
         log.close()
+        # sshd -D writes no PidFile: this one lets a later mock or `mfctl mock down` stop an sshd
+        # whose owner was killed with -9 (mfctl.mockctl.reap_stale_sshds)
+        (self.dir / "sshd.pid").write_text(f"{self.proc.pid}\n")
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -193,6 +199,7 @@ class OpenSSHServer:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
         self.proc = None
+        (self.dir / "sshd.pid").unlink(missing_ok=True)
 
     def __enter__(self) -> "OpenSSHServer":
         return self.start()

@@ -306,3 +306,42 @@ def test_a_command_that_ends_as_its_stdin_ends_keeps_its_output_and_status(omock
     with ThreadPoolExecutor(12) as ex:
         outcomes = list(ex.map(once, range(100)))
     assert [o for o in outcomes if o != (0, 8)] == []
+
+
+def test_the_sshds_of_a_mock_killed_with_9_are_stopped_by_mock_down_and_by_the_next_mock(tmp_path, monkeypatch):
+    """The hosts' sshds run in sessions of their own: a mock killed with -9 cannot stop them, so
+    `mfctl mock down` (and a new mock in the same directory) stop them by their pid files."""
+    import signal
+
+    monkeypatch.setenv("MFCTL_STATE_DIR", str(tmp_path / "state"))
+    sd = tmp_path / "mock"
+
+    def sshds() -> list[str]:  # (sshd rewrites its title over its environment: live_processes cannot see it)
+        found = []
+        for d in Path("/proc").iterdir():
+            try:
+                line = (d / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if b"sshd" in line and str(sd / "hosts").encode() in line and b"[listener]" in line:
+                found.append(d.name)
+        return found
+
+    st = mockctl.start(PROTOTYPE, sd, time_scale=100, sshd="openssh")
+    os.kill(st["pid"], signal.SIGKILL)
+    assert wait_until(lambda: len(sshds()) == 4, timeout=5, what="the 4 orphaned sshds")
+    mockctl.stop(sd)
+    assert wait_until(lambda: not sshds(), timeout=5, what="no sshd left"), sshds()
+    # killed again, and a new mock started in the same directory: only its own 4 sshds remain
+    old = mockctl.start(PROTOTYPE, sd, time_scale=100, sshd="openssh")
+    os.kill(old["pid"], signal.SIGKILL)
+    assert wait_until(lambda: len(sshds()) == 4, timeout=5, what="the 4 orphaned sshds")
+    orphans = set(sshds())
+    (sd / "status.json").unlink()
+    mockctl.start(PROTOTYPE, sd, time_scale=100, sshd="openssh")
+    try:
+        assert wait_until(lambda: len(sshds()) == 4, timeout=5, what="the new mock's sshds alone")
+    finally:
+        assert mockctl.stop(sd)
+    assert wait_until(lambda: not sshds(), timeout=5, what="no sshd left"), sshds()
+    assert len(orphans) == 4
