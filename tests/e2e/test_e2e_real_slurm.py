@@ -343,13 +343,17 @@ def test_mock_and_real_slurm_agree(slurm_cli, tmp_path):
     assert run(["squeue", "-h", "-t", "all", "-j", b, "-o", "%i %T"]) == (0, f"{b} COMPLETED\n", "")
     assert run(["scancel", b]) == (0, "", "")  # finished: silent
     assert run(["scancel", "99999"]) == (0, "", "")  # unknown: silent
-    assert run(["sacct", "-n", "-P", "-X", "-j", f"{a},{b}", "-o", "JobID,State,ExitCode"]) == (
-        0, f"{a}|CANCELLED by 0|0:0\n{b}|COMPLETED|0:0\n", "")
+    # slurmdbd learns a job's end from slurmctld a moment after scontrol says it (seen: RUNNING|0:0 still)
+    sacct = ["sacct", "-n", "-P", "-X", "-o", "JobID,State,ExitCode", "-j"]
+    settled = ("RUNNING", "PENDING", "COMPLETING")
+    wait_until(lambda: not any(w in run([*sacct, f"{a},{b}"])[1] for w in settled), timeout=15, what="sacct to settle")
+    assert run([*sacct, f"{a},{b}"]) == (0, f"{a}|CANCELLED by 0|0:0\n{b}|COMPLETED|0:0\n", "")
     e = sb("-N2", "--wrap", "srun --label --kill-on-bad-exit=1 sh -c "
                             "'if [ $SLURM_PROCID = 1 ]; then sleep 0.5; exit 3; fi; sleep 30'")
     state_is(e, "FAILED")
     assert (show(e)["Reason"], show(e)["ExitCode"]) == ("NonZeroExitCode", "143:0")
-    assert run(["sacct", "-n", "-P", "-X", "-j", e, "-o", "State,ExitCode"]) == (0, "FAILED|15:0\n", "")
+    wait_until(lambda: not any(w in run([*sacct, e])[1] for w in settled), timeout=15, what="sacct to settle")
+    assert run([*sacct, e]) == (0, f"{e}|FAILED|15:0\n", "")
     text = (tmp_path / f"out-{e}").read_text()
     assert "srun: error: gpu02: task 1: Exited with exit code 3\n" in text
     assert re.search(rf"0: slurmstepd-gpu01: error: \*\*\* STEP {e}\.0 ON gpu01 CANCELLED AT \S+ \*\*\*", text)
