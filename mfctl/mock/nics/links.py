@@ -1,0 +1,137 @@
+"""Links and transceivers of the mock host: ``devlink -j port show``, ``ethtool`` (link, ``-S``,
+``-m`` SFF-8636), ``ip link set`` / ``ip addr replace|del``. A lane's received power follows the
+OCS cross-connects (transmit power of the far lane minus the OCS insertion loss, split over the
+module's four CWDM4 channels); ConnectX ports are not splittable with devlink (the mlx5 driver
+does not support it), so a breakout change needs firmware (MODULE_SPLIT)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+from mfctl.mock.nics.state import MODULE_CHANNELS
+
+
+def devlink(cfg, args, out, err):
+    if args[:3] != ["-j", "port", "show"]:
+        err("devlink: only '-j port show' is modelled; port split is not supported by mlx5\n")
+        return 95  # EOPNOTSUPP like the kernel
+    ports = {}
+    for nic in cfg.nics.values():
+        for k, nd in enumerate(nic.netdevs):
+            ports[f"pci/{nic.pci}/{k + 1}"] = {"type": "eth", "netdev": nd, "flavour": "physical", "port": k,
+                                               "splittable": False, "lanes": 4}
+    out(json.dumps({"port": ports}) + "\n")
+    return 0
+
+
+def ethtool(cfg, args, out, err):
+    if not args:
+        err("ethtool: bad command line argument(s)\n")
+        return 1
+    module = args[0] == "-m"
+    if args[0] == "-S" and len(args) > 1:
+        nic = next((n for n in cfg.nics.values() if args[1] in n.netdevs), None)
+        if nic is None:
+            err(f"netlink error: no device matches name ({args[1]})\n")
+            return 1
+        # RoCE traffic lands on priority 3 once DSCP trust + PFC 3 are set, else on priority 0
+        prio = 3 if nic.trust == "dscp" and nic.pfc[3] else 0
+        lines = ["NIC statistics:", "     rx_packets: 912345678", "     tx_packets: 923456789",
+                 "     rx_bytes: 2202570777997", "     tx_bytes: 2662454044895"]
+        for p in range(8):
+            for d, v in (("rx", 2202570777997), ("tx", 2662454044895)):
+                lines.append(f"     {d}_prio{p}_bytes: {v if p == prio else 0}")
+                lines.append(f"     {d}_prio{p}_packets: {v // 4096 if p == prio else 0}")
+        for c in ("rx_out_of_buffer", "rx_crc_errors_phy", "rx_in_range_len_errors_phy", "rx_symbol_err_phy",
+                  "rx_discards_phy", "tx_discards_phy", "tx_errors_phy", "rx_pcs_symbol_err_phy"):
+            lines.append(f"     {c}: {nic.errors.get(c, 0)}")  # mlx5 names, as in the ConnectX captures
+        out("\n".join(lines) + "\n")
+        return 0
+    nd = args[1] if module and len(args) > 1 else args[0]
+    lane = cfg.lane_for(nd)
+    nic = next((n for n in cfg.nics.values() if nd in n.netdevs), None)
+    if lane is None or nic is None:
+        err(f"netlink error: no device matches name ({nd})\n")
+        return 1
+    if module:
+        out(module_text(cfg, lane))
+        return 0
+    up = cfg.host.lane_up(lane)
+    speed = int(nic.speed_gbps * 1000 / len(nic.netdevs))
+    out(f"Settings for {nd}:\n\tSupported ports: [ FIBRE ]\n\tSupported link modes:   100000baseSR4/Full\n"
+        f"\t                        100000baseLR4_ER4/Full\n\tSupports auto-negotiation: Yes\n"
+        f"\tSpeed: {str(speed) + 'Mb/s' if up else 'Unknown!'}\n\tDuplex: {'Full' if up else 'Unknown! (255)'}\n"
+        f"\tLanes: 4\n\tAuto-negotiation: off\n\tPort: FIBRE\n\tPHYAD: 0\n\tTransceiver: internal\n"
+        f"\tLink detected: {'yes' if up else 'no'}\n")
+    return 0
+
+def module_text(cfg, lane) -> str:
+    tb = cfg.host.testbed
+    rx_total = None
+    if lane.ocs_rx is not None:
+        p = tb.ocs.port_power(lane.ocs_rx)
+        rx_total = p if p > -50 else None
+    rnd = random.Random(lane.netdev)
+    lines = ["Identifier                                : 0x11 (QSFP28)",
+             "Connector                                 : 0x07 (LC)",
+             "Transceiver type                          : 100G Ethernet: 100G CWDM4 MSA with FEC",
+             "Vendor name                               : FINISAR CORP.",
+             "Vendor PN                                 : FTLC1152RGPL",
+             "Revision Compliance                       : SFF-8636 Rev 2.5/2.6/2.7",
+             f"Module temperature                        : {33 + rnd.random() * 3:.2f} degrees C / 93.00 degrees F",
+             "Module voltage                            : 3.2505 V"]
+    offs = [rnd.uniform(-0.4, 0.4) for _ in range(MODULE_CHANNELS)]
+    offs = [o - sum(offs) / MODULE_CHANNELS for o in offs]
+    for c in range(1, MODULE_CHANNELS + 1):
+        lines.append(f"Laser tx bias current (Channel {c})         : {38 + rnd.random() * 4:.3f} mA")
+    for c in range(1, MODULE_CHANNELS + 1):
+        lines.append(f"Transmit avg optical power (Channel {c})    : {_mw(-5.0 + offs[c - 1])}")
+    for c in range(1, MODULE_CHANNELS + 1):
+        dbm = -40.0 if rx_total is None else rx_total - 10 * math.log10(MODULE_CHANNELS) + offs[c - 1]
+        lines.append(f"Rcvr signal avg optical power(Channel {c})  : {_mw(dbm)}")
+    lines += ["Laser output power low warning threshold  : 0.1862 mW / -7.30 dBm",  # 100GBASE-SR4 lane: -8.4 dBm min
+              "Laser output power low alarm threshold    : 0.0933 mW / -10.30 dBm",
+              "Laser rx power high alarm threshold       : 2.2387 mW / 3.50 dBm",
+              "Laser rx power low alarm threshold        : 0.0251 mW / -16.00 dBm",
+              "Laser rx power high warning threshold     : 1.7783 mW / 2.50 dBm",
+              "Laser rx power low warning threshold      : 0.0631 mW / -12.00 dBm"]
+    return "\n".join(lines) + "\n"
+
+
+def ip_set(cfg, args, out, err) -> int:
+    """ip link set dev IF mtu N | ip addr replace A/P dev IF | ip addr flush dev IF"""
+    if args[:2] == ["link", "set"] and "mtu" in args and "dev" in args:
+        nd = args[args.index("dev") + 1]
+        if nd not in cfg.netdevs:
+            err(f'Cannot find device "{nd}"\n')
+            return 1
+        mtu = args[args.index("mtu") + 1]
+        if not mtu.isdigit() or not 68 <= int(mtu) <= 9978:
+            err(f'Error: argument "{mtu}" is wrong: Invalid "mtu" value\n')
+            return 1
+        cfg.netdevs[nd].mtu = int(mtu)
+        return 0
+    if args[:2] == ["addr", "replace"] and len(args) >= 5 and args[3] == "dev":
+        nd, addr = args[4], args[2]
+        if nd not in cfg.netdevs:
+            err(f'Cannot find device "{nd}"\n')
+            return 1
+        if addr not in cfg.netdevs[nd].addresses:
+            cfg.netdevs[nd].addresses.append(addr)
+        return 0
+    if args[:2] == ["addr", "del"] and len(args) >= 5 and args[3] == "dev":
+        nd, addr = args[4], args[2]
+        if nd in cfg.netdevs and addr in cfg.netdevs[nd].addresses:
+            cfg.netdevs[nd].addresses.remove(addr)
+            return 0
+        err("RTNETLINK answers: Cannot assign requested address\n")
+        return 2
+    return -1
+
+
+def _mw(dbm: float) -> str:
+    if dbm <= -40:
+        return "0.0001 mW / -40.00 dBm"
+    return f"{10 ** (dbm / 10):.4f} mW / {dbm:.2f} dBm"

@@ -1,0 +1,75 @@
+"""Provisioning's data: an :class:`Action` (one change on one target, with its commands), a host's
+:class:`HostPlan`, the :class:`HostActual` state read from it, and the :class:`PlanContext` a plan
+step works in (:mod:`mfctl.provision.steps`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mfctl.errors import ExitCode
+from mfctl.hosts import iproute, mellanox
+from mfctl.provision.models import FirmwareManifest, ProvisionSpec
+
+PHASES = ["firmware", "firmware-settings", "firmware-reset", "links", "addresses", "qos", "gpu"]
+
+
+@dataclass
+class Action:
+    phase: str
+    target: str  # e.g. "nic0 (0000:0c:00.0)" or "ens1f0np0"
+    what: str
+    before: str
+    after: str
+    argvs: list[list[str]]
+    needs: list[str] = field(default_factory=list)
+    manual: str | None = None  # why it cannot be automated (apply fails here)
+    expect: dict | None = None  # e.g. {"stdout_startswith": sha256}
+
+    def to_dict(self) -> dict:
+        return {"phase": self.phase, "target": self.target, "what": self.what, "before": self.before,
+                "after": self.after, "commands": [" ".join(a) for a in self.argvs], "needs": self.needs,
+                "manual": self.manual}
+
+
+@dataclass
+class HostPlan:
+    host: str
+    actions: list[Action] = field(default_factory=list)
+    error: str | None = None  # could not read the host
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """UNREACHABLE (4) when the host could not be read, DRIFT (6) when it has actions, else OK."""
+        return ExitCode.UNREACHABLE if self.error else ExitCode.DRIFT if self.actions else ExitCode.OK
+
+    def to_dict(self) -> dict:
+        return {"host": self.host, "error": self.error, "actions": [a.to_dict() for a in self.actions]}
+
+
+@dataclass
+class HostActual:
+    fw: dict[str | None, mellanox.FirmwareDevice]  # by PCI
+    mlx: dict[str, mellanox.MlxconfigDevice]
+    ports: dict[str, mellanox.DevlinkPort]
+    ifaces: dict[str, iproute.Iface]
+    qos: dict[str, mellanox.QosState]  # by NIC name
+    gpus: list[dict]
+    more: dict[str, Any] = field(default_factory=dict)  #: what a step read for itself, by step name
+
+
+@dataclass
+class PlanContext:
+    """What a plan step works from: host ``host`` (index ``hi`` in ``inv``), the recipe and the
+    firmware manifest, the host's actual state. Steps add to ``reset`` the PCI addresses of NICs
+    that need an mlxfwreset, and to ``resplit`` the NICs whose ports are re-split (their lanes
+    appear after the reset)."""
+
+    inv: Any
+    hi: int
+    host: Any
+    spec: ProvisionSpec
+    manifest: FirmwareManifest | None
+    act: HostActual
+    reset: set[str] = field(default_factory=set)
+    resplit: set[str] = field(default_factory=set)

@@ -1,0 +1,25 @@
+"""Provisioning's plan steps, in the order they run (:data:`STEPS`). A step is
+``plan(ctx: PlanContext) -> list[Action]``; a step may read more of the host in
+:func:`mfctl.provision.plan.read_actual` (into ``HostActual.more``). A new kind of desired
+state is one more step: a function here and a row in :data:`STEPS`. Actions are sorted by
+:data:`~mfctl.provision.actions.PHASES` afterwards, so a step may emit into several phases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mfctl.provision.actions import Action, PlanContext
+from mfctl.provision.steps import firmware, gpu, links, qos
+
+#: the plan steps in order: the firmware steps and the breakout fill ``ctx.reset`` before
+#: ``plan_reset`` reads it, and the breakout fills ``ctx.resplit`` before the lanes are planned
+STEPS: list[Callable[[PlanContext], list[Action]]] = [
+    firmware.plan_firmware,
+    firmware.plan_settings,
+    links.plan_breakout,
+    firmware.plan_reset,
+    links.plan_lanes,
+    qos.plan_qos,
+    gpu.plan_gpu,
+]
