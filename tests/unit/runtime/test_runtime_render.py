@@ -151,6 +151,7 @@ def test_the_simulated_run_honours_pipeline_degrees_and_gradient_partitions(tmp_
         for k, v in training.items():
             setattr(pb.training, k, v)
         pb.runtime.linkup_timeout_s = 300  # a loaded CI machine must not turn a slow poll into an EPS fallback
+        pb.policy.enabled = False  # one topology throughout: where a reconfiguration lands depends on the machine's load
         s = Job(pb, runs_dir=str(tmp_path / name)).run()
         assert s["exit_code"] == 0, s["error"]
         with sqlite3.connect(Path(s["run_dir"]) / "metrics.db") as db:
@@ -167,5 +168,5 @@ def test_the_simulated_run_honours_pipeline_degrees_and_gradient_partitions(tmp_
     saved = grad_allreduce_exposed_s(b, 1, 4, 8, 12.5e9 * 0.92) - grad_allreduce_exposed_s(b, 16, 4, 8, 12.5e9 * 0.92)
     assert saved == pytest.approx(1.05, abs=0.01)
     d = diffs(one, sixteen)
-    assert len(d) >= 8 and np.median(d) == pytest.approx(saved, abs=0.002)
+    assert len(d) == 12 and np.median(d) == pytest.approx(saved, abs=0.002)
     assert np.median(diffs(unpipelined, sixteen)) > 0.3  # FSMoE pipelining hides part of the all-to-all
