@@ -182,6 +182,7 @@ def cross_check(inv: Inventory) -> list[tuple[Loc, str]]:
             if nic.name in nic_names:
                 problems.append((("hosts", hi, "nics", ni, "name"), f"duplicate NIC name {nic.name!r} on {h.name}"))
             nic_names.add(nic.name)
+            problems += _check_breakout(h.name, hi, ni, nic)
             for li, lane in enumerate(nic.lanes):
                 base = ("hosts", hi, "nics", ni, "lanes", li)
                 where = f"{h.name}/{nic.name} lane {lane.index}"
@@ -219,6 +220,20 @@ def cross_check(inv: Inventory) -> list[tuple[Loc, str]]:
                 problems.append((("regions", ri, "hosts", hi), f"host {hn!r} is in regions {in_region[hn]!r} and {r.name!r}"))
             in_region.setdefault(hn, r.name)
     return problems
+
+
+def _check_breakout(host: str, hi: int, ni: int, nic) -> list[tuple[Loc, str]]:
+    """A NIC's breakout against its card, lanes, optics and cable (:func:`mfctl.provision.breakout.check_nic`),
+    and its lanes numbered 0..N-1 once each (lane k is sub-port k: PCI function k of the card's slot)."""
+    from mfctl.provision.breakout import check_nic
+
+    base: Loc = ("hosts", hi, "nics", ni)
+    out: list[tuple[Loc, str]] = [(base + (key,), f"{host}/{nic.name}: {msg}") for key, msg in check_nic(nic)]
+    idx = sorted(lane.index for lane in nic.lanes)
+    if idx != list(range(len(nic.lanes))):
+        out.append((base + ("lanes",), f"{host}/{nic.name}: lane indexes {idx} are not 0..{len(nic.lanes) - 1} "
+                                       "once each (lane k is sub-port k)"))
+    return out
 
 
 def load_checked(path: str | Path, model: type[M], check: Callable[[M], list[tuple[Loc, str]]] | None = None,

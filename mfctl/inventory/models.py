@@ -76,7 +76,14 @@ class NIC(_Strict):
     pci: str | None = Field(None, pattern=r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$",
                             description="PCI address, domain:bus:device.function")
     speed_gbps: float = Field(100.0, gt=0, description="Port rate, Gbit/s")
-    breakout: str = Field("1x100G", description="e.g. 1x100G, 2x200G, 4x100G")
+    breakout: str = Field("1x100G", description="NxSPEEDG: N sub-ports of SPEED Gbit/s, e.g. 1x100G, 2x50G "
+                          "(checked against the card, lanes and optics: mfctl.provision.breakout.check_nic)")
+    optics: str = Field("100G-CWDM4", pattern=r"^[A-Za-z0-9-]{1,32}$",
+                        description="transceiver class (mfctl.provision.breakout.MODULES): 100G-CWDM4, 100G-LR4 "
+                        "(duplex LC), 100G-SR4, 100G-PSM4 (parallel, MPO-12)")
+    cable: Literal["duplex-lc", "mpo-12", "mpo-fanout"] = Field(
+        "duplex-lc", description="the fibre on the module: duplex LC, an MPO-12 trunk, or an MPO-12 fan-out "
+        "(breakout) cable whose legs go to different places")
     numa_node: int = Field(0, ge=0)
     rdma_device: str | None = Field(None, pattern=r"^[A-Za-z0-9_]{1,32}$", description="RDMA device (mlx5_0) for NCCL_IB_HCA")
     rx_sensitivity_dbm: float = Field(-10.0, le=0, description="Receiver sensitivity per lane, dBm (100G-CWDM4 "
@@ -87,6 +94,16 @@ class NIC(_Strict):
     @property
     def lane_rate_gbps(self) -> float:
         return self.speed_gbps / len(self.lanes)
+
+    def subport_channels(self, lane: Lane) -> list[int]:
+        """The module channels (1-based, as ``ethtool -m`` numbers them) that ``lane`` (a sub-port)
+        uses: all of them when the port is not split."""
+        from mfctl.provision.breakout import MODULES, subport_channels
+
+        mod = MODULES.get(self.optics)
+        if mod is None or len(self.lanes) == 1:
+            return list(range(1, (mod.channels if mod else 4) + 1))
+        return subport_channels(mod, len(self.lanes), lane.index)
 
 
 class GPUs(_Strict):

@@ -1,0 +1,185 @@
+"""Breakouts as ConnectX does them: the ``NxSPEEDG`` grammar (:func:`parse`), what each card can
+split into (:data:`CARDS`, keyed by the inventory's NIC ``model``), which transceivers can carry a
+breakout (:data:`MODULES`, keyed by the inventory's ``optics``), and the check of one inventory NIC
+against both (:func:`check_nic`). Hardware facts carry their source; ``docs/provisioning.md``
+("Breakouts and optics as ConnectX does them") lists them.
+
+Shapes: a breakout is ``ports`` sub-ports of ``speed_gbps`` Gbit/s each; a card port has
+``serdes_lanes`` electrical lanes (4 on a QSFP28/56/112 cage); a module has ``channels`` optical
+channels (one fibre pair each on parallel optics, one wavelength each on WDM optics).
+
+On ConnectX a split is firmware configuration (``MODULE_SPLIT_M0`` maps each module lane to a
+port, ``NUM_OF_PF`` the number of PCI physical functions), active after a firmware reset; each
+sub-port is then a PCI function of its own (function 0, 1, ... of the card's slot) with its own
+netdev (``ens1f0np0``, ``ens1f1np1``) and devlink port (``pci/0000:0c:00.1/131071``). mlx5 ports
+are not splittable with ``devlink port split`` (that is the Spectrum switch driver, mlxsw).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_GRAMMAR = re.compile(r"^(?P<n>[1-9]\d?)x(?P<speed>\d{1,4}(?:\.\d{1,2})?)G$")
+
+
+@dataclass(frozen=True)
+class Breakout:
+    """``ports`` sub-ports of ``speed_gbps`` each (``2x50G``: 2 of 50 Gbit/s)."""
+
+    ports: int
+    speed_gbps: float
+
+    @property
+    def total_gbps(self) -> float:
+        return self.ports * self.speed_gbps
+
+    def __str__(self) -> str:
+        return f"{self.ports}x{self.speed_gbps:g}G"
+
+
+def parse(text: str) -> Breakout:
+    """``"2x50G"`` → ``Breakout(2, 50.0)``. Raises ValueError (saying the grammar) for anything else."""
+    m = _GRAMMAR.match(text) if isinstance(text, str) else None
+    if not m or float(m.group("speed")) <= 0:
+        raise ValueError(f"{text!r} is not a breakout: expected NxSPEEDG (sub-ports x Gbit/s each), "
+                         "e.g. 1x100G, 2x50G, 4x25G, 2x200G")
+    return Breakout(int(m.group("n")), float(m.group("speed")))
+
+
+@dataclass(frozen=True)
+class Card:
+    """What one ConnectX model's port can be split into.
+
+    ``serdes_lanes``: electrical lanes per port; ``lane_gbps``: the rates one SerDes lane runs at
+    (Gbit/s); ``splits``: the sub-port counts the firmware offers (1 = no split); ``split_param``:
+    the firmware parameter that splits it (None: the card has none). ``source``: where it is documented."""
+
+    model: str
+    serdes_lanes: int
+    lane_gbps: tuple[float, ...]
+    max_port_gbps: float
+    splits: tuple[int, ...]
+    split_param: str | None
+    source: str
+
+
+#: Per-card split capability, keyed by the inventory's NIC ``model``.
+CARDS: dict[str, Card] = {c.model: c for c in (
+    Card("ConnectX-6", 4, (10.0, 25.0, 50.0), 200.0, (1,), None,
+         "ConnectX-6 VPI/EN user manual, 'Features and Benefits' (QSFP56, 4 lanes, up to 200 Gb/s, 50G PAM4 SerDes); "
+         "no module split is documented for ConnectX-6 and its mlxconfig has no MODULE_SPLIT parameter"),
+    Card("ConnectX-6 Dx", 4, (10.0, 25.0, 50.0), 200.0, (1,), None,
+         "ConnectX-6 Dx user manual (QSFP56, 4 lanes, 25G NRZ / 50G PAM4 SerDes); no 'Port Split Capable' "
+         "ConnectX-6 Dx OPN and no MODULE_SPLIT parameter in its mlxconfig"),
+    Card("ConnectX-7", 4, (10.0, 25.0, 50.0, 100.0), 400.0, (1, 2), "MODULE_SPLIT_M0",
+         "ConnectX-7 'Port Split Capable' OPNs (e.g. MCX715105AS-WEAT: single-port QSFP112, mlxconfig shows "
+         "MODULE_SPLIT_M0 Array[0..15]); split into 2 ports with MODULE_SPLIT_M0[lane]=port + NUM_OF_PF=2 (the DGX OS "
+         "port-split procedure); a 4-way NIC split is not documented in the sources found"),
+)}
+
+
+@dataclass(frozen=True)
+class Module:
+    """A transceiver class. ``channels``: optical channels (``parallel``: one fibre pair each on an
+    MPO; else wavelengths on one duplex LC pair, which cannot go to several destinations);
+    ``channel_gbps``: rate per channel. ``identifier``/``connector``/``transceiver``: what
+    ``ethtool -m`` prints for it (SFF-8636 for QSFP28; SFF-8024 codes). CMIS modules (400G DR4 class) are not
+    modelled yet."""
+
+    name: str
+    rate_gbps: float
+    channels: int
+    channel_gbps: float
+    parallel: bool
+    connector: str  # "LC" or "MPO-12"
+    identifier: str
+    connector_line: str
+    transceiver: str
+    vendor: str
+    part_number: str
+    source: str
+
+
+#: Transceiver classes an inventory's NIC ``optics`` may name.
+MODULES: dict[str, Module] = {m.name: m for m in (
+    Module("100G-CWDM4", 100.0, 4, 25.0, False, "LC", "0x11 (QSFP28)", "0x07 (LC)",
+           "100G Ethernet: 100G CWDM4 MSA with FEC", "FINISAR CORP.", "FTLC1152RGPL",
+           "CWDM4 MSA (4 wavelengths on one duplex SMF pair); SFF-8636 / SFF-8024 ext. compliance 0x06"),
+    Module("100G-LR4", 100.0, 4, 25.0, False, "LC", "0x11 (QSFP28)", "0x07 (LC)",
+           "100G Ethernet: 100G Base-LR4", "FINISAR CORP.", "FTLC1154RDPL",
+           "IEEE 802.3 clause 88 (4 wavelengths on one duplex SMF pair); SFF-8024 ext. compliance 0x03"),
+    Module("100G-SR4", 100.0, 4, 25.0, True, "MPO-12", "0x11 (QSFP28)", "0x0c (MPO Parallel Optic)",
+           "100G Ethernet: 100G Base-SR4 or 25GBase-SR", "Mellanox", "MMA1B00-C100D",
+           "IEEE 802.3 clause 95 (4 fibre pairs on MPO-12 MMF); SFF-8024 ext. compliance 0x02, connector 0x0C"),
+    Module("100G-PSM4", 100.0, 4, 25.0, True, "MPO-12", "0x11 (QSFP28)", "0x0c (MPO Parallel Optic)",
+           "100G Ethernet: 100G PSM4 Parallel SMF", "Mellanox", "MMS1C10-CM",
+           "100G PSM4 MSA (4 fibre pairs on MPO-12 SMF); SFF-8024 ext. compliance 0x07"),
+)}
+
+#: Cables a NIC's ``cable`` may name, and the connector they plug into.
+CABLES: dict[str, str] = {
+    "duplex-lc": "LC",  # one fibre pair
+    "mpo-12": "MPO-12",  # a trunk: every channel to the same far end
+    "mpo-fanout": "MPO-12",  # MPO-12 to duplex LC legs (breakout cable): each channel pair to its own place
+}
+
+
+def subport_channels(module: Module, ports: int, index: int) -> list[int]:
+    """The module channels (1-based, as ``ethtool -m`` numbers them) that sub-port ``index`` of a
+    ``ports``-way split uses: channels are handed out in order, ``channels / ports`` each."""
+    per = max(module.channels // ports, 1)
+    return list(range(index * per + 1, index * per + per + 1))
+
+
+def check_nic(nic) -> list[tuple[str, str]]:
+    """One inventory NIC's breakout against its card, lanes, optics and cable: ``(field, problem)``
+    pairs (field: the NIC key the problem is on), empty when it is buildable. ``nic``: an
+    :class:`mfctl.inventory.models.NIC` (model, speed_gbps, breakout, lanes, optics, cable, role)."""
+    try:
+        b = parse(nic.breakout)
+    except ValueError as e:
+        return [("breakout", str(e))]
+    out: list[tuple[str, str]] = []
+    if len(nic.lanes) != b.ports:
+        out.append(("lanes", f"breakout {b} has {b.ports} sub-port(s) but the inventory lists {len(nic.lanes)} lane(s)"))
+    if abs(b.total_gbps - nic.speed_gbps) > 1e-6:
+        out.append(("breakout", f"breakout {b} is {b.total_gbps:g} Gbit/s but the port is {nic.speed_gbps:g} Gbit/s"))
+    card = CARDS.get(nic.model)
+    if card is None:
+        if b.ports > 1:
+            out.append(("model", f"no split capability is known for model {nic.model!r} (known: {', '.join(CARDS)}): "
+                                 f"breakout {b} cannot be checked, so it is refused"))
+    else:
+        if b.ports not in card.splits:
+            out.append(("breakout", f"{card.model} splits a port only into {' or '.join(map(str, card.splits))} "
+                                    f"(firmware-tested layouts), not {b.ports}"))
+        if b.ports <= card.serdes_lanes:
+            per_lane = b.speed_gbps / (card.serdes_lanes // b.ports)
+            if per_lane > max(card.lane_gbps):
+                out.append(("breakout", f"{b} needs {per_lane:g} Gbit/s per SerDes lane; {card.model} lanes run at "
+                                        f"most {max(card.lane_gbps):g}"))
+        else:
+            out.append(("breakout", f"{b} needs {b.ports} sub-ports on {card.model}'s {card.serdes_lanes}-lane port"))
+        if nic.speed_gbps > card.max_port_gbps:
+            out.append(("speed_gbps", f"{card.model} ports run at most {card.max_port_gbps:g} Gbit/s"))
+    mod = MODULES.get(nic.optics)
+    if mod is None:
+        return out + [("optics", f"unknown optics {nic.optics!r} (known: {', '.join(MODULES)})")]
+    if CABLES[nic.cable] != mod.connector:
+        out.append(("cable", f"a {nic.cable} cable does not plug into {mod.name}'s {mod.connector} connector"))
+    if abs(mod.rate_gbps - nic.speed_gbps) > 1e-6:
+        out.append(("optics", f"{mod.name} is a {mod.rate_gbps:g} Gbit/s module on a {nic.speed_gbps:g} Gbit/s port"))
+    if b.ports > 1:
+        if not mod.parallel:
+            out.append(("optics", f"{mod.name} carries all {mod.channels} channels on one duplex LC fibre pair: it cannot "
+                                  f"break out to {b.ports} destinations (parallel optics on MPO, SR4/PSM4/DR4 class, can)"))
+        elif mod.channels % b.ports:
+            out.append(("optics", f"{mod.name}'s {mod.channels} channels do not divide into {b.ports} sub-ports"))
+        elif abs(mod.channel_gbps * (mod.channels // b.ports) - b.speed_gbps) > 1e-6:
+            out.append(("optics", f"a {b.speed_gbps:g}G sub-port on {mod.channels // b.ports} channel(s) of {mod.name} "
+                                  f"runs at {mod.channel_gbps * (mod.channels // b.ports):g}G"))
+        if nic.role == "ocs" and nic.cable != "mpo-fanout":
+            out.append(("cable", f"sub-ports to {b.ports} OCS port pairs need an MPO fan-out (breakout) cable, "
+                                 f"not {nic.cable}"))
+    return out
