@@ -25,8 +25,11 @@ TOKEN_ENV, TOKEN_FILE_ENV = "MFCTL_RUN_TOKEN", "MFCTL_RUN_TOKEN_FILE"
 #: which task id, as Slurm says: :meth:`mfctl.runtime.slurm.SlurmLaunch.host_of_task`)
 TASK_MARK = "mfctl-task:"
 REDACTED = "<redacted>"
-#: seconds torchrun's static rendezvous waits for its store (``--rdzv-conf timeout=``; torch's default
-#: is 600): below the run's 30 s wait for every hello (:data:`mfctl.runtime.training.HELLO_TIMEOUT_S`),
+#: seconds torchrun's rendezvous waits: the static one (SSH launch) for its store (``--rdzv-conf
+#: timeout=``), the c10d one (Slurm) for every node to join and for its store (``join_timeout=``,
+#: ``read_timeout=``; torch's defaults are 600, 600 and 60 s: torch/distributed/elastic/rendezvous/
+#: dynamic_rendezvous.py ``_get_timeout``, c10d_rendezvous_backend.py ``create_backend``): below the
+#: run's 30 s wait for every hello (:data:`mfctl.runtime.training.HELLO_TIMEOUT_S`),
 #: so an unreachable rendezvous host is torchrun's own error (``DistNetworkError … timed out … while
 #: trying to connect to (ADDR, PORT)``, exit 1) in the run's error, not a hello that never came
 RDZV_TIMEOUT_S = 25
@@ -160,5 +163,6 @@ def render_slurm(pb, inv, controller: str, token: str, run_id: str) -> str:
                         "torchrun", "--nnodes", str(len(inv.hosts)),
                         "--nproc-per-node", str(rt.nproc_per_node), "--rdzv-backend", "c10d", "--rdzv-endpoint",
                         f'"${{head_addr:-$head}}:{rt.rdzv_port}"', "--rdzv-id", run_id,
+                        "--rdzv-conf", f"join_timeout={RDZV_TIMEOUT_S},read_timeout={RDZV_TIMEOUT_S}",
                         *[shlex.quote(a) for a in [*_torchrun_script(rt), *_script_args(pb)]]])]
     return "\n".join(lines) + "\n"

@@ -198,19 +198,45 @@ def test_the_launcher_reads_real_torchruns_last_words():
 
 
 def test_real_torchrun_takes_the_rendered_launch_and_names_an_unreachable_rendezvous(tmp_path, monkeypatch):
-    """gpu02's launch as render.py renders it for the prototype inventory (rendezvous on gpu01 at
-    192.0.2.11, a documentation address nothing answers), run by real torchrun: it gives up after
+    """gpu02's launch as render.py renders it for the prototype inventory with gpu01 (the
+    rendezvous host) at 127.0.0.1 and a port nothing listens on, run by real torchrun: it gives up after
     the rendered ``--rdzv-conf timeout`` (2 s here, 25 s in a run; torch's default is 600 s), and
     the launcher's reading of its output is what the run's error will say."""
     monkeypatch.setattr(render, "RDZV_TIMEOUT_S", 2)
     pb = load_playbook(PLAYBOOK)
-    launch = render.render_hosts(pb, load_inventory(pb.inventory_path()), "127.0.0.1:9", "t0ken")[1]
+    pb.runtime.rdzv_port = port = _free_port()
+    inv = load_inventory(pb.inventory_path())
+    inv.hosts[0].ssh.address = "127.0.0.1"  # connection refused, retried until the timeout: no traffic leaves the host
+    launch = render.render_hosts(pb, inv, "127.0.0.1:9", "t0ken")[1]
     assert launch.argv[:13] == ["torchrun", "--nnodes", "4", "--nproc-per-node", "8", "--node-rank", "1",
-                                "--master-addr", "192.0.2.11", "--master-port", "29500", "--rdzv-conf", "timeout=2"]
+                                "--master-addr", "127.0.0.1", "--master-port", str(port), "--rdzv-conf", "timeout=2"]
     t0 = time.monotonic()
     r = subprocess.run([str(TORCHRUN), *launch.argv[1:]], capture_output=True, text=True, timeout=60,
                        env={**os.environ, **launch.env})
     assert r.returncode == 1 and time.monotonic() - t0 < 30
     notes = [n for n in map(torchrun_note, (r.stdout + r.stderr).splitlines()) if n]
     assert notes == ["rendezvous failed: DistNetworkError: The client socket has timed out after 2000ms while trying "
-                     "to connect to (192.0.2.11, 29500)."]
+                     f"to connect to (127.0.0.1, {port})."]
+
+
+def test_real_torchrun_takes_the_rendered_slurm_launch_and_gives_up_joining_after_the_rendered_timeout(tmp_path, monkeypatch):
+    """The torchrun of the sbatch script render.py writes (c10d rendezvous), run by real torchrun as
+    one of the job's 4 nodes with the rendezvous on this host (127.0.0.1, a free port): no other
+    node ever joins, and it gives up after the rendered ``join_timeout`` (2 s here, 25 s in a run;
+    torch's default is 600 s) with torch's own error, not after ten minutes."""
+    import shlex
+
+    monkeypatch.setattr(render, "RDZV_TIMEOUT_S", 2)
+    pb = load_playbook(PLAYBOOK)
+    pb.runtime.rdzv_port = _free_port()
+    script = render.render_slurm(pb, load_inventory(pb.inventory_path()), "127.0.0.1:9", "t0ken", "run1")
+    srun = shlex.split(next(line for line in script.splitlines() if line.startswith("srun ")))
+    argv = srun[srun.index("torchrun"):]
+    assert argv[argv.index("--rdzv-conf") + 1] == "join_timeout=2,read_timeout=2"
+    argv[argv.index("--rdzv-endpoint") + 1] = f"127.0.0.1:{pb.runtime.rdzv_port}"  # "${head_addr:-$head}" in the job
+    t0 = time.monotonic()
+    r = subprocess.run([str(TORCHRUN), *argv[1:]], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "MFCTL_RUN_TOKEN_FILE": str(tmp_path / "token")}, cwd=tmp_path)
+    took = time.monotonic() - t0
+    assert r.returncode == 1 and took < 40, (took, r.stderr[-2000:])
+    assert "RendezvousTimeoutError" in r.stdout + r.stderr
