@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, option, shipped
-from mfctl.errors import ExitCode
+from mfctl.errors import ExitCode, UsageError
 
 app = typer.Typer(help="Start, stop and inspect the mock testbed (SSH hosts + OCS emulator on loopback).",
                   no_args_is_help=True)
@@ -38,6 +38,8 @@ def up(inventory: Path = typer.Argument(Path("inventory/mfabric-prototype.yaml")
     """Start the mock testbed in the background and write an inventory pointing at it."""
     from mfctl import mockctl
 
+    if sshd is not None and sshd not in mockctl.SSHD_CHOICES:  # (the option takes MFCTL_MOCK_SSHD too)
+        raise UsageError(f"--sshd (MFCTL_MOCK_SSHD) must be one of {', '.join(mockctl.SSHD_CHOICES)}, got {sshd!r}")
     inventory = shipped(inventory, Path("inventory/mfabric-prototype.yaml"))
     st = mockctl.start(inventory, state_dir, time_scale=time_scale, factory=factory, inject=inject, sshd=sshd)
     if json_out:

@@ -51,3 +51,16 @@ def test_the_inventory_option_reads_its_variable(monkeypatch, tmp_path):
     r = CliRunner().invoke(build(), ["ocs", "show"])
     assert r.exit_code == 3 and json.loads(r.stdout)["error"]["type"] == "ConfigError"
     assert str(tmp_path / "none.yaml") in json.loads(r.stdout)["error"]["message"]
+
+
+def test_a_bad_mock_sshd_from_the_flag_or_its_variable_is_a_usage_error_before_anything_starts(cli_env, tmp_path):
+    import subprocess
+
+    from support import mfctl_cmd
+
+    r = subprocess.run(mfctl_cmd("mock", "up", "--state-dir", tmp_path / "m", "--sshd", "bogus"),
+                       capture_output=True, text=True, env=cli_env, timeout=60)
+    assert r.returncode == 2 and "--sshd (MFCTL_MOCK_SSHD) must be one of auto, openssh, paramiko, got 'bogus'" in r.stderr
+    r = subprocess.run(mfctl_cmd("mock", "up", "--state-dir", tmp_path / "m"), capture_output=True, text=True,
+                       env={**cli_env, "MFCTL_MOCK_SSHD": "bogus"}, timeout=60)
+    assert r.returncode == 2 and "MFCTL_MOCK_SSHD" in r.stderr and not (tmp_path / "m" / "status.json").exists()
