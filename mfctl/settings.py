@@ -106,6 +106,9 @@ SETTINGS: dict[str, Setting] = {
         Setting("command_timeout", "30", "Per-command timeout on hosts and the OCS, seconds.", type=float,
                 min=0.05, max=_DAY),
         Setting("fanout", "32", "Maximum number of hosts contacted at once.", type=int, min=1, max=4096),
+        Setting("drain_timeout", "3600", "mfctl provision apply: seconds a Slurm node is given to finish its jobs "
+                "(DRAINING → DRAINED) before its NIC reset; past it the host is left untouched.", type=float,
+                min=0.05, max=_DAY),
         Setting("max_output_bytes", "4194304", "Bytes of a host command's stdout and of its stderr kept (each; 4 MiB): "
                 "the rest is read and dropped, and the result says it was truncated.", type=int, min=1, max=1 << 40),
         Setting("log_file", "", "Log file (default: <state_dir>/mfctl.log).", type=Path),

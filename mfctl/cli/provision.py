@@ -1,4 +1,4 @@
-"""``mfctl provision plan|apply|optics`` and ``mfctl firmware check``."""
+"""``mfctl provision plan|apply|check|optics|journal`` and ``mfctl firmware check``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ firmware_app = typer.Typer(help="Firmware compliance against firmware/manifest.y
 
 SPEC_ARG = typer.Argument(Path("playbooks/provision.yaml"), help="Provisioning recipe.")
 INV_OPT = option("inventory", "--inventory", "-i", default=None, help="Use this inventory instead of the recipe's.")
-HOSTS_OPT = typer.Option(None, "--hosts", help="Only these hosts (comma-separated).")
+HOSTS_OPT = typer.Option(None, "--hosts", help="Only these hosts: a host set (all, gpu01,gpu03, gpu[01-04]!gpu02, "
+                         "@region0).")
 
 
 @contextmanager
@@ -30,25 +31,25 @@ def _ctx(spec_path: Path, inventory: Path | None, hosts: str | None):
     inv = load_inventory(inventory or spec.path(spec.inventory))
     manifest = load_manifest(spec.path(spec.firmware_manifest)) if spec.firmware_manifest else None
     spec.check_addresses(inv)
-    names = _host_names(hosts, [h.name for h in inv.hosts])
+    names = _host_names(hosts, inv)
     ctx = Context.from_settings(inv)
     with ctx.pool() as pool:
         yield spec, inv, manifest, names, pool, ctx
 
 
-def _host_names(hosts: str | None, known: list[str]) -> list[str]:
-    """``--hosts a,b`` as names of the inventory (all of them when not given); UsageError otherwise."""
+def _host_names(hosts: str | None, inv) -> list[str]:
+    """``--hosts`` as names of the inventory (all of them when not given), through the one host
+    selector exec and health use (:func:`mfctl.inventory.hostsets.select_hosts`: ClusterShell sets,
+    ``@region``); UsageError otherwise."""
     from mfctl.errors import UsageError
+    from mfctl.inventory.hostsets import select_hosts
 
+    known = [h.name for h in inv.hosts]
     if hosts is None:
         return known
-    names = list(dict.fromkeys(h.strip() for h in hosts.split(",") if h.strip()))
-    if not names:
+    if not hosts.replace(",", "").strip():
         raise UsageError("--hosts is empty (leave it out for all hosts)")
-    unknown = [h for h in names if h not in known]
-    if unknown:
-        raise UsageError(f"unknown host(s): {', '.join(unknown)}; the inventory has {', '.join(known)}")
-    return names
+    return select_hosts(hosts, known, {r.name: list(r.hosts) for r in inv.regions})
 
 
 def _progress(json_out: bool):
@@ -80,12 +81,55 @@ def _render_plan(plans) -> None:
 def _render_apply(results) -> None:
     con = out_console()
     for r in results:
+        for n in r.notes:
+            con.print(markup("[dim]{}[/]", n), highlight=False)
+        if r.skipped:
+            con.print(markup("[yellow]{}: {}[/]", r.host, r.skipped), highlight=False)
+            continue
         if r.failed:
             con.print(markup("[red]{}: FAILED at {}[/]: {}", r.host, r.failed["step"], r.failed["error"]), highlight=False)
             continue
-        extra = markup(", [yellow]{} left after verify[/]", len(r.left)) if r.left else (
-            markup(", [yellow]not verified[/]: {}", r.verify_error) if r.verify_error else ", verified")
+        extra = (markup(", [red]not verified[/]: {}", r.verify_error) if r.verify_error else
+                 markup(", [yellow]{} left after verify[/]", len(r.left)) if r.left else
+                 ", verified" if r.verified else markup(", [red]not verified[/]"))
         con.print(markup("[green]{}[/]: {} change(s) applied", r.host, len(r.applied)) + extra, highlight=False)
+
+
+def _on_step(json_out: bool):
+    """Each host's current step on stderr (one line; above the progress bar on a terminal), nothing with --json."""
+    if json_out:
+        return None
+    from mfctl.cli.common import err_console
+
+    con = err_console()
+
+    def show(host: str, i: int, n: int, a) -> None:
+        con.print(markup("[dim]{} [{}/{}] {}: {} on {}[/]", host, i, n, a.phase, a.what, a.target), highlight=False)
+
+    return show
+
+
+def _drainer(inv, pool, login: str | None, no_drain: bool, run_id: str):
+    """The Slurm drain through the inventory's login host (``--login-host``, else its only one), or None."""
+    from mfctl import settings
+    from mfctl.errors import UsageError
+    from mfctl.provision.rollout import SlurmDrain
+    from mfctl.runtime.slurm import login_pool
+
+    if no_drain or not inv.login_hosts:
+        if login:
+            raise UsageError("--login-host with --no-drain" if no_drain else
+                             f"--login-host {login}: the inventory has no login_hosts")
+        return None, None
+    names = [h.name for h in inv.login_hosts]
+    if login is None:
+        if len(names) > 1:
+            raise UsageError(f"the inventory has several login hosts ({', '.join(names)}): say which with --login-host")
+        login = names[0]
+    if login not in names:
+        raise UsageError(f"--login-host {login}: not one of the inventory's login_hosts ({', '.join(names)})")
+    lp = login_pool(inv, login, pool)
+    return SlurmDrain(lp, login, run_id, timeout_s=settings.get_float("drain_timeout")), lp
 
 
 @app.command("plan")
@@ -109,9 +153,20 @@ def plan_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOST
 @handle_errors
 def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOSTS_OPT,
               dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, change nothing (exit 6 if it would)."),
+              batch: int = typer.Option(None, "--batch", min=1, help="Rolling: N hosts at a time; stop at the first "
+                                        "batch with a failed or unverified host (the rest untouched)."),
+              canary: bool = typer.Option(False, "--canary", help="A first batch of one host."),
+              allow_mgmt_reset: bool = typer.Option(False, "--allow-mgmt-reset", help="Reset a NIC even when it "
+                                                    "carries the host's management interface or SSH address."),
+              no_drain: bool = typer.Option(False, "--no-drain", help="Do not drain Slurm nodes before their NIC reset."),
+              login_host: str = typer.Option(None, "--login-host", help="The inventory login host to run scontrol on "
+                                             "(default: its only one)."),
+              check: bool = typer.Option(False, "--check", help="After a verified apply, the end-to-end checks "
+                                         "(mfctl provision check)."),
               yes: bool = option("yes", "--yes", "-y", help="Do not ask for confirmation."),
               json_out: bool = JSON_OPT):
-    """Apply the plan: hosts in parallel, each in the safe order, stopping a host at its first failure; then verify."""
+    """Apply the plan: hosts in parallel (or in batches), each in the safe order, stopping a host at its first
+    failure, re-planned after its NIC reset; then verify. Exit 4 when a host could not be (re-)read."""
     import contextlib
     import signal
     import threading
@@ -121,9 +176,10 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
     from mfctl.lock import TestbedLock
     from mfctl.ocs.journal import Journal
     from mfctl.provision import service
+    from mfctl.provision.journal import RunJournal
     from mfctl.transport.results import Results
 
-    with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool, _), (
+    with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool, ctx), (
             contextlib.nullcontext() if dry_run else TestbedLock(inv.name, "provision apply")):
         with _progress(json_out) as obs:
             plans = service.plan(pool, inv, sp, manifest, names, observer=obs)  # under the lock: never a stale plan
@@ -134,57 +190,164 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
             if json_out:
                 emit_json({"schema": "mfctl.provision.plan/v1", "changes": changes, "hosts": [p.to_dict() for p in plans]})
             raise typer.Exit(Results.of(plans).exit_code())
+        journal = RunJournal(Journal(settings.state_dir() / "provision" / f"{inv.name}.journal.jsonl"))
+        drain, login_pool = _drainer(inv, pool, login_host, no_drain, journal.run_id)
         if changes:
             needs = sorted({n for p in plans for a in p.actions for n in a.needs})
-            confirm(f"apply {changes} change(s) on {sum(1 for p in plans if p.actions)} host(s)"
-                    + (f" (needs: {', '.join(needs)})" if needs else "") + "?", yes, what="the hosts")
-        journal = Journal(settings.state_dir() / "provision" / f"{inv.name}.journal.jsonl")
+            how = (f" in batches of {batch}" if batch else "") + (" after a canary" if canary else "")
+            confirm(f"apply {changes} change(s) on {sum(1 for p in plans if p.actions)} host(s){how}"
+                    + (f" (needs: {', '.join(needs)})" if needs else "")
+                    + (f"; Slurm nodes drained through {drain.login}" if drain else "") + "?", yes, what="the hosts")
+        options = {"batch": batch, "canary": canary, "allow_mgmt_reset": allow_mgmt_reset,
+                   "drain": drain.login if drain else None, "hosts": hosts}
+        journal.start(recipe=Path(sp.source or spec), inventory=inv.name, hosts=names, plans=plans, options=options)
         stop = threading.Event()
         old = signal.signal(signal.SIGINT, lambda *a: stop.set())
         try:
-            with _progress(json_out) as obs:
-                results = service.apply(pool, plans, journal, stop=stop, observer=obs)
-                service.verify(pool, inv, sp, manifest, results, names, observer=obs)
+            with _progress(json_out) as obs, (login_pool or contextlib.nullcontext()):
+                results = service.rollout(pool, inv, sp, manifest, plans, journal=journal, stop=stop, observer=obs,
+                                          batch=batch, canary=canary, allow_mgmt_reset=allow_mgmt_reset, drain=drain,
+                                          on_step=_on_step(json_out))
+                checked = None
+                if check and not stop.is_set() and all(r.ok for r in results):
+                    with ctx.ocs() as drv:
+                        xc = drv.cross_connects()
+                    checked = service.check_paths(pool, inv, sp, xc, names, observer=obs)
         finally:
             signal.signal(signal.SIGINT, old)
-    out = {"schema": "mfctl.provision.apply/v1", "changes_planned": changes,
+        code = ExitCode.INTERRUPTED if stop.is_set() else Results.of(results).exit_code()
+        if checked is not None and code == ExitCode.OK:
+            code = service.checks_exit_code(checked)
+        journal.end(results, code)
+    out = {"schema": "mfctl.provision.apply/v1", "run": journal.run_id, "changes_planned": changes,
+           "ok": all(r.ok for r in results), "verified": all(r.verified for r in results),
            "hosts": [r.to_dict() | {"left_after_verify": r.left} for r in results]}
+    if checked is not None:
+        out["checks"] = checked
     if json_out:
         emit_json(out)
     else:
         _render_apply(results)
+        if checked is not None:
+            _render_checks(checked)
     if stop.is_set():
-        print_error("interrupted: every host stopped after its current action (see above); re-run apply to finish",
-                    "interrupted")
-        raise typer.Exit(ExitCode.INTERRUPTED)
-    raise typer.Exit(Results.of(results).exit_code())  # 1 a host failed or is not in the desired state after verify
+        print_error("every host stopped after its current action (see above); re-run apply to finish", "interrupted")
+    raise typer.Exit(code)  # 4 a host not (re-)read, else 1 a host failed or not in the desired state, else 0
+
+
+def _render_checks(rows) -> None:
+    from rich.table import Table
+
+    t = Table("path", "from", "to", "check", "expected", "measured", "status")
+    for r in rows:
+        t.add_row(r["path"], r["src"], r["dst"], r["check"], str(r.get("expected", "—")), str(r.get("measured", "—")),
+                  r["status"] if not r.get("why") else f"{r['status']}: {r['why']}")
+    out_console().print(t)
+
+
+@app.command("check")
+@handle_errors
+def check_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOSTS_OPT, json_out: bool = JSON_OPT):
+    """End to end per OCS circuit and EPS path: a RoCE v2 GID on each lane's address (show_gids),
+    ib_write_bw between the lanes the OCS connects against lane rate x efficiency, PFC counters moving on
+    the RoCE priority. Exit 1 on a failed check, 6 when nothing could be checked."""
+    from mfctl.provision import service
+
+    with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool, ctx):
+        with ctx.ocs() as drv:
+            xc = drv.cross_connects()
+        with _progress(json_out) as obs:
+            rows = service.check_paths(pool, inv, sp, xc, names, observer=obs)
+    code = service.checks_exit_code(rows)
+    if json_out:
+        emit_json({"schema": "mfctl.provision.check/v1", "checks": rows,
+                   "bad": sum(1 for r in rows if r["status"] == "bad"),
+                   "checked": sum(1 for r in rows if r["status"] != "skipped")})
+    else:
+        _render_checks(rows)
+        if not rows:
+            print_error("no circuit and no EPS path among these hosts: nothing was checked")
+    raise typer.Exit(code)
+
+
+@app.command("journal")
+@handle_errors
+def journal_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT,
+                run: str = typer.Option(None, "--run", help="One run's records (its id or a unique prefix)."),
+                json_out: bool = JSON_OPT):
+    """The provisioning runs of this testbed (who, recipe, hosts, changes, outcome), or one run's records."""
+    from datetime import datetime
+
+    from rich.table import Table
+
+    from mfctl import settings
+    from mfctl.errors import UsageError
+    from mfctl.inventory import load_inventory
+    from mfctl.ocs.journal import Journal
+    from mfctl.provision import journal as pj
+    from mfctl.provision.models import load_spec
+
+    sp = load_spec(shipped(spec, Path("playbooks/provision.yaml")))
+    inv = load_inventory(inventory or sp.path(sp.inventory))
+    path = settings.state_dir() / "provision" / f"{inv.name}.journal.jsonl"
+    records = Journal(path).records() if path.exists() else []
+    when = lambda t: datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "—"  # noqa: E731
+    if run is not None:
+        rid = pj.resolve(records, run)
+        if rid is None:
+            raise UsageError(f"no run {run!r} (or more than one starts so) in {path}")
+        recs = pj.run_records(records, rid)
+        if json_out:
+            emit_json({"schema": "mfctl.provision.journal.run/v1", "run": rid, "records": recs})
+            return
+        con = out_console()
+        for r in recs:
+            rest = {k: v for k, v in r.items() if k not in ("ts", "seq", "crc", "op", "run")}
+            con.print(f"{when(r.get('ts'))}  {r.get('op')}  " + " ".join(f"{k}={v}" for k, v in rest.items()),
+                      highlight=False, markup=False)
+        return
+    summary = pj.runs(records)
+    if json_out:
+        emit_json({"schema": "mfctl.provision.journal/v1", "journal": str(path), "runs": summary})
+        return
+    t = Table("run", "started", "who", "recipe", "hosts", "changes", "done", "failed", "outcome")
+    for s in summary:
+        t.add_row(s["run"], when(s["started"]), s["who"] or "?", Path(s["recipe"] or "?").name, str(len(s["hosts"])),
+                  str(s["changes"]), str(s["done"]), str(s["failed"]), s["outcome"])
+    out_console().print(t)
 
 
 @app.command("optics")
 @handle_errors
-def optics_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, json_out: bool = JSON_OPT):
+def optics_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOSTS_OPT, json_out: bool = JSON_OPT):
     """Check every optical lane with a circuit end to end: link, Rx power vs. the module's thresholds,
-    and the lane-to-OCS-port wiring against the OCS's per-port power. Exit 1 on any finding."""
+    and the lane-to-OCS-port wiring against the OCS's per-port power. Exit 1 on any finding, 6 when no
+    lane has a circuit (nothing was checked)."""
     from rich.table import Table
 
     from mfctl.errors import ExitCode
     from mfctl.provision import service
 
-    with _ctx(spec, inventory, None) as (sp, inv, manifest, names, pool, ctx):
+    with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool, ctx):
         with ctx.ocs() as drv:
             xc = drv.cross_connects()
             power = drv.power(sorted(set(xc.values()))) if xc else {}
+        some = inv.model_copy(update={"hosts": [h for h in inv.hosts if h.name in names]})
         with _progress(json_out) as obs:
-            rows = service.check_optics(pool, inv, sp, power, xc, observer=obs)
+            rows = service.check_optics(pool, some, sp, power, xc, observer=obs)
     bad = [r for r in rows if r["status"] == "bad"]
+    checked = [r for r in rows if r["status"] != "no circuit"]
     if json_out:
-        emit_json({"schema": "mfctl.provision.optics/v1", "lanes": rows, "bad": len(bad)})
+        emit_json({"schema": "mfctl.provision.optics/v1", "lanes": rows, "bad": len(bad), "checked": len(checked)})
     else:
         t = Table("host", "lane", "netdev", "OCS rx port", "module Rx dBm", "OCS dBm", "status")
         for r in rows:
             t.add_row(r["host"], r["lane"], r["netdev"], str(r["ocs_rx"]), str(r.get("rx_total_dbm", "—")),
                       str(r.get("ocs_dbm", "—")), r["status"] if not r["findings"] else "; ".join(r["findings"]))
         out_console().print(t)
+    if not checked:
+        print_error("no lane has a circuit: nothing was checked")
+        raise typer.Exit(ExitCode.DRIFT)
     raise typer.Exit(ExitCode.FAILED if bad else ExitCode.OK)
 
 
@@ -204,7 +367,9 @@ def firmware_check(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str 
         with _progress(json_out) as obs:
             checked = service.firmware_check(pool, manifest, names, observer=obs)
     rows = [r for h in checked for r in h.rows()]
-    drift = [r for r in rows if r["status"] in ("drift", "reset needed")]
+    from mfctl.provision.firmware import DRIFT_STATUSES
+
+    drift = [r for r in rows if r["status"] in DRIFT_STATUSES]
     if json_out:
         emit_json({"schema": "mfctl.firmware.check/v1", "nics": rows, "drift": len(drift)})
     else:
@@ -216,6 +381,6 @@ def firmware_check(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str 
             c.no_wrap = True
         for r in rows:
             t.add_row(r["host"], r["pci"] or "", r["part_number"] or "", r["running"] or "", r["burnt"] or "",
-                      r["pinned"] or "—", r["status"])
+                      r["pinned"] or "—", r["status"] + (f" ({r['note']})" if r.get("note") else ""))
         out_console().print(t)
     raise typer.Exit(Results.of(checked).exit_code())  # 4 a host not read, else 6 drift, else 0

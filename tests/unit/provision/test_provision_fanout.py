@@ -81,20 +81,24 @@ def test_apply_then_verify_gives_exit_1_for_anything_left_or_unread(planned, mon
     pool, obs = Pool(), RecordingObserver()
     plans = [service.HostPlan("ok1", [action()]), service.HostPlan("drift1", [action()]), service.HostPlan("down1", [])]
     results = service.apply(pool, plans, observer=obs)
-    assert [len(r.applied) for r in results] == [1, 1, 0] and Results.of(results).exit_code() == ExitCode.OK
+    assert [len(r.applied) for r in results] == [1, 1, 0] and all(r.failed is None for r in results)
+    assert Results.of(results).exit_code() == ExitCode.FAILED  # applied, not yet verified: never "verified"
     assert sorted(pool.ran) == [("drift1", "ip"), ("ok1", "ip")]
     service.verify(pool, inventory("ok1", "drift1", "down1"), None, None, results, observer=obs)
     assert [r.left != [] for r in results] == [False, True, False]
     assert results[2].verify_error.startswith("down1: cannot connect")
-    assert [r.exit_code for r in results] == [ExitCode.OK, ExitCode.FAILED, ExitCode.FAILED]
-    assert Results.of(results).exit_code() == ExitCode.FAILED
+    assert [r.exit_code for r in results] == [ExitCode.OK, ExitCode.FAILED, ExitCode.UNREACHABLE]  # issue 16 item 2
+    assert [r.verified for r in results] == [True, False, False]
+    assert Results.of(results).exit_code() == ExitCode.UNREACHABLE
     assert [e[1:] for e in obs.events if e[0] == "phase"] == [("apply", 3), ("verify", 3)]
-    assert results[0].to_dict().keys() == {"host", "ok", "applied", "failed", "elapsed_s"}  # --json as before
+    assert {"host", "ok", "applied", "failed", "elapsed_s", "verified", "verify_error"} <= results[0].to_dict().keys()
+    assert results[2].to_dict()["ok"] is False and results[2].to_dict()["verified"] is False
 
 
 def test_a_host_that_cannot_be_read_is_refused_by_apply_and_fails():
     [r] = service.apply(Pool(), [service.HostPlan("h", error="h: mlxfwmanager --query: exit 1: no mst")])
-    assert r.failed == {"step": "read", "error": "h: mlxfwmanager --query: exit 1: no mst"} and r.exit_code == ExitCode.FAILED
+    assert r.failed == {"step": "read", "error": "h: mlxfwmanager --query: exit 1: no mst"}
+    assert r.exit_code == ExitCode.UNREACHABLE  # not read: as plan says it (4)
 
 
 def test_firmware_check_rows_and_exit_codes():
