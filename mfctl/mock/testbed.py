@@ -36,7 +36,9 @@ import yaml
 from mfctl.inventory import load_inventory
 from mfctl.mock import hostsshd
 from mfctl.mock.hosts import MockHost, MockLane
-from mfctl.mock.nics import PROVISIONED_FW, HostConfig, NICState
+from mfctl.mock.nics import HostConfig, NICState
+from mfctl.mock.nics import firmware as nic_firmware
+from mfctl.mock.nics.state import CARD_MODELS
 from mfctl.mock.ocs_emulator import OCSEmulator, PtyServer, TCPServer, ssh_shell_handler
 from mfctl.mock.slurm import MockSlurm
 from mfctl.mock.sshd import MockSSHServer
@@ -87,6 +89,24 @@ class MockTestbed:
                                      authorized_key=f"{client_key.get_name()} {client_key.get_base64()}",
                                      host_keys=k, env=env) for n, k in zip(names, keys)]
 
+    def _nic_state(self, ni: int, nic) -> NICState:
+        """The mock card behind inventory NIC ``nic`` (position ``ni``): its model's part number, PSID and
+        firmware (:data:`~mfctl.mock.nics.state.CARD_MODELS`), the module the inventory says, systemd's slot
+        name from the inventory's netdev (``ens1`` of ``ens1f0np0``). Factory cards are not split and run
+        old firmware; a provisioned mock matches the inventory (split, firmware, QoS of playbooks/provision.yaml)."""
+        pci = nic.pci or f"0000:{0x0c + 6 * ni:02x}:00.0"
+        m = re.match(r"^(.+?)f\d+np\d+", nic.lanes[0].netdev)
+        base = m.group(1) if m else f"ens{ni + 1}"
+        card = CARD_MODELS.get(nic.model, CARD_MODELS["ConnectX-6 Dx"])
+        st = NICState(nic.name, pci, card["part_number"], card["psid"], nic.speed_gbps, base,
+                      split=1 if self.factory else len(nic.lanes), fw=card["factory_fw"],
+                      model=nic.model if nic.model in CARD_MODELS else "ConnectX-6 Dx", optics=nic.optics,
+                      wired=len(nic.lanes))
+        if not self.factory:  # provisioned like playbooks/provision.yaml (addresses excepted)
+            st.fw, st.trust, st.pfc = card["fw"], "dscp", [0, 0, 0, 1, 0, 0, 0, 0]
+        nic_firmware.fit_card(st, nic.model)  # what the card's firmware exposes (mfctl.mock.nics.firmware.FW_CARDS)
+        return st
+
     def start(self) -> dict:
         inv = self.source
         from mfctl.errors import ConfigError
@@ -118,25 +138,22 @@ class MockTestbed:
         self.slurm = MockSlurm({h.name: h.gpus.count for h in inv.hosts}, self.state, self.time_scale)
         known_hosts = []
         for hi, h in enumerate(inv.hosts):
-            lanes = []
+            lanes, states = [], []
             for ni, nic in enumerate(h.nics):
+                st = self._nic_state(ni, nic)
+                states.append(st)
                 for lane in nic.lanes:
-                    ml = MockLane(lane.netdev, lane.ocs_tx, lane.ocs_rx, mac=f"b8:ce:f6:{hi:02x}:{ni:02x}:{lane.index:02x}")
+                    # the host's name for the lane is the hardware's (sub-port k = PCI function k), whatever
+                    # the inventory expects: a wrong inventory name is then a finding, as on real hosts
+                    ml = MockLane(st.netdev_of(lane.index), lane.ocs_tx, lane.ocs_rx,
+                                  mac=f"b8:ce:f6:{hi:02x}:{ni:02x}:{lane.index:02x}")
                     lanes.append(ml)
                     if lane.ocs_rx is not None:
                         self.lane_by_rx[lane.ocs_rx] = ml
             mh = MockHost(h.name, h.gpus.count, h.gpus.model, lanes, testbed=self, user=h.ssh.user,
                           gpu_temps=[33 + (hi + g) % 5 for g in range(h.gpus.count)])
             mh.config = HostConfig(mh, self.factory)
-            for ni, nic in enumerate(h.nics):
-                pci = nic.pci or f"0000:{0x0c + 6 * ni:02x}:00.0"
-                split = len(nic.lanes)
-                base = re.sub(r"s\d+$", "", nic.lanes[0].netdev) if split > 1 else nic.lanes[0].netdev
-                # factory modules are not split; a provisioned mock matches the inventory
-                st = NICState(nic.name, pci, "MCX623106AN-CDA_Ax", "MT_0000000359", nic.speed_gbps, base,
-                              split=1 if self.factory else split)
-                if not self.factory:  # provisioned like playbooks/provision.yaml (addresses excepted)
-                    st.fw, st.trust, st.pfc = PROVISIONED_FW, "dscp", [0, 0, 0, 1, 0, 0, 0, 0]
+            for st in states:
                 mh.config.add_nic(st, self.factory)
             self.hosts[h.name] = mh
             if self.sshd == "paramiko":

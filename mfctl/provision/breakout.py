@@ -183,3 +183,45 @@ def check_nic(nic) -> list[tuple[str, str]]:
             out.append(("cable", f"sub-ports to {b.ports} OCS port pairs need an MPO fan-out (breakout) cable, "
                                  f"not {nic.cable}"))
     return out
+
+
+# --- after the split: which netdev is which sub-port --------------------------------------------
+
+SPLIT_ARRAY = 16  # MODULE_SPLIT_M0 is Array[0..15] on ConnectX-7 (module lane -> port)
+
+
+def split_layout(card: Card, ports: int) -> dict[str, str]:
+    """The firmware settings that split ``card``'s port into ``ports``: ``MODULE_SPLIT_M0[i]`` =
+    the (1-based) port module lane i feeds, lanes handed out in order (``serdes_lanes / ports``
+    each), ``FF`` for array slots beyond the module's lanes; ``NUM_OF_PF`` = ``ports`` (one PCI
+    physical function per port). The shape of NVIDIA's DGX OS port-split procedure
+    (``MODULE_SPLIT_M0[0..3]=1 MODULE_SPLIT_M0[4..7]=2 MODULE_SPLIT_M0[8..15]=FF``, ``NUM_OF_PF=2``
+    on an 8-lane ConnectX-8); on a 4-lane ConnectX-7 the same rule gives lanes 0-1 → 1, 2-3 → 2."""
+    per = card.serdes_lanes // ports
+    out = {f"{card.split_param}[{i}]": (str(i // per + 1) if i < card.serdes_lanes else "FF") for i in range(SPLIT_ARRAY)}
+    out["NUM_OF_PF"] = str(ports)
+    return out
+
+
+def subport_pci(pci: str, k: int) -> str:
+    """PCI address of sub-port ``k`` of the card whose function 0 is ``pci``: function ``k`` of the
+    same slot (a split adds PCI physical functions; NVIDIA's nic-configuration-operator computes the
+    new PFs' addresses the same way)."""
+    head, fn = pci.rsplit(".", 1)
+    return f"{head}.{int(fn) + k}"
+
+
+def discover(ports: dict, pci: str, count: int) -> dict[int, tuple[str, str | None]]:
+    """Which netdev the host gives each sub-port: ``{k: (devlink port name, netdev or None)}`` for
+    the sub-ports ``0..count-1`` the host has a physical devlink port for. ``ports``: the parsed
+    ``devlink -j port show`` (:func:`mfctl.hosts.mellanox.parse_devlink_ports`); a port belongs to
+    sub-port k when its name is ``pci/<subport_pci(pci, k)>/<index>`` (mlx5 names its uplink port
+    by the PCI function: ``pci/0000:0c:00.1/131071``)."""
+    out: dict[int, tuple[str, str | None]] = {}
+    for k in range(count):
+        prefix = f"pci/{subport_pci(pci, k)}/"
+        for p in ports.values():
+            if p.name.startswith(prefix) and (p.flavour in (None, "physical")):
+                out[k] = (p.name, p.netdev)
+                break
+    return out

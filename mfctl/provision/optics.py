@@ -1,6 +1,7 @@
 """The optics check: every optical lane with a circuit, end to end (link, Rx power against the
 module's own thresholds, the module's total against the OCS's reading at the port the inventory
-wires to the lane).
+wires to the lane). A lane is a sub-port: its netdev is the one the host has at its PCI function
+(devlink), and it is judged from the module channels it uses only (:meth:`NIC.subport_channels`).
 """
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mfctl.errors import ParseError
-from mfctl.hosts import ethtool, iproute
+from mfctl.hosts import ethtool, iproute, mellanox
+from mfctl.provision import breakout
 from mfctl.provision.models import ProvisionSpec
 
 if TYPE_CHECKING:
@@ -34,47 +36,67 @@ def check_optics(pool, inv, spec: ProvisionSpec, ocs_power: dict[int, float | No
         if not r.ok:
             return failed(h, f"host unreachable: {r.error or r.stderr.strip()[:100]}")
         links = iproute.parse_links(r.stdout)
-        return [_lane_row(pool, h.name, nic, lane, links, spec, ocs_power, rx_ports) for nic, lane in h.ocs_lanes()]
+        d = pool.run(h.name, mellanox.devlink_ports_argv())
+        ports = mellanox.parse_devlink_ports(d.stdout) if d.ok else {}
+        return [_lane_row(pool, h.name, nic, lane, links, spec, ocs_power, rx_ports, _netdev(ports, nic, lane))
+                for nic, lane in h.ocs_lanes()]
 
     res = pool.map([h.name for h in inv.hosts], lane_rows, observer=observer, phase="optics")
     # a host whose link list did not parse (ParseError) gave no rows: its lanes are bad, saying why
     return [row for r in res for row in (r.value if r.value is not None else failed(inv.host(r.host), r.error))]
 
 
+def _netdev(ports: dict, nic, lane) -> str:
+    """The host's netdev for ``lane`` (its devlink port: PCI function ``lane.index`` of the card,
+    :func:`mfctl.provision.breakout.discover`), else the inventory's name."""
+    hit = breakout.discover(ports, nic.pci, len(nic.lanes)).get(lane.index) if nic.pci and ports else None
+    return hit[1] if hit and hit[1] else lane.netdev
+
+
 def _lane_row(pool, host: str, nic, lane, links: dict, spec: ProvisionSpec, ocs_power: dict[int, float | None],
-              rx_ports: set[int]) -> dict:
-    row = {"host": host, "lane": f"{nic.name}.{lane.index}", "netdev": lane.netdev, "ocs_rx": lane.ocs_rx, "findings": []}
+              rx_ports: set[int], netdev: str | None = None) -> dict:
+    nd = netdev or lane.netdev
+    row = {"host": host, "lane": f"{nic.name}.{lane.index}", "netdev": nd, "ocs_rx": lane.ocs_rx, "findings": []}
+    if nd != lane.netdev:
+        row["inventory_netdev"] = lane.netdev
     if lane.ocs_rx not in rx_ports:
         row["status"] = "no circuit"
         return row
-    link = links.get(lane.netdev)
+    link = links.get(nd)
     if link is None or not link.up:
         row["findings"].append("link down")
-    m = pool.run(host, ethtool.module_argv(lane.netdev))
+    m = pool.run(host, ethtool.module_argv(nd))
     if not m.ok:
         row["findings"].append(f"ethtool -m failed: {m.error or m.stderr.strip()[:100]}")
     else:
         try:
-            _judge_module(row, ethtool.parse_module(m.stdout), spec, ocs_power.get(lane.ocs_rx), lane.ocs_rx)
+            _judge_module(row, ethtool.parse_module(m.stdout), spec, ocs_power.get(lane.ocs_rx), lane.ocs_rx,
+                          nic.subport_channels(lane))
         except ParseError as e:
             row["findings"].append(str(e))
     row["status"] = "ok" if not row["findings"] else "bad"
     return row
 
 
-def _judge_module(row: dict, mod, spec: ProvisionSpec, ocs: float | None, ocs_rx: int) -> None:
-    """A module's Rx power (dBm per channel) against its low-warning threshold + margin, and its
-    total against the OCS's reading ``ocs`` (dBm) at port ``ocs_rx``: findings into ``row``."""
+def _judge_module(row: dict, mod, spec: ProvisionSpec, ocs: float | None, ocs_rx: int,
+                  channels: list[int] | None = None) -> None:
+    """A sub-port's Rx power (dBm per channel, only the module ``channels`` it uses — all of them
+    when None; a 2x50G sub-port of a 4-channel SR4 module uses 2) against the module's low-warning
+    threshold + margin, and their total against the OCS's reading ``ocs`` (dBm) at port ``ocs_rx``
+    (the sub-port's own circuit): findings into ``row``."""
     import math
 
-    row["rx_dbm"] = mod.rx_power_dbm
+    rx = {c: v for c, v in mod.rx_power_dbm.items() if channels is None or int(c) in channels}
+    row["rx_dbm"] = rx
+    if channels is not None:
+        row["channels"] = channels
     low = mod.rx_low_warning_dbm()
     if low is not None:
-        bad = [c for c, v in mod.rx_power_dbm.items() if v is None or v < low + spec.optics.rx_margin_db]
+        bad = [c for c, v in rx.items() if v is None or v < low + spec.optics.rx_margin_db]
         if bad:
             row["findings"].append(f"Rx power below {low + spec.optics.rx_margin_db:.1f} dBm "
                                    f"(low warning {low} + margin) on channel(s) {bad}")
-    vals = [v for v in mod.rx_power_dbm.values() if v is not None]
+    vals = [v for v in rx.values() if v is not None]
     total = 10 * math.log10(sum(10 ** (v / 10) for v in vals)) if vals else None
     row["rx_total_dbm"] = None if total is None else round(total, 2)
     row["ocs_dbm"] = ocs

@@ -1,7 +1,7 @@
 """Links and transceivers of the mock host: ``devlink -j port show``, ``ethtool`` (link, ``-S``,
 ``-m`` SFF-8636), ``ip link set`` / ``ip addr replace|del``. A lane's received power follows the
 OCS cross-connects (transmit power of the far lane minus the OCS insertion loss, split over the
-module's four CWDM4 channels); ConnectX ports are not splittable with devlink (the mlx5 driver
+channels that lane's sub-port uses); ConnectX ports are not splittable with devlink (the mlx5 driver
 does not support it), so a breakout change needs firmware (MODULE_SPLIT)."""
 
 from __future__ import annotations
@@ -14,14 +14,19 @@ from mfctl.mock.nics.state import MODULE_CHANNELS
 
 
 def devlink(cfg, args, out, err):
+    """``devlink -j port show`` as mlx5 prints it (kernels before 6.5): one physical port per PCI
+    function, named ``pci/<function's address>/<index>`` where the uplink's index is
+    ``(pf << 16) | 0xffff`` (65535, 131071, ...), ``port`` the physical port number, never
+    splittable (ironcore-dev/dpservice#499 shows the real lines)."""
     if args[:3] != ["-j", "port", "show"]:
         err("devlink: only '-j port show' is modelled; port split is not supported by mlx5\n")
         return 95  # EOPNOTSUPP like the kernel
     ports = {}
     for nic in cfg.nics.values():
         for k, nd in enumerate(nic.netdevs):
-            ports[f"pci/{nic.pci}/{k + 1}"] = {"type": "eth", "netdev": nd, "flavour": "physical", "port": k,
-                                               "splittable": False, "lanes": 4}
+            fn = int(nic.pci_of(k).rsplit(".", 1)[1])
+            ports[f"pci/{nic.pci_of(k)}/{(fn << 16) | 0xFFFF}"] = {"type": "eth", "netdev": nd, "flavour": "physical",
+                                                                  "port": k, "splittable": False}
     out(json.dumps({"port": ports}) + "\n")
     return 0
 
@@ -36,8 +41,11 @@ def ethtool(cfg, args, out, err):
         if nic is None:
             err(f"netlink error: no device matches name ({args[1]})\n")
             return 1
-        # RoCE traffic lands on priority 3 once DSCP trust + PFC 3 are set, else on priority 0
-        prio = 3 if nic.trust == "dscp" and nic.pfc[3] else 0
+        # RoCE traffic (DSCP 26) lands on its dscp2prio priority once this port trusts DSCP and has PFC there, else on 0
+        from mfctl.mock.nics.qos import port
+
+        q = port(cfg, args[1])
+        prio = q.dscp2prio[26] if q is not None and q.trust == "dscp" and q.pfc[q.dscp2prio[26]] else 0
         lines = ["NIC statistics:", "     rx_packets: 912345678", "     tx_packets: 923456789",
                  "     rx_bytes: 2202570777997", "     tx_bytes: 2662454044895"]
         for p in range(8):
@@ -63,22 +71,29 @@ def ethtool(cfg, args, out, err):
     out(f"Settings for {nd}:\n\tSupported ports: [ FIBRE ]\n\tSupported link modes:   100000baseSR4/Full\n"
         f"\t                        100000baseLR4_ER4/Full\n\tSupports auto-negotiation: Yes\n"
         f"\tSpeed: {str(speed) + 'Mb/s' if up else 'Unknown!'}\n\tDuplex: {'Full' if up else 'Unknown! (255)'}\n"
-        f"\tLanes: 4\n\tAuto-negotiation: off\n\tPort: FIBRE\n\tPHYAD: 0\n\tTransceiver: internal\n"
+        f"\tLanes: {max(MODULE_CHANNELS // nic.split, 1)}\n\tAuto-negotiation: off\n\tPort: FIBRE\n\tPHYAD: 0\n\tTransceiver: internal\n"
         f"\tLink detected: {'yes' if up else 'no'}\n")
     return 0
 
 def module_text(cfg, lane) -> str:
+    """``ethtool -m`` of the module behind ``lane``'s netdev (SFF-8636): the whole module, whichever
+    sub-port asks. The identity lines are the inventory's optics class (CWDM4 on LC, SR4/PSM4 on MPO:
+    :data:`mfctl.provision.breakout.MODULES`); each channel's received power follows the OCS circuit
+    of the sub-port whose fibre pair it is (channels handed out in order over the NIC's wired
+    sub-ports, :meth:`NICState.subport_channels`), the sub-port's power shared over its channels."""
+    from mfctl.provision.breakout import MODULES
+
+    nic = next((n for n in cfg.nics.values() if lane.netdev in n.netdevs), None)
+    mod = MODULES.get(nic.optics if nic else "100G-CWDM4") or MODULES["100G-CWDM4"]
+    wired = [cfg.lane_for(nic.netdev_of(k)) for k in range(nic.wired)] if nic else [lane]
+    per = max(MODULE_CHANNELS // max(len(wired), 1), 1)
     tb = cfg.host.testbed
-    rx_total = None
-    if lane.ocs_rx is not None:
-        p = tb.ocs.port_power(lane.ocs_rx)
-        rx_total = p if p > -50 else None
-    rnd = random.Random(lane.netdev)
-    lines = ["Identifier                                : 0x11 (QSFP28)",
-             "Connector                                 : 0x07 (LC)",
-             "Transceiver type                          : 100G Ethernet: 100G CWDM4 MSA with FEC",
-             "Vendor name                               : FINISAR CORP.",
-             "Vendor PN                                 : FTLC1152RGPL",
+    rnd = random.Random(lane.netdev if nic is None else nic.pci)
+    lines = [f"Identifier                                : {mod.identifier}",
+             f"Connector                                 : {mod.connector_line}",
+             f"Transceiver type                          : {mod.transceiver}",
+             f"Vendor name                               : {mod.vendor}",
+             f"Vendor PN                                 : {mod.part_number}",
              "Revision Compliance                       : SFF-8636 Rev 2.5/2.6/2.7",
              f"Module temperature                        : {33 + rnd.random() * 3:.2f} degrees C / 93.00 degrees F",
              "Module voltage                            : 3.2505 V"]
@@ -89,7 +104,12 @@ def module_text(cfg, lane) -> str:
     for c in range(1, MODULE_CHANNELS + 1):
         lines.append(f"Transmit avg optical power (Channel {c})    : {_mw(-5.0 + offs[c - 1])}")
     for c in range(1, MODULE_CHANNELS + 1):
-        dbm = -40.0 if rx_total is None else rx_total - 10 * math.log10(MODULE_CHANNELS) + offs[c - 1]
+        owner = wired[min((c - 1) // per, len(wired) - 1)]
+        rx_total = None
+        if owner is not None and owner.ocs_rx is not None:
+            p = tb.ocs.port_power(owner.ocs_rx)
+            rx_total = p if p > -50 else None
+        dbm = -40.0 if rx_total is None else rx_total - 10 * math.log10(per) + offs[c - 1]
         lines.append(f"Rcvr signal avg optical power(Channel {c})  : {_mw(dbm)}")
     lines += ["Laser output power low warning threshold  : 0.1862 mW / -7.30 dBm",  # 100GBASE-SR4 lane: -8.4 dBm min
               "Laser output power low alarm threshold    : 0.0933 mW / -10.30 dBm",
