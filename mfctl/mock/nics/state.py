@@ -11,10 +11,23 @@ PROVISIONED_FW = "22.39.1002"  # the version firmware/manifest.yaml pins
 MODULE_CHANNELS = 4
 
 
+#: the mock's cards by inventory model: part number, PSID, factory and provisioned firmware, whether the
+#: firmware can split the port (MODULE_SPLIT_M0 + NUM_OF_PF, mfctl.provision.breakout.CARDS) and how many ways.
+#: ConnectX-7 MCX715105AS-WEAT_Ax / MT_0000001244 as an operator's mlxconfig/mlxup shows it (docs/provisioning.md).
+CARD_MODELS: dict[str, dict] = {
+    "ConnectX-6 Dx": {"part_number": "MCX623106AN-CDA_Ax", "psid": "MT_0000000359", "factory_fw": FACTORY_FW,
+                      "fw": PROVISIONED_FW, "max_split": 1},
+    "ConnectX-7": {"part_number": "MCX715105AS-WEAT_Ax", "psid": "MT_0000001244", "factory_fw": "28.36.1010",
+                   "fw": "28.39.1002", "max_split": 2},
+}
+
+
 @dataclass
 class NICState:
-    """One NIC port/module. ``split`` network devices exist: ``base`` when 1, else
-    ``base`` + ``s0``…``s{N-1}`` (the kernel's naming of split ports)."""
+    """One NIC port/module. After a split the card has ``split`` PCI functions (``pci`` is
+    function 0): sub-port k is PCI function k of the slot with netdev ``{base}f{k}np{k}``
+    (systemd's slot name ``base`` such as ``ens1``, the PCI function, then ``np`` + the port's
+    ``phys_port_name`` p{k}) — ``ens1f0np0``, ``ens1f1np1``; unsplit, only ``{base}f0np0``."""
 
     name: str
     pci: str
@@ -31,15 +44,59 @@ class NICState:
     trust: str = "pcp"
     pfc: list[int] = field(default_factory=lambda: [0] * 8)
     errors: dict[str, int] = field(default_factory=dict)  # fault injection: ethtool -S error counters
+    model: str = "ConnectX-6 Dx"
+    optics: str = "100G-CWDM4"  #: the module's class (mfctl.provision.breakout.MODULES)
+    wired: int = 1  #: sub-ports the module's fibres are cabled as (the inventory's lanes), whatever the split
 
     def __post_init__(self):
-        self.mlx_current.setdefault("MODULE_SPLIT_M0", str(self.split))
+        if self.max_split > 1:  # only a split-capable card's firmware has the split parameters
+            from mfctl.provision.breakout import CARDS, split_layout
+
+            for k, v in split_layout(CARDS[self.model], self.split).items():
+                self.mlx_current.setdefault(k, v)
         if not self.mlx_next:
             self.mlx_next = dict(self.mlx_current)
 
     @property
+    def max_split(self) -> int:
+        return CARD_MODELS.get(self.model, {}).get("max_split", 1)
+
+    def firmware_split(self) -> int:
+        """The port count the *current* firmware settings make (1 on a card that cannot split)."""
+        if self.max_split == 1:
+            return 1
+        return int(self.mlx_current.get("NUM_OF_PF", "1"))
+
+    def refuse_setting(self, key: str, value: str) -> str | None:
+        """Why this card's firmware refuses ``key=value`` (mlxconfig's ``-E-`` line), or None:
+        a split parameter's value must be one of the card's tested layouts' (a port 1..max_split or
+        FF; NUM_OF_PF 1..max_split)."""
+        if key.startswith("MODULE_SPLIT_M0[") and key in self.mlx_current:
+            ok = {str(p) for p in range(1, self.max_split + 1)} | {"FF", "0xFF", "0xff", "255"}
+            if value not in ok:
+                return (f"-E- The Device doesn't support value {value} for {key} (ports 1..{self.max_split} or FF "
+                        f"on {self.model})")
+        if key == "NUM_OF_PF" and key in self.mlx_current and value not in {str(p) for p in range(1, self.max_split + 1)}:
+            return f"-E- The Device doesn't support value {value} for NUM_OF_PF (1..{self.max_split} on {self.model})"
+        return None
+
+    def pci_of(self, k: int) -> str:
+        """PCI address of sub-port ``k``: function k of the card's slot."""
+        head, fn = self.pci.rsplit(".", 1)
+        return f"{head}.{int(fn) + k}"
+
+    def netdev_of(self, k: int) -> str:
+        fn = int(self.pci.rsplit(".", 1)[1]) + k
+        return f"{self.base}f{fn}np{k}"
+
+    @property
     def netdevs(self) -> list[str]:
-        return [self.base] if self.split == 1 else [f"{self.base}s{k}" for k in range(self.split)]
+        return [self.netdev_of(k) for k in range(self.split)]
+
+    def subport_channels(self, k: int) -> list[int]:
+        """The module channels (1-based) sub-port k uses: ``MODULE_CHANNELS / split`` each, in order."""
+        per = MODULE_CHANNELS // self.split
+        return list(range(k * per + 1, k * per + per + 1))
 
 
 @dataclass
