@@ -105,6 +105,12 @@ SETTINGS: dict[str, Setting] = {
         Setting("connect_timeout", "10", "SSH / OCS connect timeout, seconds.", type=float, min=0.05, max=_DAY),
         Setting("command_timeout", "30", "Per-command timeout on hosts and the OCS, seconds.", type=float,
                 min=0.05, max=_DAY),
+        Setting("firmware_burn_timeout", "900", "Timeout of one NIC firmware burn (mlxfwmanager -u, with its sha256sum "
+                "check), seconds: a burn outlasts the per-command timeout (NVIDIA documents no burn time; 15 min is "
+                "mfctl's allowance).", type=float, min=1, max=_DAY),
+        Setting("firmware_reset_timeout", "300", "Timeout of one mlxfwreset (query or reset: driver restart and PCI "
+                "reset), seconds (NVIDIA documents no reset time; 5 min is mfctl's allowance).", type=float,
+                min=1, max=_DAY),
         Setting("fanout", "32", "Maximum number of hosts contacted at once.", type=int, min=1, max=4096),
         Setting("drain_timeout", "3600", "mfctl provision apply: seconds a Slurm node is given to finish its jobs "
                 "(DRAINING → DRAINED) before its NIC reset; past it the host is left untouched.", type=float,

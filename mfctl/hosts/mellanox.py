@@ -25,16 +25,140 @@ def mlxconfig_set_argv(pci: str, settings: dict[str, str]) -> list[str]:
     return ["mlxconfig", "-y", "-d", pci, "set", *[f"{k}={v}" for k, v in sorted(settings.items())]]
 
 
-def mlxfwreset_argv(pci: str) -> list[str]:
-    return ["mlxfwreset", "-y", "-d", pci, "reset"]
+def mlxfwreset_query_argv(pci: str) -> list[str]:
+    """``mlxfwreset -d PCI query``: the reset levels the device supports (:func:`parse_mlxfwreset_query`)."""
+    return ["mlxfwreset", "-d", pci, "query"]
+
+
+def mlxfwreset_argv(pci: str, level: int | None = None) -> list[str]:
+    """``mlxfwreset -y -d PCI [--level N] reset`` (levels: :data:`RESET_LEVELS`)."""
+    if level is not None and level not in RESET_LEVELS:
+        raise ValueError(f"mlxfwreset has no reset level {level!r} (levels: {sorted(RESET_LEVELS)})")
+    return ["mlxfwreset", "-y", "-d", pci, *(["--level", str(level)] if level is not None else []), "reset"]
 
 
 def mlxfwmanager_query_argv() -> list[str]:
     return ["mlxfwmanager", "--query"]
 
 
-def mlxfwmanager_burn_argv(pci: str, image: str) -> list[str]:
-    return ["mlxfwmanager", "-u", "-y", "-d", pci, "-i", image]
+def mlxfwmanager_burn_argv(pci: str, image: str, *, force: bool = False) -> list[str]:
+    """``mlxfwmanager -u -y -d PCI -i IMAGE``; ``force`` adds ``--force``, which the real tool needs
+    to burn an image that is not newer than the device's (MFT manual, "Updating Firmware Using an
+    UPMF": "--force: Force firmware update even if the firmware ... is not newer")."""
+    return ["mlxfwmanager", "-u", "-y", *(["--force"] if force else []), "-d", pci, "-i", image]
+
+
+# --- firmware identity, versions and reset levels ----------------------------------------------
+
+#: mlxfwreset's reset levels (mstflint ``mstfwreset --help``, MFT manual "mlxfwreset – Loading
+#: Firmware on 5th Generation Devices Tool"): 0 keeps driver, PCI and network link up; 3 restarts
+#: the driver (every netdev of the device is recreated); 4 and 5 reboot the host
+RESET_LEVELS = {0: 'Driver, PCI link, network link will remain up ("live-Patch")',
+                1: 'Only ARM side will not remain up ("Immediate reset").',
+                3: "Driver restart and PCI reset", 4: "Warm Reboot", 5: "Cold Reboot"}
+
+
+@dataclass
+class ResetLevel:
+    level: int
+    description: str
+    supported: bool
+    default: bool = False
+
+
+def parse_mlxfwreset_query(text: str) -> dict[int, ResetLevel]:
+    """The ``Reset-levels:`` block of ``mlxfwreset -d PCI query`` as {level: ResetLevel}. mstflint
+    prints each row as ``N: <description padded to 62>-<Supported|Not Supported padded to 14>(default)``;
+    the blocks after it (``Reset-types``, ``Reset-sync``) are not read. Raises ParseError without one."""
+    out: dict[int, ResetLevel] = {}
+    block = None
+    for no, raw in enumerate(text.splitlines(), 1):
+        s = raw.strip()
+        if not s:
+            continue
+        h = re.match(r"^(Reset-[A-Za-z]+)\b.*:$", s)
+        if h:  # "Reset-levels:", "Reset-types (relevant only for reset-levels 1,3,4):", "Reset-sync (…):"
+            block = h.group(1).lower()
+            continue
+        if block != "reset-levels":
+            continue
+        m = re.match(r"^(\d+):\s*(.*?)\s*-(Supported|Not Supported)\b(.*)$", s)
+        if not m:
+            raise ParseError("mlxfwreset query", no, "'N: description -Supported|Not Supported'", s)
+        out[int(m.group(1))] = ResetLevel(int(m.group(1)), m.group(2).strip(), m.group(3) == "Supported",
+                                          "(default)" in m.group(4))
+    if not out:
+        raise ParseError("mlxfwreset query", None, "a 'Reset-levels:' block", text.strip()[:80])
+    return out
+
+
+def version_key(v: str) -> tuple[int, ...]:
+    """``"22.39.1002"`` → ``(22, 39, 1002)``: firmware versions compare field by field."""
+    try:
+        return tuple(int(x) for x in v.split("."))
+    except ValueError:
+        raise ParseError("firmware version", None, "digits separated by dots, e.g. 22.39.1002", v) from None
+
+
+def is_oem_psid(psid: str | None) -> bool:
+    """NVIDIA's own boards carry ``MT_`` PSIDs (``MT_0000000359``); a board an OEM customised carries
+    the OEM's (Dell ``DEL0000000027``, Lenovo ``LNV2180110032``, HPE ``HPE…``) and takes only that
+    OEM's images: flint/mlxfwmanager refuse an image of another PSID, and secure firmware refuses
+    to change it ("Changing PSID is unsupported under Secure FW")."""
+    return bool(psid) and not str(psid).startswith("MT_")
+
+
+# --- mlxconfig parameters the recipe may set, with their ranges --------------------------------
+
+@dataclass(frozen=True)
+class MlxParam:
+    """A known ``mlxconfig`` parameter: the values it takes (``lo``..``hi``, inclusive) and where
+    the range comes from."""
+
+    lo: int
+    hi: int
+    meaning: str
+    source: str
+
+
+_MFT = "MFT manual, 'Using mlxconfig' (docs.nvidia.com/networking/display/mftv4270/Using+mlxconfig)"
+_NCO = "NVIDIA nic-configuration-operator README (github.com/Mellanox/nic-configuration-operator)"
+
+#: the parameters mfctl knows; any other name is accepted only as a raw non-negative number
+#: (:func:`check_mlxconfig_value`), and the firmware itself refuses what it does not take
+MLXCONFIG_PARAMS: dict[str, MlxParam] = {
+    **{f"LINK_TYPE_P{p}": MlxParam(1, 3, "port protocol: 1 IB, 2 ETH, 3 VPI", _MFT) for p in (1, 2)},
+    "SRIOV_EN": MlxParam(0, 1, "SR-IOV off/on (boolean)", _MFT),
+    "NUM_OF_VFS": MlxParam(0, 1024, "virtual functions per PF (the card's own maximum is the firmware's)", _MFT),
+    **{f"ROCE_CC_PRIO_MASK_P{p}": MlxParam(0, 255, "congestion control per priority: a bit per priority 0..7",
+                                            _NCO + " (sets 255)") for p in (1, 2)},
+    **{f"CNP_DSCP_P{p}": MlxParam(0, 63, "DSCP of congestion notification packets (6-bit DSCP)",
+                                  _NCO + " (sets 4)") for p in (1, 2)},
+    **{f"CNP_802P_PRIO_P{p}": MlxParam(0, 7, "802.1p priority of CNPs", _NCO + " (sets 6)") for p in (1, 2)},
+    "ATS_ENABLED": MlxParam(0, 1, "PCIe Address Translation Services (boolean)", _NCO + " (sets 0 for GPUDirect)"),
+    "ADVANCED_PCI_SETTINGS": MlxParam(0, 1, "expose advanced PCIe settings (boolean)", _MFT),
+    **{f"KEEP_ETH_LINK_UP_P{p}": MlxParam(0, 1, "keep the Ethernet link up (boolean)", _MFT) for p in (1, 2)},
+}
+
+#: parameters the recipe must not set itself, and why
+MLXCONFIG_RESERVED = {"MODULE_SPLIT_M0": "it is the NIC's breakout (set from the inventory's breakout and lanes)"}
+
+#: a parameter whose absence from ``mlxconfig q`` means the card fixes it (LINK_TYPE on Ethernet-only
+#: ConnectX-4 Lx and others: nic-configuration-operator PR #19 "Link type change is not allowed on
+#: some devices"; openshift/sriov-network-operator issue #48)
+FIXED_WHEN_ABSENT = re.compile(r"^LINK_TYPE_P\d$")
+
+
+def check_mlxconfig_value(name: str, value: int) -> str | None:
+    """Why ``name=value`` cannot be set (a sentence naming the range and its source), or None."""
+    if name in MLXCONFIG_RESERVED:
+        return f"{name} is not set through mlxconfig in the recipe: {MLXCONFIG_RESERVED[name]}"
+    p = MLXCONFIG_PARAMS.get(name)
+    if p is None:
+        return None if 0 <= value < 2**32 else f"{name}={value}: an unknown parameter takes only a raw number 0..4294967295"
+    if not p.lo <= value <= p.hi:
+        return f"{name}={value} is out of range: {p.lo}..{p.hi} ({p.meaning}; {p.source})"
+    return None
 
 
 def mlnx_qos_argv(netdev: str, trust: str | None = None, pfc: list[int] | None = None) -> list[str]:
@@ -138,6 +262,7 @@ class FirmwareDevice:
     fw_available: str | None
     status: str | None
     fw_running: str | None = None  # "FW (Running)" row: differs from fw_current until a reset
+    base_mac: str | None = None  # "Base MAC": the card's own identity (its PCI address may change)
 
     @property
     def running(self) -> str | None:
@@ -178,7 +303,7 @@ def parse_mlxfwmanager(text: str) -> list[FirmwareDevice]:
             raise ParseError("mlxfwmanager", None, "a 'FW <current> <available>' row in every device", str(d)[:80])
         out.append(FirmwareDevice(d.get("Device Type"), d.get("Part Number"), d.get("PSID"),
                                   d.get("PCI Device Name"), d["fw_current"], d.get("fw_available"), d.get("Status"),
-                                  d.get("fw_running")))
+                                  d.get("fw_running"), d.get("Base MAC")))
     return out
 
 

@@ -25,11 +25,36 @@ class Action:
     needs: list[str] = field(default_factory=list)
     manual: str | None = None  # why it cannot be automated (apply fails here)
     expect: dict | None = None  # e.g. {"stdout_startswith": sha256}
+    #: seconds each of ``argvs`` may take (None: the pool's per-command timeout); a firmware burn and
+    #: an mlxfwreset get theirs from the settings ``firmware_burn_timeout`` / ``firmware_reset_timeout``
+    timeout_s: float | None = None
+    #: what a long step is doing, for the progress display ("burning 22.39.1002 on nic0 (up to 900 s)")
+    progress: str | None = None
+    #: a per-target result that runs nothing and does not block the host: ``OUTCOME_UNSUPPORTED``
+    #: and ``OUTCOME_NO_PIN`` are findings, not drift; ``OUTCOME_REBOOT`` is drift that only a
+    #: person can close (the reboot named in ``after``)
+    outcome: str | None = None
+
+    @property
+    def is_drift(self) -> bool:
+        """Something to change on the host (a command to run, a MANUAL step, a reboot to do)."""
+        return self.outcome is None or self.outcome == OUTCOME_REBOOT
+
+    @property
+    def runs(self) -> bool:
+        """Apply runs this action's commands (an outcome is reported, never run)."""
+        return self.outcome is None
 
     def to_dict(self) -> dict:
         return {"phase": self.phase, "target": self.target, "what": self.what, "before": self.before,
                 "after": self.after, "commands": [" ".join(a) for a in self.argvs], "needs": self.needs,
-                "manual": self.manual}
+                "manual": self.manual, "timeout_s": self.timeout_s, "progress": self.progress, "outcome": self.outcome}
+
+
+#: :attr:`Action.outcome` values
+OUTCOME_UNSUPPORTED = "not supported on this card"
+OUTCOME_NO_PIN = "no pinned image"
+OUTCOME_REBOOT = "reboot required"
 
 
 @dataclass
@@ -40,8 +65,10 @@ class HostPlan:
 
     @property
     def exit_code(self) -> ExitCode:
-        """UNREACHABLE (4) when the host could not be read, DRIFT (6) when it has actions, else OK."""
-        return ExitCode.UNREACHABLE if self.error else ExitCode.DRIFT if self.actions else ExitCode.OK
+        """UNREACHABLE (4) when the host could not be read, DRIFT (6) when it has actions that are
+        drift (:attr:`Action.is_drift`: a finding such as "not supported on this card" is not), else OK."""
+        return (ExitCode.UNREACHABLE if self.error else ExitCode.DRIFT if any(a.is_drift for a in self.actions)
+                else ExitCode.OK)
 
     def to_dict(self) -> dict:
         return {"host": self.host, "error": self.error, "actions": [a.to_dict() for a in self.actions]}

@@ -46,7 +46,9 @@ class ProvisionSpec(_S):
                                         "8 x (host - 1) + lane + 1); every lane must get its own address")
     roce: RoCE = RoCE()
     gpu: GPU = GPU()
-    mlxconfig: dict[str, int] = Field(default_factory=dict, description="firmware settings (numeric values)")
+    mlxconfig: dict[str, int] = Field(default_factory=dict, description="firmware settings (numeric values): a known "
+                                      "parameter within its range (mfctl.hosts.mellanox.MLXCONFIG_PARAMS), any other "
+                                      "name only as a raw non-negative number")
     optics: Optics = Optics()
 
     source: str | None = Field(None, exclude=True)
@@ -56,9 +58,14 @@ class ProvisionSpec(_S):
     def _names(cls, v: dict[str, int]) -> dict[str, int]:
         import re
 
-        for k in v:
+        from mfctl.hosts.mellanox import check_mlxconfig_value
+
+        for k, val in v.items():
             if not re.fullmatch(r"[A-Z][A-Z0-9_]{1,63}", k):
                 raise ValueError(f"{k!r} is not an mlxconfig parameter name")
+            why = check_mlxconfig_value(k, val)
+            if why:
+                raise ValueError(why)
         return v
 
     @field_validator("address_pattern")
@@ -106,21 +113,41 @@ class ProvisionSpec(_S):
 
 
 class FirmwareImage(_S):
-    part_number: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="matched as a prefix of the NIC's part number")
-    psid: str | None = Field(None, pattern=r"^[A-Z0-9_]+$")
+    """One pinned image. It is matched to a NIC by ``psid`` exactly (an image is built for one PSID:
+    flint and mlxfwmanager refuse another's); ``part_number`` says which board it is for and is
+    only used to explain a NIC left without an image."""
+
+    part_number: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="the board's part number (prefix), for messages")
+    psid: str = Field(pattern=r"^[A-Z0-9_]{1,16}$", description="the PSID the image is built for, matched exactly")
     version: str = Field(pattern=r"^\d+\.\d+\.\d+$")
     image: str = Field(pattern=r"^/[A-Za-z0-9_./-]+$", description="absolute path of the image on the hosts")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    allow_downgrade: bool = Field(False, description="burn this image even over a newer one (mlxfwmanager --force); "
+                                  "without it a NIC with newer firmware is refused")
 
 
 class FirmwareManifest(_S):
     images: list[FirmwareImage] = Field(min_length=1)
 
+    @field_validator("images")
+    @classmethod
+    def _one_per_psid(cls, v: list[FirmwareImage]) -> list[FirmwareImage]:
+        seen: set[str] = set()
+        for im in v:
+            if im.psid in seen:
+                raise ValueError(f"two images pinned for PSID {im.psid}: pin one version per PSID")
+            seen.add(im.psid)
+        return v
+
     def for_nic(self, part_number: str, psid: str | None) -> FirmwareImage | None:
-        for im in self.images:
-            if (im.psid and psid and im.psid == psid) or part_number.startswith(im.part_number):
-                return im
-        return None
+        """The image pinned for ``psid`` (exactly; never through the part number), or None."""
+        return next((im for im in self.images if psid and im.psid == psid), None)
+
+    def near_miss(self, part_number: str, psid: str | None) -> FirmwareImage | None:
+        """An image for the same board (part-number prefix) but another PSID: what an OEM card
+        (``DEL…``/``HPE…``/``LNV…`` PSID) would be offered and refuses."""
+        return next((im for im in self.images if part_number and part_number.startswith(im.part_number)
+                     and im.psid != psid), None)
 
 
 def load_spec(path: str | Path) -> ProvisionSpec:

@@ -16,6 +16,7 @@ from mfctl.hosts import iproute, mellanox, nvidia_smi
 from mfctl.provision.actions import PHASES, Action, HostActual, HostPlan, PlanContext
 from mfctl.provision.models import FirmwareManifest, ProvisionSpec
 from mfctl.provision.steps import STEPS
+from mfctl.provision.steps import firmware as firmware_step
 
 if TYPE_CHECKING:
     from mfctl.observer import Observer
@@ -38,7 +39,9 @@ def read_actual(pool, inv_host) -> HostActual:
     ifaces = iproute.parse_addrs(pool.run_checked(h, iproute.addr_argv()))
     gpu_fields = ["index", "persistence_mode", "mig.mode.current"]
     gpus = nvidia_smi.parse_query_csv(pool.run_checked(h, nvidia_smi.query_argv(gpu_fields)))
-    return HostActual(fw, mlx, ports, ifaces, qos, gpus)
+    act = HostActual(fw, mlx, ports, ifaces, qos, gpus)
+    act.more[firmware_step.MORE_KEY] = firmware_step.read_reset_levels(pool, inv_host, [p for p in fw if p])
+    return act
 
 
 def plan_host(inv, hi: int, inv_host, spec: ProvisionSpec, manifest: FirmwareManifest | None, act: HostActual) -> list[Action]:

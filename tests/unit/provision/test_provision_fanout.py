@@ -102,15 +102,16 @@ def test_a_host_that_cannot_be_read_is_refused_by_apply_and_fails():
 
 
 def test_firmware_check_rows_and_exit_codes():
-    manifest = FirmwareManifest(images=[{"part_number": "MSN2410", "version": "13.1703.0000", "image": "/fw/a.bin",
-                                         "sha256": "0" * 64}])
+    manifest = FirmwareManifest(images=[{"part_number": "MSN2410", "psid": "MT_2860112033", "version": "13.1703.0000",
+                                         "image": "/fw/a.bin", "sha256": "0" * 64}])
     pool = Pool({"ok": SWITCH, "burnt": BURNT, "down": UnreachableError("down: timed out"), "other": SWITCH.replace(
         "MSN2410-CxxxE_Ax", "MSN9999").replace("MT_2860112033", "MT_1")})
     obs = RecordingObserver()
     checked = service.firmware_check(pool, manifest, ["ok", "burnt", "down", "other"], observer=obs)
-    assert [[r["status"] for r in h.rows()] for h in checked] == [["ok"], ["drift"], ["unreachable"], ["no pinned version"]]
+    assert [[r["status"] for r in h.rows()] for h in checked] == [["ok"], ["drift"], ["unreachable"], ["no pinned image"]]
     assert checked[2].rows()[0]["error"] == "down: timed out"
-    assert [h.exit_code for h in checked] == [ExitCode.OK, ExitCode.DRIFT, ExitCode.UNREACHABLE, ExitCode.OK]
+    # a NIC nobody pinned an image for is a finding (issue 16 item 8), not silence
+    assert [h.exit_code for h in checked] == [ExitCode.OK, ExitCode.DRIFT, ExitCode.UNREACHABLE, ExitCode.DRIFT]
     assert Results.of(checked).exit_code() == ExitCode.UNREACHABLE
     assert Results.of(checked[:2]).exit_code() == ExitCode.DRIFT and obs.events[0] == ("phase", "firmware", 4)
     # burnt but not running: the pinned version waits for a reset
