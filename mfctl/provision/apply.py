@@ -118,8 +118,9 @@ def verify(pool, inv, spec: ProvisionSpec, manifest: FirmwareManifest | None, re
         v = again.get(r.host)
         if v is None:
             continue
-        r.left, r.verify_error = [a.to_dict() for a in v.actions], v.error
-        r.verified = v.error is None and not v.actions
+        # a finding (not supported on this card, no pinned image) is reported by plan, not left to do
+        r.left, r.verify_error = [a.to_dict() for a in v.actions if a.is_drift], v.error
+        r.verified = v.error is None and not r.left
     return results
 
 
@@ -159,6 +160,10 @@ def _apply_host(pool, hp: HostPlan, journal, stop, replan: Replan | None = None,
     i = 0
     while i < len(todo):
         a = todo[i]
+        if not a.runs:  # an outcome (a finding, a reboot for a person): reported, never run, not "applied"
+            res.notes.append(f"{a.target}: {a.what}: {a.after}")
+            i += 1
+            continue
         if stop is not None and stop.is_set():
             res.failed = {"step": _step(a), "error": "interrupted before this step"}
             break
@@ -175,7 +180,8 @@ def _apply_host(pool, hp: HostPlan, journal, stop, replan: Replan | None = None,
             break
         res.applied.append(a.to_dict())
         i += 1
-        if a.phase == "firmware-reset" and replan is not None and not any(b.phase == "firmware-reset" for b in todo[i:]):
+        last_reset = not any(b.phase == "firmware-reset" and b.runs for b in todo[i:])
+        if a.phase == "firmware-reset" and replan is not None and last_reset:
             fresh = _replan_after_reset(hp.host, replan, journal, [b for b in todo[i:]])
             res.replans += 1
             if isinstance(fresh, dict):
@@ -196,7 +202,7 @@ def _replan_after_reset(host: str, replan: Replan, journal, planned: list[Action
         if journal:
             journal.append("provision.replan", host=host, state="failed", error=err["error"])
         return err
-    before = [b for b in hp.actions if b.phase not in POST_RESET]
+    before = [b for b in hp.actions if b.phase not in POST_RESET and b.runs]  # findings stay: nothing to do
     fresh = [b for b in hp.actions if b.phase in POST_RESET]
     if journal:
         journal.append("provision.replan", host=host, state="done", reason="after the host's last firmware reset",
