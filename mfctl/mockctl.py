@@ -47,10 +47,12 @@ SSHD_CHOICES = ("auto", "openssh", "paramiko")  # the mock.sshd setting's values
 
 
 def start(inventory: str | Path, state_dir: Path | None = None, *, time_scale: float = 1.0,
-          timeout: float = 30.0, factory: bool = False, inject: list[str] = (), sshd: str | None = None) -> dict:
+          timeout: float = 30.0, factory: bool = False, inject: list[str] = (), sshd: str | None = None,
+          owner_pid: int | None = None) -> dict:
     """Start the mock for ``inventory`` with the fault specs ``inject`` (:mod:`mfctl.mock.inject`);
     return its status. ``sshd``: what serves its hosts (:data:`SSHD_CHOICES`; None: the
-    ``mock_sshd`` setting, ``MFCTL_MOCK_SSHD``). Raises ConfigError (bad inventory, fault spec or
+    ``mock_sshd`` setting, ``MFCTL_MOCK_SSHD``). ``owner_pid``: the mock stops by itself once that
+    process is gone (a run's own mock outlives no kill -9 of the run). Raises ConfigError (bad inventory, fault spec or
     sshd choice; ``openssh`` where sshd is not installed) or OperationFailed."""
     sshd = sshd or settings.get("mock_sshd")
     if sshd not in SSHD_CHOICES:
@@ -66,6 +68,7 @@ def start(inventory: str | Path, state_dir: Path | None = None, *, time_scale: f
     proc = subprocess.Popen([sys.executable, "-m", "mfctl.mock", "serve", "--inventory", str(Path(inventory).resolve()),
                              "--state-dir", str(sd), "--time-scale", str(time_scale), "--sshd", sshd]
                             + (["--factory"] if factory else [])
+                            + (["--owner-pid", str(owner_pid)] if owner_pid else [])
                             + [x for spec in inject for x in ("--inject", spec)],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + timeout
@@ -158,7 +161,7 @@ class MockTestbed:
             return self.inventory_override
         src = self.pb.inventory_path()
         observer.phase("mock", f"starting the mock testbed for {Path(src).name}")
-        st = start(src, run_dir / "mock", time_scale=self.time_scale)
+        st = start(src, run_dir / "mock", time_scale=self.time_scale, owner_pid=os.getpid())
         self.state_dir = run_dir / "mock"
         return st["inventory"]
 

@@ -1,4 +1,5 @@
-"""``python -m mfctl.mock serve --inventory FILE --state-dir DIR [--time-scale X] [--sshd auto|openssh|paramiko]``"""
+"""``python -m mfctl.mock serve --inventory FILE --state-dir DIR [--time-scale X] [--sshd auto|openssh|paramiko]
+[--owner-pid PID]``"""
 
 import argparse
 import sys
@@ -18,9 +19,11 @@ def main(argv=None) -> int:
     s.add_argument("--inject", action="append", default=[], metavar="SPEC", help="a fault (mfctl.mock.inject)")
     s.add_argument("--sshd", choices=("auto", "openssh", "paramiko"), default="auto",
                    help="what serves the hosts (mfctl.mock.hostsshd)")
+    s.add_argument("--owner-pid", type=int, default=None,
+                   help="stop when this process is gone (the mfctl run that started the mock, even after kill -9)")
     a = ap.parse_args(argv)
     try:
-        return serve(a.inventory, a.state_dir, a.time_scale, a.factory, a.inject, a.sshd)
+        return serve(a.inventory, a.state_dir, a.time_scale, a.factory, a.inject, a.sshd, owner_pid=a.owner_pid)
     except MfctlError as e:
         print(f"mock: {e}", file=sys.stderr)
         return int(e.exit_code)

@@ -240,8 +240,10 @@ class MockTestbed:
 
 
 def serve(inventory_path: str, state_dir: str, time_scale: float, factory: bool = False, inject: list[str] = (),
-          sshd: str = "auto") -> int:
-    """Run the mock in the foreground until SIGTERM/SIGINT."""
+          sshd: str = "auto", owner_pid: int | None = None) -> int:
+    """Run the mock in the foreground until SIGTERM/SIGINT/SIGHUP, or until process ``owner_pid``
+    (the ``mfctl run`` that started it) is gone — checked every 0.5 s, by its start time too, so a
+    run killed with -9 does not leave its mock (and the mock's sshds and host processes) behind."""
     state = Path(state_dir)
     state.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(filename=str(state / "mock.log"), level=logging.INFO,
@@ -252,12 +254,27 @@ def serve(inventory_path: str, state_dir: str, time_scale: float, factory: bool 
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     signal.signal(signal.SIGINT, lambda *a: stop.set())
     signal.signal(signal.SIGHUP, lambda *a: stop.set())
+    owner = _start_time(owner_pid) if owner_pid else None
     try:
         tb.start()
         log.info("mock testbed up")
         while not stop.wait(0.5):
-            pass
+            if owner is not None and _start_time(owner_pid) != owner:
+                log.info("the process that started the mock (pid %s) is gone: stopping", owner_pid)
+                break
     finally:
         tb.stop()
         log.info("mock testbed down")
     return 0
+
+
+def _start_time(pid: int | None) -> str | None:
+    """Process ``pid``'s start time (``/proc/PID/stat`` field 22, clock ticks since boot), or None
+    when there is no such process or it has exited (a zombie its parent has not reaped yet): a pid
+    reused by another process has another start time."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # fields 3 (state) and on
+    except OSError:
+        return None
+    return None if len(fields) < 20 or fields[0] in ("Z", "X") else fields[19]

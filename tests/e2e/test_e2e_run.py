@@ -15,7 +15,7 @@ from mfctl import mockctl
 from mfctl.lock import TestbedLock as HeldLock
 from mfctl.runtime.job import Job
 from mfctl.runtime.playbook import load_playbook
-from support import DATA, live_processes, mfctl_cmd
+from support import DATA, live_processes, mfctl_cmd, wait_until
 
 SHORT = DATA / "playbooks" / "short.yaml"
 
@@ -266,3 +266,38 @@ def test_a_hand_started_mock_with_another_time_scale_is_refused(tmp_path, cli_en
         assert r.returncode == 3 and "time scale 1 but the playbook says 50" in r.stderr
     finally:
         mockctl.stop(tmp_path / "mock")
+
+
+def test_a_run_killed_with_9_does_not_leave_its_mock_behind(tmp_path, cli_env):
+    """``kill -9`` of ``mfctl run`` mid-training: the run's own mock notices its owner is gone
+    (within ~0.5 s) and stops, with its hosts' sshds and the runtimes on them."""
+    pb = _variant(tmp_path, training={"iterations": 200})
+    p = subprocess.Popen(mfctl_cmd("run", pb, "--json"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env)
+    runs = Path(cli_env["MFCTL_RUNS_DIR"])
+    wait_until(lambda: any(lg.read_text().count("iteration ") >= 2 for lg in runs.glob("*/logs/gpu01.log")),
+               timeout=60, what="training under way")
+    mock_dir = next(runs.glob("*/mock"))
+    st = mockctl.status(mock_dir)
+    assert st is not None and len(live_processes(b"mfctl.mock.simruntime")) == 4
+    p.kill()
+    p.wait(timeout=10)
+    wait_until(lambda: mockctl.status(mock_dir) is None and not _pid_alive(st["pid"]), timeout=30, what="the mock to stop")
+    assert _no_runtime_left()
+    # (sshd overwrites its environment with its title: its command line names the mock's directory)
+    wait_until(lambda: not [d for d in Path("/proc").glob("[0-9]*/cmdline") if _reads(d, str(mock_dir).encode())],
+               timeout=10, what="the mock's sshds to stop")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _reads(p: Path, needle: bytes) -> bool:
+    try:
+        return needle in p.read_bytes()
+    except OSError:
+        return False
