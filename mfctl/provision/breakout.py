@@ -166,8 +166,6 @@ def check_nic(nic) -> list[tuple[str, str]]:
     mod = MODULES.get(nic.optics)
     if mod is None:
         return out + [("optics", f"unknown optics {nic.optics!r} (known: {', '.join(MODULES)})")]
-    if CABLES[nic.cable] != mod.connector:
-        out.append(("cable", f"a {nic.cable} cable does not plug into {mod.name}'s {mod.connector} connector"))
     if abs(mod.rate_gbps - nic.speed_gbps) > 1e-6:
         out.append(("optics", f"{mod.name} is a {mod.rate_gbps:g} Gbit/s module on a {nic.speed_gbps:g} Gbit/s port"))
     if b.ports > 1:
@@ -182,6 +180,8 @@ def check_nic(nic) -> list[tuple[str, str]]:
         if nic.role == "ocs" and nic.cable != "mpo-fanout":
             out.append(("cable", f"sub-ports to {b.ports} OCS port pairs need an MPO fan-out (breakout) cable, "
                                  f"not {nic.cable}"))
+    if CABLES[nic.cable] != mod.connector:
+        out.append(("cable", f"a {nic.cable} cable does not plug into {mod.name}'s {mod.connector} connector"))
     return out
 
 
