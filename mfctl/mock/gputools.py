@@ -106,6 +106,7 @@ class GPU:
     sm: int
     reasons: set[str]
     last_xid: int
+    mig_pending: bool = False  # the MIG mode after the next GPU reset (nvidia-smi -mig on A100)
 
 
 def gpu(h, i: int) -> GPU:
@@ -118,7 +119,8 @@ def gpu(h, i: int) -> GPU:
     return GPU(i, bus_id(i), uuid(h.name, i),
                h.gpu_model, h.gpu_temps[i], 62.5 + 3 * i, None if mig else 0, cfg is None or cfg.gpu_persistence, mig,
                f.ecc_uncorrected.get(i, 0), None if mig else (pend or fail) * 4, None if mig else pend, None if mig else fail,
-               SLOWDOWN_SM_MHZ if reasons else f.sm_clock_mhz.get(i, SM_MAX_MHZ), reasons, f.last_xid.get(i, 0))
+               SLOWDOWN_SM_MHZ if reasons else f.sm_clock_mhz.get(i, SM_MAX_MHZ), reasons, f.last_xid.get(i, 0),
+               cfg is not None and getattr(cfg, "gpu_mig_pending", cfg.gpu_mig))
 
 
 def _na(v, unit: str = "") -> str:
@@ -156,7 +158,7 @@ def _q_text(h, ids: list[int]) -> str:
             kv(4, k, v)
         kv(4, "MIG Mode")
         kv(8, "Current", _ed(g.mig))
-        kv(8, "Pending", _ed(g.mig))
+        kv(8, "Pending", _ed(g.mig_pending))
         for k, v in (("Accounting Mode", "Disabled"), ("Accounting Mode Buffer Size", "4000")):
             kv(4, k, v)
         kv(4, "Serial Number", f"{1562120000000 + i}")
@@ -255,7 +257,7 @@ def _q_xml(h, ids: list[int]) -> str:
         out += [el(8, "product_name", g.name), el(8, "product_brand", "NVIDIA"), el(8, "product_architecture", "Ampere"),
                 el(8, "display_mode", "Enabled"), el(8, "display_active", "Disabled"),
                 el(8, "persistence_mode", _ed(g.persistence)), el(8, "addressing_mode", "None"), el(8, "mig_mode"),
-                el(12, "current_mig", _ed(g.mig)), el(12, "pending_mig", _ed(g.mig)), "        </mig_mode>",
+                el(12, "current_mig", _ed(g.mig)), el(12, "pending_mig", _ed(g.mig_pending)), "        </mig_mode>",
                 el(8, "serial", 1562120000000 + i), el(8, "uuid", g.uuid), el(8, "minor_number", i),
                 el(8, "vbios_version", "92.00.36.00.02"), el(8, "gpu_module_id", i + 1),
                 el(8, "gsp_firmware_version", DRIVER), el(8, "gpu_reset_status"), el(12, "reset_required", _yn(g.remap_pending)),

@@ -163,6 +163,9 @@ class MockHost:
         if prog == "head" and argv[1:2] == ["-c"] and argv[3:] in (["/dev/zero"], ["/dev/urandom"]):
             return self._head_c(argv[2], argv[3], channel)
         if prog == "sh" and len(argv) == 3 and argv[1] == "-c":
+            if self.config is not None and (rc := self.config.handle(argv, lambda t: channel.sendall(t.encode()),
+                                                                     lambda t: channel.sendall_stderr(t.encode()))) is not None:
+                return rc  # echo V > /sys/… (mfctl.mock.nics.sysfs)
             return self._sh(argv[2], channel)
         if prog == "rm" and argv[1:2] == ["-f"]:
             for p in argv[2:]:
@@ -288,6 +291,7 @@ class MockHost:
         "ecc.errors.uncorrected.volatile.total": ("ecc.errors.uncorrected.volatile.total", lambda g: str(g.ecc_uncorrected)),
         "persistence_mode": ("persistence_mode", lambda g: "Enabled" if g.persistence else "Disabled"),
         "mig.mode.current": ("mig.mode.current", lambda g: "Enabled" if g.mig else "Disabled"),
+        "mig.mode.pending": ("mig.mode.pending", lambda g: "Enabled" if g.mig_pending else "Disabled"),
         "clocks.sm": ("clocks.current.sm [MHz]", lambda g: f"{g.sm} MHz"),
         "clocks.max.sm": ("clocks.max.sm [MHz]", lambda g: f"{gputools.SM_MAX_MHZ} MHz"),
         "pstate": ("pstate", lambda g: "P0"),
@@ -310,7 +314,7 @@ class MockHost:
         if lost and not any(a.startswith("--query-gpu") for a in args):  # settings, tables, topology: nothing
             channel.sendall("".join(gputools.lost_line(i) for i in lost).encode())
             return gputools.RC_GPU_LOST
-        for flag, attr in (("-pm", "gpu_persistence"), ("-mig", "gpu_mig")):
+        for flag, attr in (("-pm", "gpu_persistence"), ("-mig", "gpu_mig_pending")):
             if flag in args and self.config is not None:
                 v = args[args.index(flag) + 1] if args.index(flag) + 1 < len(args) else ""
                 if v not in ("0", "1"):
@@ -318,6 +322,12 @@ class MockHost:
                     return 2
                 setattr(self.config, attr, v == "1")
                 what = "persistence mode" if flag == "-pm" else "MIG mode"
+                if flag == "-mig" and (v == "1") != self.config.gpu_mig:  # A100: pending until a GPU reset (MIG user guide)
+                    state = "enable" if v == "1" else "disable"
+                    channel.sendall("".join(f"Warning: MIG mode is in pending {state} state for GPU {gputools.bus_id(i)}:"
+                                            "In use by another client\n" for i in range(self.gpus)).encode()
+                                    + b"All done.\n")
+                    return 0
                 channel.sendall("".join(f"{'Enabled' if v == '1' else 'Disabled'} {what} for GPU {gputools.bus_id(i)}.\n"
                                         for i in range(self.gpus)).encode() + b"All done.\n")  # host-wide knobs
                 return 0
@@ -359,6 +369,11 @@ class MockHost:
     def _ip(self, args: list[str], channel) -> int:
         json_out = "-j" in args or "-json" in args
         rest = [a for a in args if not a.startswith("-")]
+        if self.config is not None and rest and rest[0] in ("rule", "ru", "route", "ro", "r"):
+            from mfctl.mock.nics import routes
+
+            return routes.ip(self.config, ["route" if rest[0] in ("ro", "r") else rest[0]] + rest[1:], json_out,
+                             lambda t: channel.sendall(t.encode()), lambda t: channel.sendall_stderr(t.encode()))
         if self.config is not None and len(rest) >= 2 and rest[1] in ("set", "replace", "del"):
             rc = self.config.ip_set(rest, lambda t: channel.sendall(t.encode()), lambda t: channel.sendall_stderr(t.encode()))
             if rc >= 0:

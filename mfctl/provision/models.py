@@ -12,7 +12,7 @@ import ipaddress
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mfctl.inventory.loader import load_checked
 
@@ -22,13 +22,98 @@ class _S(BaseModel):
 
 
 class RoCE(_S):
+    """RoCE QoS end to end, per port (NVIDIA "RoCE configuration for ConnectX" / DCQCN guides; the
+    values of a 32-GPU RoCE testbed in ``playbooks/provision.yaml``). The traffic class the
+    applications put in the IP header (``NCCL_IB_TC``) is DSCP × 4 + ECN bits; under DSCP trust the
+    port maps that DSCP to a priority (``dscp2prio``: default DSCP d → priority d // 8), and PFC, ETS
+    and ECN must be on that priority — :meth:`_consistent` checks the chain."""
+
     trust: Literal["dscp", "pcp"] = "dscp"
+    dscp: int = Field(26, ge=0, le=63, description="the RoCE data DSCP (26: AF31, the common RoCE choice)")
     pfc_priority: int | None = Field(3, ge=0, le=7, description="the lossless RoCE priority (PFC on it only)")
+    dscp2prio: dict[int, int] = Field(default_factory=dict, description="DSCP → priority entries set on top of "
+                                      "the default map (mlnx_qos --dscp2prio set,DSCP,PRIO)")
+    tc_bw: list[int] | None = Field(None, description="ETS bandwidth % per traffic class 0..7 (sum 100; mlnx_qos "
+                                    "--tc_bw); with mlx5's default prio→tc map priority 3 is TC 3")
+    ecn: bool = Field(True, description="ECN (DCQCN) enabled on the RoCE priority: ecn/roce_np and roce_rp enable/<prio>")
+    cnp_dscp: int | None = Field(48, ge=0, le=63, description="DSCP of congestion notification packets (ecn/roce_np/cnp_dscp)")
+    cnp_priority: int | None = Field(6, ge=0, le=7, description="802.1p priority of CNPs (ecn/roce_np/cnp_802p_prio)")
+    ib_tc: int | None = Field(None, ge=0, le=255, description="the traffic class RDMA applications use "
+                              "(NCCL_IB_TC): must be dscp × 4 + ECN bits (0..3)")
+    playbook: str | None = Field(None, description="a training playbook whose nccl.ib_tc must match dscp "
+                                 "(relative to this recipe)")
+    fec: Literal["rs", "baser", "off", "auto"] | None = Field(None, description="FEC forced on every lane "
+                                                              "(ethtool --set-fec IF encoding E); None: left alone")
+
+    @field_validator("dscp2prio")
+    @classmethod
+    def _d2p(cls, v: dict[int, int]) -> dict[int, int]:
+        for d, p in v.items():
+            if not (0 <= d <= 63 and 0 <= p <= 7):
+                raise ValueError(f"dscp2prio {d}: {p}: DSCP must be 0..63 and priority 0..7")
+        return v
+
+    @field_validator("tc_bw")
+    @classmethod
+    def _bw(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (len(v) != 8 or any(not 0 <= x <= 100 for x in v) or sum(v) != 100):
+            raise ValueError(f"tc_bw {v}: 8 percentages (one per traffic class) that sum to 100")
+        return v
+
+    def priority_of(self, dscp: int) -> int:
+        """The priority a port with this recipe gives DSCP ``dscp`` (default map: dscp // 8)."""
+        return self.dscp2prio.get(dscp, dscp >> 3)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RoCE:
+        if self.trust == "dscp" and self.pfc_priority is not None and self.priority_of(self.dscp) != self.pfc_priority:
+            raise ValueError(f"DSCP {self.dscp} maps to priority {self.priority_of(self.dscp)} (dscp2prio), but PFC is on "
+                             f"priority {self.pfc_priority}: RoCE traffic would be lossy (set dscp2prio {{{self.dscp}: "
+                             f"{self.pfc_priority}}} or pfc_priority: {self.priority_of(self.dscp)})")
+        if self.ib_tc is not None and self.ib_tc >> 2 != self.dscp:
+            raise ValueError(f"ib_tc {self.ib_tc} is DSCP {self.ib_tc >> 2} (traffic class = DSCP x 4 + ECN bits), "
+                             f"not the recipe's DSCP {self.dscp}: use ib_tc {self.dscp * 4 + 2}")
+        if self.tc_bw is not None and self.pfc_priority is not None and self.tc_bw[_PRIO_TC[self.pfc_priority]] == 0:
+            raise ValueError(f"tc_bw gives 0 % to TC {_PRIO_TC[self.pfc_priority]}, where the RoCE priority "
+                             f"{self.pfc_priority} is sent")
+        if self.tc_bw is not None and self.cnp_priority is not None and self.tc_bw[_PRIO_TC[self.cnp_priority]] == 0:
+            raise ValueError(f"tc_bw gives 0 % to TC {_PRIO_TC[self.cnp_priority]}, where the CNPs (priority "
+                             f"{self.cnp_priority}) are sent: congestion notifications could starve")
+        if self.cnp_priority is not None and self.pfc_priority is not None and self.cnp_priority == self.pfc_priority:
+            raise ValueError(f"cnp_priority {self.cnp_priority} is the PFC priority: CNPs must not wait behind the "
+                             "data they throttle")
+        return self
+
+
+#: mlx5's default priority → traffic class map (priority 0 on TC 1, 1 on TC 0, the rest on their own: mlnx_qos)
+_PRIO_TC = [1, 0, 2, 3, 4, 5, 6, 7]
+
+
+class Rails(_S):
+    """Several RoCE ports of one host in one subnet (the sub-ports of a breakout): per-interface ARP and
+    reverse-path settings and source routing per rail, or replies and traffic leave the wrong port
+    (kernel ip-sysctl.rst; operators' multi-rail RoCE guides)."""
+
+    arp_ignore: int = Field(1, ge=0, le=8, description="reply only for addresses of the receiving interface")
+    arp_announce: int = Field(2, ge=0, le=2, description="use the outgoing interface's own address in ARP requests")
+    rp_filter: int = Field(2, ge=0, le=2, description="loose reverse-path filter (strict 1 drops asymmetric replies)")
+    table_base: int = Field(100, ge=1, le=250, description="lane k of a shared subnet gets routing table base + k + 1")
+    rule_priority: int = Field(100, ge=1, le=32000, description="priority of the first 'from ADDR' rule (one per rail)")
 
 
 class GPU(_S):
+    """``persistence``: the persistence daemon (``nvidia-persistenced``) running and enabled — legacy
+    ``nvidia-smi -pm 1`` is "near end-of-life … in favor of the Persistence Daemon" (NVIDIA Driver
+    Persistence docs) —; false: the daemon stopped and persistence mode off. ``mig``: MIG mode, which
+    on A100 is pending until a GPU reset. ``peermem``/``acs_off``/``max_read_req``: GPUDirect RDMA
+    prerequisites (the nvidia-peermem module, ACS off on the PCIe switch ports above the NICs, the NICs'
+    PCIe MaxReadReq)."""
+
     persistence: bool = True
     mig: bool = False
+    peermem: bool = Field(True, description="nvidia-peermem loaded (GPUDirect RDMA through the mlx5 verbs)")
+    acs_off: bool = Field(True, description="ACS off on the PCIe switch downstream ports above each NIC")
+    max_read_req: Literal[512, 1024, 2048, 4096] | None = Field(4096, description="the NICs' PCIe MaxReadReq (bytes)")
 
 
 class Optics(_S):
@@ -45,6 +130,7 @@ class ProvisionSpec(_S):
                                         "1-based host index, {nic}: NIC index, {lane}: lane index, {slot}: "
                                         "8 x (host - 1) + lane + 1); every lane must get its own address")
     roce: RoCE = RoCE()
+    rails: Rails = Rails()
     gpu: GPU = GPU()
     mlxconfig: dict[str, int] = Field(default_factory=dict, description="firmware settings (numeric values): a known "
                                       "parameter within its range (mfctl.hosts.mellanox.MLXCONFIG_PARAMS), any other "
@@ -153,7 +239,29 @@ class FirmwareManifest(_S):
 def load_spec(path: str | Path) -> ProvisionSpec:
     spec = load_checked(path, ProvisionSpec)
     spec.source = str(Path(path).resolve())
+    check_roce_playbook(spec)
     return spec
+
+
+def check_roce_playbook(spec: ProvisionSpec, playbook: str | Path | None = None) -> None:
+    """The RoCE DSCP of ``spec`` against the NCCL traffic class of a training playbook (``playbook``,
+    else the recipe's ``roce.playbook``): ``NCCL_IB_TC`` = DSCP × 4 + ECN bits, so ``ib_tc >> 2`` must
+    be the recipe's DSCP, or NCCL's traffic lands on a lossy priority. Raises ConfigError (exit 3)
+    naming both files."""
+    from mfctl.errors import ConfigError
+    from mfctl.runtime.playbook import load_playbook
+
+    p = playbook or spec.roce.playbook
+    if p is None:
+        return
+    path = Path(p) if playbook else spec.path(str(p))
+    tc = load_playbook(path).runtime.nccl.ib_tc
+    if tc >> 2 != spec.roce.dscp:
+        prio = spec.roce.priority_of(tc >> 2)
+        raise ConfigError(f"playbook {path} sets NCCL_IB_TC {tc} (DSCP {tc >> 2}, priority {prio} here), but this "
+                          f"recipe's RoCE DSCP is {spec.roce.dscp} (priority {spec.roce.priority_of(spec.roce.dscp)}, "
+                          f"PFC {spec.roce.pfc_priority}): set the playbook's runtime.nccl.ib_tc to "
+                          f"{spec.roce.dscp * 4 + 2} or the recipe's roce.dscp to {tc >> 2}", path=spec.source)
 
 
 def load_manifest(path: str | Path) -> FirmwareManifest:

@@ -15,7 +15,7 @@ from mfctl.errors import MfctlError
 from mfctl.hosts import iproute, mellanox, nvidia_smi
 from mfctl.provision.actions import PHASES, Action, HostActual, HostPlan, PlanContext
 from mfctl.provision.models import FirmwareManifest, ProvisionSpec
-from mfctl.provision.steps import STEPS
+from mfctl.provision.steps import READS, STEPS
 from mfctl.provision.steps import firmware as firmware_step
 
 if TYPE_CHECKING:
@@ -37,10 +37,12 @@ def read_actual(pool, inv_host) -> HostActual:
         if nds:
             qos[nic.name] = mellanox.parse_mlnx_qos(pool.run_checked(h, mellanox.mlnx_qos_argv(nds[0])))
     ifaces = iproute.parse_addrs(pool.run_checked(h, iproute.addr_argv()))
-    gpu_fields = ["index", "persistence_mode", "mig.mode.current"]
+    gpu_fields = ["index", "persistence_mode", "mig.mode.current", "mig.mode.pending"]
     gpus = nvidia_smi.parse_query_csv(pool.run_checked(h, nvidia_smi.query_argv(gpu_fields)))
     act = HostActual(fw, mlx, ports, ifaces, qos, gpus)
     act.more[firmware_step.MORE_KEY] = firmware_step.read_reset_levels(pool, inv_host, [p for p in fw if p])
+    for key, read in READS.items():  # the steps' own reads (RoCE per port, rails, GPUDirect)
+        act.more[key] = read(pool, inv_host, act)
     return act
 
 

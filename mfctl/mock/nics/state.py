@@ -103,6 +103,7 @@ class NICState:
 class NetdevState:
     mtu: int = 1500
     addresses: list[str] = field(default_factory=list)
+    roce: object = None  # mfctl.mock.nics.qos.PortState: QoS/ECN/sysctl/FEC of this netdev (None: a fresh netdev's)
 
 
 class HostConfig:
@@ -113,12 +114,15 @@ class HostConfig:
         self.nics: dict[str, NICState] = {}
         self.netdevs: dict[str, NetdevState] = {}
         self.gpu_persistence = not factory
+        self.factory = factory  # hosts start unprovisioned (the host-wide state of mfctl.mock.nics.host starts from it)
         self.gpu_mig = False
 
     def add_nic(self, nic: NICState, factory: bool, mtu: int = 9000) -> None:
+        from mfctl.mock.nics.qos import PortState
+
         self.nics[nic.pci] = nic
         for nd in nic.netdevs:
-            self.netdevs[nd] = NetdevState(mtu=1500 if factory else mtu)
+            self.netdevs[nd] = NetdevState(mtu=1500 if factory else mtu, roce=None if factory else PortState.provisioned())
 
     def current_netdevs(self) -> list[str]:
         return [nd for nic in self.nics.values() for nd in nic.netdevs]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mfctl.provision.actions import Action, PlanContext
-from mfctl.provision.steps import firmware, gpu, links, qos
+from mfctl.provision.steps import firmware, gpu, gpudirect, links, qos, rails, roce
 
 #: the plan steps in order: the firmware steps and the breakout fill ``ctx.reset`` before
 #: ``plan_reset`` reads it, and the breakout fills ``ctx.resplit`` before the lanes are planned
@@ -21,5 +21,16 @@ STEPS: list[Callable[[PlanContext], list[Action]]] = [
     firmware.plan_reset,
     links.plan_lanes,
     qos.plan_qos,
+    roce.plan_roce,
+    rails.plan_rails,
+    gpudirect.plan_gpudirect,
     gpu.plan_gpu,
 ]
+
+#: what the steps read for themselves: ``HostActual.more[key] = read(pool, inv_host, act)`` (in
+#: :func:`mfctl.provision.plan.read_actual`, after the common reads)
+READS: dict[str, Callable] = {
+    qos.MORE_KEY: qos.read_qos,  # mlnx_qos per netdev, FEC, ECN/CNP sysfs, conf sysctls
+    rails.MORE_KEY: rails.read_rails,  # ip rule, ip route
+    gpudirect.MORE_KEY: gpudirect.read_gpudirect,  # lsmod, lspci, the persistence daemon
+}
