@@ -1,9 +1,9 @@
 """Which netdev carries each inventory lane now (the plan steps that work per port share it):
-the NIC's devlink ports in port order when there are as many as the inventory has lanes (a split
-sub-port is its own port), else the inventory's name; a lane of a NIC being re-split is its
-netdev-to-be (``fresh``: it will appear after the reset with the driver's defaults). When
-:mod:`mfctl.provision.steps.links` offers ``lane_netdevs(ctx)`` (lanes discovered from the host),
-that answer is used instead."""
+the one :func:`mfctl.provision.steps.links.lane_netdev` discovers from the host's devlink ports (a
+split sub-port is a PCI function and a port of its own); a lane of a NIC being re-split is its
+netdev-to-be under the inventory's name (``fresh``: it appears after the reset with the driver's
+defaults, and apply re-plans the host after the reset). A lane the host has no netdev for is left
+out (the links step reports it)."""
 
 from __future__ import annotations
 
@@ -22,17 +22,21 @@ class LanePort:
 
 
 def lane_ports(ctx: PlanContext) -> list[LanePort]:
-    from mfctl.provision.steps import links
+    from mfctl.provision.steps.links import lane_netdev
 
-    found = getattr(links, "lane_netdevs", None)
     out = []
     for ni, nic in enumerate(ctx.host.nics):
-        ports = sorted((p for p in ctx.act.ports.values() if p.name.startswith(f"pci/{nic.pci}/") and p.netdev),
-                       key=lambda p: int(p.name.rsplit("/", 1)[-1]) if p.name.rsplit("/", 1)[-1].isdigit() else 0)
-        for k, lane in enumerate(nic.lanes):
-            fresh = nic.pci in ctx.resplit
-            nd = found(ctx, nic, lane) if found else None
-            if nd is None:
-                nd = ports[k].netdev if len(ports) == len(nic.lanes) and not fresh else lane.netdev
-            out.append(LanePort(ni, nic, lane, nd, fresh))
+        for lane in nic.lanes:
+            if nic.pci in ctx.resplit:
+                out.append(LanePort(ni, nic, lane, lane.netdev, True))
+            elif (nd := lane_netdev(ctx.act, nic, lane)) is not None:
+                out.append(LanePort(ni, nic, lane, nd, False))
     return out
+
+
+def host_netdevs(inv_host, act) -> list[str]:
+    """Every lane's netdev the host has now (what the per-port reads ask about)."""
+    from mfctl.provision.steps.links import lane_netdev
+
+    nds = [lane_netdev(act, nic, lane) for nic in inv_host.nics for lane in nic.lanes]
+    return list(dict.fromkeys(nd for nd in nds if nd))

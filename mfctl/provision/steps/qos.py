@@ -9,18 +9,11 @@ from mfctl.errors import MfctlError
 from mfctl.hosts import rails as railtools
 from mfctl.hosts import roce
 from mfctl.provision.actions import Action, PlanContext
-from mfctl.provision.steps.ports import lane_ports
+from mfctl.provision.steps.ports import host_netdevs, lane_ports
 
 MORE_KEY = "roce"
 #: a fresh mlx5 netdev's QoS (PCP trust, no PFC, the default DSCP map, TCs in vendor mode)
 FRESH = roce.PortQos("pcp", [0] * 8, {}, [None] * 8, {})
-
-
-def host_netdevs(inv_host, act) -> list[str]:
-    """The netdevs of the host's inventory NICs (devlink), and the inventory lane names that exist."""
-    nds = [p.netdev for nic in inv_host.nics for p in act.ports.values() if p.name.startswith(f"pci/{nic.pci}/") and p.netdev]
-    nds += [lane.netdev for nic in inv_host.nics for lane in nic.lanes if lane.netdev in act.ifaces]
-    return list(dict.fromkeys(nds))
 
 
 def read_qos(pool, inv_host, act) -> dict:
