@@ -87,6 +87,51 @@ def write_replacing(path: Path, text: str) -> bool:
         return False
 
 
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot, field 22 of ``/proc/PID/stat``, proc(5)):
+    with the pid it names one process, not a later one given the same pid. None when it is gone."""
+    try:
+        stat_ = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:
+        return int(stat_.rsplit(")", 1)[1].split()[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def holder_alive(h: dict) -> bool:
+    """A holder record names a live process: another machine's is assumed alive (its pid means
+    nothing here); on this machine the pid must exist with the start time recorded (if any)."""
+    if h.get("host") != socket.gethostname():
+        return True
+    pid = h.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    ticks = _start_ticks(pid)
+    return ticks is not None and (h.get("start_ticks") in (None, ticks))
+
+
+def clean_stale(directory: Path) -> list[Path]:
+    """Remove the ``*.holder.json`` files in ``directory`` whose process is dead (killed with -9:
+    its ``__exit__`` never ran; the flock itself died with it). Returns the files removed."""
+    gone = []
+    try:
+        files = list(directory.glob("*.holder.json"))
+    except OSError:
+        return gone
+    for f in files:
+        try:
+            h = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(h, dict) and not holder_alive(h):
+            with contextlib.suppress(OSError):
+                f.unlink()
+                gone.append(f)
+    return gone
+
+
 def safe_key(text: str) -> str:
     """``text`` as a file name: letters, digits, ``. _ -``; anything else becomes ``_``."""
     return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:120] or "_"
@@ -104,12 +149,22 @@ class _Lock:
         self._lock = FileLock(str(path), mode=0o666)
 
     def holder(self) -> dict | None:
+        """Who holds the lock (the record beside it), or None — also when the record names a
+        dead process (it is then removed: a holder killed with -9 left it)."""
         try:
-            return json.loads(self.info.read_text())
+            h = json.loads(self.info.read_text())
         except (OSError, json.JSONDecodeError):
             return None
+        if not isinstance(h, dict):
+            return None
+        if not holder_alive(h):
+            with contextlib.suppress(OSError):
+                self.info.unlink()
+            return None
+        return h
 
     def __enter__(self):
+        clean_stale(self.path.parent)
         try:
             self._lock.acquire(timeout=self.timeout)
         except Timeout:
@@ -117,8 +172,9 @@ class _Lock:
             raise LockError(f"{self.what} {self.name!r} is locked by pid {h.get('pid', '?')} on {h.get('host', '?')} "
                             f"for {h.get('purpose', '?')!r} since {h.get('since', '?')}") from None
         # who holds it, for the next one's error message (only informative: the lock excludes)
-        write_replacing(self.info, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                               "purpose": self.purpose, "since": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+        write_replacing(self.info, json.dumps({"pid": os.getpid(), "start_ticks": _start_ticks(os.getpid()),
+                                               "host": socket.gethostname(), "purpose": self.purpose,
+                                               "since": time.strftime("%Y-%m-%dT%H:%M:%S")}))
         return self
 
     def __exit__(self, *exc) -> None:

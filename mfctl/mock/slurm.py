@@ -19,7 +19,9 @@ texts (each checked against a real 22.05 cluster: tests/peers_slurm.py, docs/rea
   without ``-t`` only pending, running and completing jobs, as Slurm);
 - ``scontrol -o show job ID`` (``JobState``, ``Reason``, ``ExitCode`` — ``0:15`` for a
   cancelled job, as the controller says —, ``NodeList``, ``TimeLimit``, …), ``scontrol -o show
-  node NAME`` and ``scontrol show hostnames [LIST]``;
+  node NAME`` (``State=IDLE|ALLOCATED[+DRAIN]``, ``Reason=TEXT [user@time]``), ``scontrol update
+  nodename=NODE state=drain reason=TEXT|state=resume`` (a drained node takes no new job) and
+  ``scontrol show hostnames [LIST]``;
 - ``sacct [-n] [-P] [-X] -j IDS [-o FIELDS]`` (JobID, JobName, State, ExitCode, Elapsed,
   NodeList, Start, End): ``CANCELLED by UID|0:0``, ``TIMEOUT|0:0``; a batch script that exited
   128+N (srun after ``--kill-on-bad-exit`` terminated the other tasks) reads ``FAILED|N:0``, as
@@ -147,6 +149,8 @@ class MockSlurm:
         self.jobs: dict[int, MockJob] = {}
         self.next_id = 4001
         self.lock = threading.RLock()
+        #: drained nodes: name → (reason, user, when) as ``scontrol update … state=drain reason=…`` set it
+        self.drained: dict[str, tuple[str, str, str]] = {}
 
     # --- dispatch ---------------------------------------------------------------------------
     def handle(self, argv: list[str], env: dict, user: str, read_stdin, out, err) -> int | None:
@@ -280,8 +284,8 @@ class MockSlurm:
                 if blocked:
                     job.reason = "Priority"
                     continue
-                free = [n for n in self.nodes if n not in busy]
-                if any(n in busy for n in job.nodelist) or len(free) < job.want:
+                free = [n for n in self.nodes if n not in busy and n not in self.drained]  # a drained node takes no job
+                if any(n in busy or n in self.drained for n in job.nodelist) or len(free) < job.want:
                     job.reason, blocked = "Resources", True
                     continue
                 rest = [n for n in free if n not in job.nodelist]
@@ -289,6 +293,9 @@ class MockSlurm:
                 job.nodes = [n for n in self.nodes if n in chosen]  # Slurm's order, not the request's
                 busy |= chosen
                 self._start(job)
+
+    def _busy_nodes(self) -> set[str]:
+        return {n for j in self.jobs.values() if j.state in ("RUNNING", "COMPLETING") for n in j.nodes}
 
     def _start(self, job: MockJob) -> None:
         try:
@@ -508,7 +515,57 @@ class MockSlurm:
         rest = args[1:] if one_line else args
         if rest[:2] == ["show", "job"] and len(rest) == 3:
             return self._show_job(rest[2], one_line, out, err)
+        if rest[:1] == ["update"]:
+            return self._update_node(rest[1:], user, out, err)
+        if rest[:2] == ["show", "node"] and len(rest) == 3 and rest[2] in self.nodes:
+            return self._show_node(rest[2], one_line, out)
         return scontrol(args, env, out, err)
+
+    def _update_node(self, words: list[str], user: str, out, err) -> int:
+        """``scontrol update nodename=NODE state=drain reason=TEXT`` / ``state=resume``, with Slurm
+        22.05's refusals (checked against a real cluster: tests/peers_slurm.py): a drain without a
+        reason, an unknown node, a resume of a node that is not drained — all exit 1."""
+        kv = {}
+        for w in words:
+            k, eq, v = w.partition("=")
+            if not eq:
+                err(f"scontrol: error: Invalid input: {w}\nRequest aborted\n")
+                return 1
+            kv[k.lower()] = v
+        node, state = kv.get("nodename"), kv.get("state", "").lower()
+        if node is None or state not in ("drain", "resume", "undrain"):
+            err("scontrol: error: mock scontrol update models only nodename=NODE state=drain|resume [reason=TEXT]\n")
+            return 1
+        with self.lock:
+            if node not in self.nodes:
+                err("slurm_update error: Invalid node name specified\n")
+                return 1
+            if state == "drain":
+                if not kv.get("reason"):
+                    err("You must specify a reason when DOWNING or DRAINING a node. Request denied\n")
+                    return 1
+                self.drained[node] = (kv["reason"], user, datetime.now().strftime("%Y-%m-%dT%H:%M:%S"))
+                return 0
+            if node not in self.drained:
+                err("slurm_update error: Invalid node state specified\n")
+                return 1
+            del self.drained[node]
+        threading.Timer(SCHED_DELAY_S, self._schedule).start()  # a resumed node takes the waiting jobs
+        return 0
+
+    def _show_node(self, name: str, one_line: bool, out) -> int:
+        """``scontrol [-o] show node NAME``: ``State=IDLE|ALLOCATED`` (+``DRAIN`` once drained:
+        ``ALLOCATED+DRAIN`` while a job still runs there — sinfo's *draining* —, ``IDLE+DRAIN`` after
+        — *drained*) and, when drained, ``Reason=TEXT [user@time]`` last, as Slurm 22.05 prints them."""
+        with self.lock:
+            base = "ALLOCATED" if name in self._busy_nodes() else "IDLE"
+            d = self.drained.get(name)
+        words = [f"NodeName={name}", "Arch=x86_64", "NodeAddr=127.0.0.1", f"NodeHostName={name}",
+                 f"State={base}{'+DRAIN' if d else ''}", f"Partitions={PARTITIONS[0]}"]
+        if d:
+            words.append(f"Reason={d[0]} [{d[1]}@{d[2]}]")
+        out((" ".join(words) if one_line else "   ".join(words)) + "\n")
+        return 0
 
     def _show_job(self, spec: str, one_line: bool, out, err) -> int:
         try:
