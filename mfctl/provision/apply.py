@@ -94,9 +94,8 @@ def replanner(pool, inv, spec: ProvisionSpec, manifest: FirmwareManifest | None)
     from mfctl.errors import MfctlError
     from mfctl.provision import plan as plan_mod
 
-    index = {h.name: i for i, h in enumerate(inv.hosts)}
-
     def again(host: str) -> HostPlan:
+        index = {h.name: i for i, h in enumerate(inv.hosts)}
         h = inv.host(host)
         try:
             act = plan_mod.read_actual(pool, h)

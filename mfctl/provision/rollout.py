@@ -85,7 +85,8 @@ def parse_scontrol_node(text: str) -> dict[str, str]:
     ``Reason=mfctl provision: … [root@2026-12-01T17:30:00]`` ends where the next `` Key=``
     starts). Raises ParseError without ``NodeName`` and ``State``."""
     line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    fields = dict(re.findall(r"(?:^|\s)([A-Za-z][\w/:]*)=(.*?)(?=\s[A-Za-z][\w/:]*=|\s*$)", line.strip()))
+    fields = {k: v.strip() for k, v in re.findall(r"(?:^|\s)([A-Za-z][\w/:]*)=(.*?)(?=\s[A-Za-z][\w/:]*=|\s*$)",
+                                                    line.strip())}
     if "NodeName" not in fields or "State" not in fields:
         raise ParseError("scontrol", 1, "'NodeName=… State=STATE …' (scontrol -o show node NAME)", line[:120])
     return fields
@@ -235,7 +236,7 @@ def roll(pool, inv, spec, manifest, plans: list[HostPlan], *, journal=None, stop
             hp = by_host[h]
             res = ApplyResult(h)
             why = None
-            if not hp.error and not allow_mgmt_reset:
+            if not hp.error and not allow_mgmt_reset and resets(hp):
                 try:
                     why = mgmt_guard(pool, inv.host(h), hp)
                 except MfctlError as e:
