@@ -216,9 +216,9 @@ def test_breakout_through_firmware_split_then_new_netdevs(tmp_path, cli_env, mon
         acts = plan["hosts"][0]["actions"]
         split = next(a for a in acts if a["what"].startswith("breakout"))
         assert split["before"] == "1 port(s)" and split["after"] == "2x50G: 2 ports" and split["needs"] == ["reset"]
-        assert "MODULE_SPLIT_M0=2" in split["commands"][0]
+        assert "MODULE_SPLIT_M0[2]=2 MODULE_SPLIT_M0[3]=2 NUM_OF_PF=2" in split["commands"][0]  # (issue 16: the array)
         # the split lanes are planned as the fresh netdevs that will appear after the reset
-        assert {a["target"] for a in acts if a["what"] == "MTU"} >= {"ens1f0np0s0", "ens1f0np0s1"}
+        assert {a["target"] for a in acts if a["what"] == "MTU (after reset)"} == {"ens1f0np0", "ens1f1np1"}
         r = run("provision", "apply", SPEC, "-i", inv, "--json", "--yes")
         assert r.returncode == 0, r.stdout + r.stderr
         assert run("provision", "plan", SPEC, "-i", inv).returncode == 0  # idempotent
