@@ -28,14 +28,11 @@ def read_actual(pool, inv_host) -> HostActual:
     """Read one host with the real tools (raises MfctlError/ParseError naming the tool)."""
     h = inv_host.name
     fw = {d.pci: d for d in mellanox.parse_mlxfwmanager(pool.run_checked(h, mellanox.mlxfwmanager_query_argv()))}
-    mlx, qos = {}, {}
+    mlx: dict = {}
+    qos: dict = {}  # (QoS is per port: read by the qos step, HostActual.more["roce"])
     ports = mellanox.parse_devlink_ports(pool.run_checked(h, mellanox.devlink_ports_argv()))
     for nic in inv_host.nics:
         mlx[nic.pci] = mellanox.parse_mlxconfig(pool.run_checked(h, mellanox.mlxconfig_query_argv(nic.pci)))[0]
-        # QoS is per NIC: ask through any of its current netdevs (before a breakout they differ from the inventory's)
-        nds = [p.netdev for p in ports.values() if p.name.startswith(f"pci/{nic.pci}/") and p.netdev]
-        if nds:
-            qos[nic.name] = mellanox.parse_mlnx_qos(pool.run_checked(h, mellanox.mlnx_qos_argv(nds[0])))
     ifaces = iproute.parse_addrs(pool.run_checked(h, iproute.addr_argv()))
     gpu_fields = ["index", "persistence_mode", "mig.mode.current", "mig.mode.pending"]
     gpus = nvidia_smi.parse_query_csv(pool.run_checked(h, nvidia_smi.query_argv(gpu_fields)))

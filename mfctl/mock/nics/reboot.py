@@ -10,19 +10,11 @@ from __future__ import annotations
 
 
 def reboot(cfg) -> None:
-    from mfctl.mock.nics import gpudirect
-    from mfctl.mock.nics.state import NetdevState
+    from mfctl.mock.nics import firmware, gpudirect
 
     enabled = gpudirect.state(cfg).unit_enabled
-    for nic in cfg.nics.values():
-        for nd in nic.netdevs:
-            cfg.netdevs.pop(nd, None)
-        nic.mlx_current = dict(nic.mlx_next)
-        nic.split = int(nic.mlx_current.get("MODULE_SPLIT_M0", "1"))
-        if nic.fw_pending:
-            nic.fw, nic.fw_pending = nic.fw_pending, None
-        for nd in nic.netdevs:
-            cfg.netdevs[nd] = NetdevState()
+    for nic in cfg.nics.values():  # what a level-3 reset does, and more: every NIC at once
+        firmware._restart_driver(cfg, nic)
     for k in ("_sysctl", "_routes"):
         cfg.__dict__.pop(k, None)
     fresh = gpudirect.GDState(unit_enabled=enabled)
