@@ -123,9 +123,10 @@ def _plan_firmware(nic, fwd: mellanox.FirmwareDevice, manifest: FirmwareManifest
 def no_pin_reason(manifest: FirmwareManifest, fwd: mellanox.FirmwareDevice) -> str:
     """Why ``fwd`` has no pinned image: an OEM PSID offered NVIDIA's image for its board, or none at all."""
     near = manifest.near_miss(fwd.part_number or "", fwd.psid)
-    if near and mellanox.is_oem_psid(fwd.psid):
-        return (f"{OUTCOME_NO_PIN}: PSID {fwd.psid} is an OEM PSID; the manifest's image for {near.part_number} is "
-                f"NVIDIA's ({near.psid}) and the card refuses it: pin the OEM's image for {fwd.psid}")
+    if mellanox.is_oem_psid(fwd.psid):
+        nvidia = sorted({im.psid for im in manifest.images if not mellanox.is_oem_psid(im.psid)})
+        return (f"{OUTCOME_NO_PIN}: PSID {fwd.psid} ({fwd.part_number}) is an OEM PSID; the card refuses NVIDIA's "
+                f"images{' (' + ', '.join(nvidia) + ')' if nvidia else ''}: pin the OEM's image for {fwd.psid}")
     if near:
         return f"{OUTCOME_NO_PIN} for PSID {fwd.psid} (the image for {near.part_number} is for PSID {near.psid})"
     return f"{OUTCOME_NO_PIN} for PSID {fwd.psid} ({fwd.part_number})"

@@ -60,7 +60,8 @@ def test_an_image_of_another_psid_never_matches_through_the_part_number():
 def test_an_oem_psid_is_told_nvidias_image_is_refused():
     [a] = plan(ctx(fwdev(psid="DEL0000000027", part="MCX623106AN-CDA_Ax")))
     assert a.outcome == OUTCOME_NO_PIN
-    assert "PSID DEL0000000027 is an OEM PSID" in a.after and "NVIDIA's (MT_0000000359) and the card refuses it" in a.after
+    assert a.after == ("no pinned image: PSID DEL0000000027 (MCX623106AN-CDA_Ax) is an OEM PSID; the card refuses "
+                       "NVIDIA's images (MT_0000000359): pin the OEM's image for DEL0000000027")
 
 
 def test_a_downgrade_is_refused_unless_the_manifest_allows_it():
