@@ -128,7 +128,11 @@ class HostConfig:
         return [nd for nic in self.nics.values() for nd in nic.netdevs]
 
     def nic_by_pci(self, pci: str) -> NICState | None:
-        return self.nics.get(pci) or next((n for n in self.nics.values() if n.pci.endswith(pci)), None)
+        """The card at ``pci`` (a full or short address) or at any PCI function of it after a split
+        (the MFT tools open the same device through any of its PFs)."""
+        found = self.nics.get(pci) or next((n for n in self.nics.values() if n.pci.endswith(pci)), None)
+        return found or next((n for n in self.nics.values()
+                              if any(n.pci_of(k).endswith(pci) for k in range(1, n.split))), None)
 
     # --- command dispatch -------------------------------------------------------------
     def lane_for(self, netdev):
