@@ -122,6 +122,15 @@ class Optics(_S):
 
 
 class ProvisionSpec(_S):
+    #: strict: ``"yes"`` is no bool and ``"9000"`` no int (pydantic would coerce them silently); the
+    #: nested sections are validated strictly too (:meth:`model_validate`: strictness at run time
+    #: reaches nested models, a model's own config does not)
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @classmethod
+    def model_validate(cls, obj, *, strict: bool | None = None, **kw):  # type: ignore[override]
+        return super().model_validate(obj, strict=True if strict is None else strict, **kw)
+
     name: str
     inventory: str
     firmware_manifest: str | None = None

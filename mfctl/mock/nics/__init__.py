@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mfctl.mock.nics import bench, fec, firmware, gpudirect, links, qos, sysfs
+from mfctl.mock.nics import bench, fec, firmware, gpudirect, links, perftest, qos, sysfs
 from mfctl.mock.nics.firmware import mock_image_sha256
 from mfctl.mock.nics.state import FACTORY_FW, MODULE_CHANNELS, PROVISIONED_FW, HostConfig, NetdevState, NICState
 
@@ -41,6 +41,7 @@ TOOLS: dict[str, Callable] = {
     "lspci": _args(gpudirect.lspci),
     "setpci": _args(gpudirect.setpci),
     "systemctl": _args(gpudirect.systemctl),  # nvidia-persistenced, reboot (mfctl.mock.nics.reboot)
+    "ib_write_bw": perftest.ib_write_bw,  # perftest: server, or client to SERVER_IP (mfctl.mock.nics.perftest)
     "all_reduce_perf": bench.nccl,
     "alltoall_perf": bench.nccl,
     "mfctl-gemm-bench": _args(bench.gemm),

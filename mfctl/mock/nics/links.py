@@ -48,9 +48,12 @@ def ethtool(cfg, args, out, err):
         prio = q.dscp2prio[26] if q is not None and q.trust == "dscp" and q.pfc[q.dscp2prio[26]] else 0
         lines = ["NIC statistics:", "     rx_packets: 912345678", "     tx_packets: 923456789",
                  "     rx_bytes: 2202570777997", "     tx_bytes: 2662454044895"]
+        from mfctl.mock.nics.perftest import prio_bytes
+
+        moved = prio_bytes(cfg, args[1])  # what ib_write_bw sent/received here, by (rx|tx, priority)
         for p in range(8):
             for d, v in (("rx", 2202570777997), ("tx", 2662454044895)):
-                lines.append(f"     {d}_prio{p}_bytes: {v if p == prio else 0}")
+                lines.append(f"     {d}_prio{p}_bytes: {(v if p == prio else 0) + moved.get((d, p), 0)}")
                 lines.append(f"     {d}_prio{p}_packets: {v // 4096 if p == prio else 0}")
         for c in ("rx_out_of_buffer", "rx_crc_errors_phy", "rx_in_range_len_errors_phy", "rx_symbol_err_phy",
                   "rx_discards_phy", "tx_discards_phy", "tx_errors_phy", "rx_pcs_symbol_err_phy"):
