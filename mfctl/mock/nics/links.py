@@ -74,7 +74,8 @@ def ethtool(cfg, args, out, err):
     out(f"Settings for {nd}:\n\tSupported ports: [ FIBRE ]\n\tSupported link modes:   100000baseSR4/Full\n"
         f"\t                        100000baseLR4_ER4/Full\n\tSupports auto-negotiation: Yes\n"
         f"\tSpeed: {str(speed) + 'Mb/s' if up else 'Unknown!'}\n\tDuplex: {'Full' if up else 'Unknown! (255)'}\n"
-        f"\tLanes: {max(MODULE_CHANNELS // nic.split, 1)}\n\tAuto-negotiation: off\n\tPort: FIBRE\n\tPHYAD: 0\n\tTransceiver: internal\n"
+        f"\tLanes: {max(MODULE_CHANNELS // nic.split, 1)}\n\tAuto-negotiation: off\n\tPort: FIBRE\n\tPHYAD: 0\n"
+        f"\tTransceiver: internal\n"
         f"\tLink detected: {'yes' if up else 'no'}\n")
     return 0
 
