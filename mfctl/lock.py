@@ -115,7 +115,7 @@ def holder_alive(h: dict) -> bool:
 def clean_stale(directory: Path) -> list[Path]:
     """Remove the ``*.holder.json`` files in ``directory`` whose process is dead (killed with -9:
     its ``__exit__`` never ran; the flock itself died with it). Returns the files removed."""
-    gone = []
+    gone: list[Path] = []
     try:
         files = list(directory.glob("*.holder.json"))
     except OSError:

@@ -80,7 +80,8 @@ def paths(inv, spec, xc: dict[int, int], names: list[str]) -> list[dict]:
                 addr = spec.address_for(index[name] + 1, ni, lane.index)
                 ends.append((h.name, nic, lane, addr.split("/")[0] if addr else None))
     by_rx = {e[2].ocs_rx: e for e in ends if e[1].role == "ocs" and e[2].ocs_rx}
-    out, seen = [], set()
+    out: list[dict] = []
+    seen: set[frozenset] = set()
     for e in ends:
         if e[1].role != "ocs" or e[2].ocs_tx is None or e[2].ocs_tx not in xc:
             continue
@@ -92,8 +93,8 @@ def paths(inv, spec, xc: dict[int, int], names: list[str]) -> list[dict]:
             continue
         seen.add(key)
         out.append({"path": f"OCS {e[2].ocs_tx}→{xc[e[2].ocs_tx]}", "src": e, "dst": far})
-    eps = [next((e for e in ends if e[0] == n and e[1].role == "eps"), None) for n in names]
-    eps = [e for e in eps if e is not None]
+    firsts = [next((e for e in ends if e[0] == n and e[1].role == "eps"), None) for n in names]
+    eps = [e for e in firsts if e is not None]
     for a, b in zip(eps, eps[1:]):
         out.append({"path": "EPS", "src": a, "dst": b})
     return out

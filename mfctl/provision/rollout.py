@@ -159,7 +159,7 @@ class SlurmDrain:
             self._update(node, "state=drain", f"reason={self.reason}")
             notes.append(f"{node} drained in Slurm ({self.reason})")
         t0 = time.monotonic()
-        seen = []
+        seen: list[str] = []
         while True:
             st = self.status(node)
             if not seen or seen[-1] != st.state:
@@ -223,19 +223,19 @@ def roll(pool, inv, spec, manifest, plans: list[HostPlan], *, journal=None, stop
     failed_at: str | None = None
     for k, names in enumerate(order, 1):
         if failed_at or (stop is not None and stop.is_set()):
-            why = failed_at or "interrupted before this batch"
             for h in names:
-                results[h] = ApplyResult(h, skipped=f"not started: {why}")
+                results[h] = ApplyResult(h, skipped=f"not started: {failed_at or 'interrupted before this batch'}")
             continue
         if on_batch is not None:
             on_batch(k, len(order), names)
         if journal:
             journal.append("provision.batch", batch=k, of=len(order), hosts=names, state="start")
-        ready, drained = [], []
+        ready: list[str] = []
+        drained: list[str] = []
         for h in names:
             hp = by_host[h]
             res = ApplyResult(h)
-            why = None
+            why: str | None = None
             if not hp.error and not allow_mgmt_reset and resets(hp):
                 try:
                     why = mgmt_guard(pool, inv.host(h), hp)

@@ -183,7 +183,7 @@ def _client(cfg, o, me, my_ip, reg, out, err) -> int:
         return 1
     srv = slot["port"]
     mtu = roce_mtu(min(me.mtu, srv.mtu))
-    res = {"mtu": mtu, "peer_ip": my_ip or "0.0.0.0", "bw": None, "iters": 0,
+    res: dict = {"mtu": mtu, "peer_ip": my_ip or "0.0.0.0", "bw": None, "iters": 0,
            "fail": " Completion with error at client\n Failed status 12: wr_id 0 syndrom 0x81\n scnt=128, ccnt=0"}
     if _joined(cfg, me, slot["cfg"], srv):
         rate = min(me.rate_gbps, srv.rate_gbps)

@@ -16,7 +16,6 @@ from typer.testing import CliRunner
 from mfctl import mockctl
 from mfctl.errors import ConfigError, ExitCode
 from mfctl.provision import apply as apply_mod
-from mfctl.provision import journal as pj
 from mfctl.provision import service
 from mfctl.provision.models import load_spec
 from mfctl.transport.results import Results

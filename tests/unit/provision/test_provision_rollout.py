@@ -3,7 +3,6 @@ state words (real 22.05 lines), and the drain/resume against the mock's Slurm (a
 a node DRAINING; a node someone else drained is never resumed)."""
 
 import json
-import subprocess
 import time
 
 import pytest
@@ -95,7 +94,8 @@ def test_drain_waits_for_the_running_job_then_resumes_only_its_own(slurm_mock, t
     seen = []
     t0 = time.monotonic()
     with pytest.raises(OperationFailed, match=r"gpu01: still ALLOCATED\+DRAIN after 0.5 s"):
-        rollout.SlurmDrain(pool, "gpu04", "r1", timeout_s=0.5, poll_s=0.05).drain("gpu01", on_wait=lambda n, s: seen.append(s.state))
+        rollout.SlurmDrain(pool, "gpu04", "r1", timeout_s=0.5, poll_s=0.05).drain(
+            "gpu01", on_wait=lambda n, s: seen.append(s.state))
     assert seen and set(seen) == {"ALLOCATED+DRAIN"} and time.monotonic() - t0 < 5
     assert d.status("gpu01").reason == d.reason  # ours, with Slurm's [user@time] taken off
     job = r.stdout.strip()
