@@ -42,7 +42,12 @@ def mlnx_qos_argv(netdev: str, *, trust: str | None = None, pfc: list[int] | Non
 
 def parse_mlnx_qos(text: str) -> PortQos:
     """Parse mlnx_qos's report. Raises ParseError without a PFC ``enabled`` row."""
-    trust, pfc, d2p, bw, ptc, tc = None, None, {}, [None] * 8, {}, None
+    trust: str | None = None
+    pfc: list[int] | None = None
+    d2p: dict[int, int] = {}
+    bw: list[int | None] = [None] * 8
+    ptc: dict[int, int] = {}
+    tc: int | None = None
     for raw in text.splitlines():
         s = raw.strip()
         if m := re.match(r"^Priority trust (?:state|mode):\s*(\S+)", s):

@@ -59,16 +59,17 @@ def write(cfg, path: str, value: str) -> str | None:
     if not value.isdigit() or not lo <= int(value) <= hi:
         return "write error: Invalid argument"
     v = int(value)
-    if m := _ECN.match(path):
-        st = port(cfg, m[1])
+    if m[1] == "all":
+        host_sysctl(cfg).all[key] = v
+        return None
+    st = port(cfg, m[1])
+    assert st is not None  # read() found the file
+    if _ECN.match(path):
         (st.ecn_np if m[2] == "roce_np" else st.ecn_rp)[int(m[3])] = v
-    elif m := _CNP.match(path):
-        setattr(port(cfg, m[1]), m[2], v)
-    elif m := _CONF.match(path):
-        if m[1] == "all":
-            host_sysctl(cfg).all[m[2]] = v
-        else:
-            port(cfg, m[1]).sysctl[m[2]] = v
+    elif _CNP.match(path):
+        setattr(st, key, v)
+    else:
+        st.sysctl[key] = v
     return None
 
 

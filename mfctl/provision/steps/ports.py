@@ -8,6 +8,7 @@ out (the links step reports it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from mfctl.provision.actions import PlanContext
 
@@ -15,8 +16,8 @@ from mfctl.provision.actions import PlanContext
 @dataclass
 class LanePort:
     ni: int  #: NIC index in the inventory host
-    nic: object  #: the inventory NIC
-    lane: object  #: the inventory lane
+    nic: Any  #: the inventory NIC (mfctl.inventory.models)
+    lane: Any  #: the inventory lane
     netdev: str
     fresh: bool  #: not there yet (re-split pending): planned from the driver's defaults
 

@@ -14,7 +14,7 @@ import ipaddress
 from mfctl.hosts import rails
 from mfctl.provision.actions import Action, PlanContext
 from mfctl.provision.steps import qos
-from mfctl.provision.steps.ports import lane_ports
+from mfctl.provision.steps.ports import LanePort, lane_ports
 
 MORE_KEY = "rails"
 
@@ -26,7 +26,7 @@ def read_rails(pool, inv_host, act) -> dict:
             "routes": rails.parse_routes(pool.run_checked(h, rails.routes_argv()))}
 
 
-def shared_subnet_lanes(ctx: PlanContext) -> list[tuple[object, str, ipaddress.IPv4Interface | ipaddress.IPv6Interface]]:
+def shared_subnet_lanes(ctx: PlanContext) -> list[tuple[LanePort, str, ipaddress.IPv4Interface | ipaddress.IPv6Interface]]:
     """(lane port, netdev, address) of every lane that shares its subnet with another lane of the host, in lane order."""
     lanes = []
     for lp in lane_ports(ctx):
