@@ -405,6 +405,8 @@ class MockHost:
                  "mtu": nds.mtu if nds else lane.mtu, "qdisc": "mq", "operstate": "UP" if up else "DOWN",
                  "linkmode": "DEFAULT", "group": "default", "txqlen": 1000, "link_type": "ether", "address": lane.mac,
                  "broadcast": "ff:ff:ff:ff:ff:ff"}
+            if ("-d" in args or "-details" in args) and self.config is not None:  # (issue 16 A: parent PCI device)
+                o.update(self.config.link_details(nd))
             if addr:
                 o["addr_info"] = [{"family": "inet", "local": a.split("/")[0], "prefixlen": int(a.split("/")[1]),
                                    "scope": "global", "label": lane.netdev} for a in (nds.addresses if nds else [])]

@@ -211,12 +211,14 @@ def subport_pci(pci: str, k: int) -> str:
     return f"{head}.{int(fn) + k}"
 
 
-def discover(ports: dict, pci: str, count: int) -> dict[int, tuple[str, str | None]]:
-    """Which netdev the host gives each sub-port: ``{k: (devlink port name, netdev or None)}`` for
-    the sub-ports ``0..count-1`` the host has a physical devlink port for. ``ports``: the parsed
-    ``devlink -j port show`` (:func:`mfctl.hosts.mellanox.parse_devlink_ports`); a port belongs to
-    sub-port k when its name is ``pci/<subport_pci(pci, k)>/<index>`` (mlx5 names its uplink port
-    by the PCI function: ``pci/0000:0c:00.1/131071``)."""
+def discover(ports: dict, pci: str, count: int, parents: dict[str, str] | None = None) -> dict[int, tuple[str, str | None]]:
+    """Which netdev the host gives each sub-port: ``{k: (where it was found, netdev or None)}`` for
+    the sub-ports ``0..count-1`` the host has a port for. ``ports``: the parsed ``devlink -j port
+    show`` (:func:`mfctl.hosts.mellanox.parse_devlink_ports`); a port belongs to sub-port k when its
+    name is ``pci/<subport_pci(pci, k)>/<index>`` (mlx5 names its uplink port by the PCI function:
+    ``pci/0000:0c:00.1/131071``, kernels before 6.5). ``parents``: ``{ifname: parent PCI address}``
+    from ``ip -d -j link show`` (:func:`parse_link_parents`), used for a sub-port devlink does not
+    name by PCI (from Linux 6.5 mlx5's ports are ``auxiliary/mlx5_core.eth.N/…``)."""
     out: dict[int, tuple[str, str | None]] = {}
     for k in range(count):
         prefix = f"pci/{subport_pci(pci, k)}/"
@@ -224,4 +226,26 @@ def discover(ports: dict, pci: str, count: int) -> dict[int, tuple[str, str | No
             if p.name.startswith(prefix) and (p.flavour in (None, "physical")):
                 out[k] = (p.name, p.netdev)
                 break
+        else:
+            hit = sorted(n for n, dev in (parents or {}).items() if dev == subport_pci(pci, k))
+            if hit:
+                out[k] = (f"parentdev {subport_pci(pci, k)}", hit[0])
     return out
+
+
+def parse_link_parents(text: str) -> dict[str, str]:
+    """``ip -d -j link show`` → ``{ifname: parent PCI address}`` for the links whose ``parentbus``
+    is ``pci`` (iproute2 prints ``parentbus``/``parentdev`` with ``-details``). Raises
+    :class:`mfctl.errors.ParseError` on anything but a JSON array of links."""
+    import json
+
+    from mfctl.errors import ParseError
+
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ParseError("ip -d -j link", e.lineno, "a JSON array of links", text.splitlines()[0][:80] if text else "") from None
+    if not isinstance(doc, list):
+        raise ParseError("ip -d -j link", 1, "a JSON array of links", text[:80])
+    return {o["ifname"]: o["parentdev"] for o in doc
+            if isinstance(o, dict) and "ifname" in o and o.get("parentbus") == "pci" and isinstance(o.get("parentdev"), str)}

@@ -38,7 +38,11 @@ def check_optics(pool, inv, spec: ProvisionSpec, ocs_power: dict[int, float | No
         links = iproute.parse_links(r.stdout)
         d = pool.run(h.name, mellanox.devlink_ports_argv())
         ports = mellanox.parse_devlink_ports(d.stdout) if d.ok else {}
-        return [_lane_row(pool, h.name, nic, lane, links, spec, ocs_power, rx_ports, _netdev(ports, nic, lane))
+        parents: dict[str, str] = {}
+        if not any(p.name.startswith("pci/") for p in ports.values()):  # Linux >= 6.5: ask ip for the parent devices
+            r2 = pool.run(h.name, ["ip", "-d", "-j", "link", "show"])
+            parents = breakout.parse_link_parents(r2.stdout) if r2.ok else {}
+        return [_lane_row(pool, h.name, nic, lane, links, spec, ocs_power, rx_ports, _netdev(ports, nic, lane, parents))
                 for nic, lane in h.ocs_lanes()]
 
     res = pool.map([h.name for h in inv.hosts], lane_rows, observer=observer, phase="optics")
@@ -46,10 +50,11 @@ def check_optics(pool, inv, spec: ProvisionSpec, ocs_power: dict[int, float | No
     return [row for r in res for row in (r.value if r.value is not None else failed(inv.host(r.host), r.error))]
 
 
-def _netdev(ports: dict, nic, lane) -> str:
-    """The host's netdev for ``lane`` (its devlink port: PCI function ``lane.index`` of the card,
-    :func:`mfctl.provision.breakout.discover`), else the inventory's name."""
-    hit = breakout.discover(ports, nic.pci, len(nic.lanes)).get(lane.index) if nic.pci and ports else None
+def _netdev(ports: dict, nic, lane, parents: dict[str, str] | None = None) -> str:
+    """The host's netdev for ``lane`` (its devlink port, or the link whose parent device is PCI
+    function ``lane.index`` of the card: :func:`mfctl.provision.breakout.discover`), else the
+    inventory's name."""
+    hit = breakout.discover(ports, nic.pci, len(nic.lanes), parents).get(lane.index) if nic.pci else None
     return hit[1] if hit and hit[1] else lane.netdev
 
 

@@ -25,8 +25,10 @@ def devlink(cfg, args, out, err):
     for nic in cfg.nics.values():
         for k, nd in enumerate(nic.netdevs):
             fn = int(nic.pci_of(k).rsplit(".", 1)[1])
-            ports[f"pci/{nic.pci_of(k)}/{(fn << 16) | 0xFFFF}"] = {"type": "eth", "netdev": nd, "flavour": "physical",
-                                                                  "port": k, "splittable": False}
+            dev = (f"auxiliary/mlx5_core.eth.{len(ports)}" if getattr(cfg, "devlink_bus", "pci") == "auxiliary"
+                   else f"pci/{nic.pci_of(k)}")
+            ports[f"{dev}/{(fn << 16) | 0xFFFF}"] = {"type": "eth", "netdev": nd, "flavour": "physical", "port": k,
+                                                     "splittable": False}
     out(json.dumps({"port": ports}) + "\n")
     return 0
 

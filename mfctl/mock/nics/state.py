@@ -116,6 +116,9 @@ class HostConfig:
         self.gpu_persistence = not factory
         self.factory = factory  # hosts start unprovisioned (the host-wide state of mfctl.mock.nics.host starts from it)
         self.gpu_mig = False
+        #: how devlink names mlx5's ports: "pci" (``pci/0000:0c:00.1/131071``, kernels before 6.5) or
+        #: "auxiliary" (``auxiliary/mlx5_core.eth.1/131071``, Linux 6.5 on: ironcore-dev/dpservice#499)
+        self.devlink_bus = "pci"
 
     def add_nic(self, nic: NICState, factory: bool, mtu: int = 9000) -> None:
         from mfctl.mock.nics.qos import PortState
@@ -123,6 +126,15 @@ class HostConfig:
         self.nics[nic.pci] = nic
         for nd in nic.netdevs:
             self.netdevs[nd] = NetdevState(mtu=1500 if factory else mtu, roce=None if factory else PortState.provisioned())
+
+    def link_details(self, netdev: str) -> dict:
+        """What ``ip -d -j link show`` adds for a card's netdev: its parent device (the sub-port's PCI
+        function) and ``phys_port_name`` (``p{k}``); {} for a netdev of no card."""
+        for nic in self.nics.values():
+            if netdev in nic.netdevs:
+                k = nic.netdevs.index(netdev)
+                return {"phys_port_name": f"p{k}", "parentbus": "pci", "parentdev": nic.pci_of(k)}
+        return {}
 
     def current_netdevs(self) -> list[str]:
         return [nd for nic in self.nics.values() for nd in nic.netdevs]

@@ -30,6 +30,7 @@ STEPS: list[Callable[[PlanContext], list[Action]]] = [
 #: what the steps read for themselves: ``HostActual.more[key] = read(pool, inv_host, act)`` (in
 #: :func:`mfctl.provision.plan.read_actual`, after the common reads)
 READS: dict[str, Callable] = {
+    links.MORE_KEY: links.read_links,  # ip -d link (parent PCI devices), only where devlink names no port by PCI
     qos.MORE_KEY: qos.read_qos,  # mlnx_qos per netdev, FEC, ECN/CNP sysfs, conf sysctls
     rails.MORE_KEY: rails.read_rails,  # ip rule, ip route
     gpudirect.MORE_KEY: gpudirect.read_gpudirect,  # lsmod, lspci, the persistence daemon

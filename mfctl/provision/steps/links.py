@@ -18,6 +18,8 @@ from mfctl.provision import breakout
 from mfctl.provision.actions import Action, HostActual, PlanContext
 from mfctl.provision.models import ProvisionSpec
 
+#: ``HostActual.more`` key of :func:`read_links`'s result
+MORE_KEY = "links"
 #: :attr:`Action.outcome` of a lane whose netdev the host names otherwise than the inventory (a finding)
 OUTCOME_NAME = "netdev differs from the inventory"
 #: ``Action.what`` suffix of a lane action planned before the reset that creates its netdev
@@ -34,11 +36,20 @@ def plan_lanes(ctx: PlanContext) -> list[Action]:
     return _plan_lanes(ctx.hi, ctx.host, ctx.act, ctx.spec, ctx.resplit)
 
 
+def read_links(pool, inv_host, act: HostActual) -> dict[str, str]:
+    """``{ifname: parent PCI address}`` from ``ip -d -j link show`` — read only when devlink names no
+    port by its PCI address (mlx5 on Linux ≥ 6.5: ``auxiliary/mlx5_core.eth.N/…``), else ``{}``
+    (no extra command)."""
+    if any(p.name.startswith("pci/") for p in act.ports.values()):
+        return {}
+    return breakout.parse_link_parents(pool.run_checked(inv_host.name, ["ip", "-d", "-j", "link", "show"]))
+
+
 def lane_netdev(act: HostActual, nic, lane) -> str | None:
     """The netdev the host has for ``lane`` of ``nic`` (devlink port of PCI function
-    ``lane.index`` of the card's slot), or None when the host has none. Other steps (QoS, RoCE)
-    plan a lane's per-port settings on this name."""
-    found = breakout.discover(act.ports, nic.pci, len(nic.lanes)) if nic.pci else {}
+    ``lane.index`` of the card's slot, else the link whose parent device is that function), or
+    None when the host has none. Other steps (QoS, RoCE) plan a lane's per-port settings on this name."""
+    found = breakout.discover(act.ports, nic.pci, len(nic.lanes), act.more.get(MORE_KEY)) if nic.pci else {}
     hit = found.get(lane.index)
     if hit is None and not nic.pci:  # no PCI address in the inventory: only its name can say
         return lane.netdev if lane.netdev in act.ifaces else None
@@ -60,7 +71,7 @@ def _plan_breakout(nic, act: HostActual, reset: set[str], resplit: set[str]) -> 
     port is splittable (switch ASICs, never mlx5); else MANUAL."""
     want = len(nic.lanes)
     tgt, dev = f"{nic.name} ({nic.pci})", act.mlx.get(nic.pci)
-    have = len(breakout.discover(act.ports, nic.pci, 8))
+    have = len(breakout.discover(act.ports, nic.pci, 8, act.more.get(MORE_KEY)))
     current, pending = _firmware_split(nic, dev, "current"), _firmware_split(nic, dev, "next_boot")
     card = breakout.CARDS.get(nic.model)
     if current is not None and dev is not None and card is not None and card.split_param:
@@ -82,8 +93,8 @@ def _plan_breakout(nic, act: HostActual, reset: set[str], resplit: set[str]) -> 
         return []
     if have == want or (want == 1 and have >= 1):  # an unsplit port: function 0 is the lane (a dual-port card has more)
         return []
-    ports = [p for k, (name, _nd) in breakout.discover(act.ports, nic.pci, 8).items() for p in act.ports.values()
-             if p.name == name]
+    ports = [p for k, (name, _nd) in breakout.discover(act.ports, nic.pci, 8, act.more.get(MORE_KEY)).items()
+             for p in act.ports.values() if p.name == name]
     resplit.add(nic.pci)
     if ports and all(p.splittable for p in ports):
         argv = (["devlink", "port", "split", ports[0].name, "count", str(want)] if want > 1

@@ -166,3 +166,34 @@ def test_the_mock_card_splits_into_pci_functions_after_its_firmware_says_so():
     assert cx7.refuse_setting("MODULE_SPLIT_M0[3]", "2") is None and cx7.refuse_setting("NUM_OF_PF", "2") is None
     cx6 = NICState("nic1", "0000:12:00.0", "MCX623106AN-CDA_Ax", "MT_0000000359", 100, "ens2")
     assert not any(k.startswith(("MODULE_SPLIT", "NUM_OF_PF")) for k in cx6.mlx_current)  # nothing to split with
+
+
+def test_from_linux_6_5_devlink_names_no_pci_so_the_parent_device_says_which_lane_is_which():
+    """mlx5's devlink ports are ``auxiliary/mlx5_core.eth.N/…`` from Linux 6.5 (ironcore-dev/dpservice#499):
+    the lane is then found by ``ip -d -j link show``'s ``parentdev``; the mock prints both."""
+    from mfctl.mock.nics import links as mock_links
+    from mfctl.mock.nics.state import HostConfig
+
+    class _Host:
+        lanes: list = []
+
+    cfg = HostConfig(_Host(), factory=True)
+    cfg.add_nic(NICState("nic0", "0000:0c:00.0", "MCX715105AS-WEAT_Ax", "MT_0000001244", 100, "ens1", split=2,
+                         model="ConnectX-7", wired=2), factory=True)
+    cfg.devlink_bus = "auxiliary"
+    out: list[str] = []
+    assert mock_links.devlink(cfg, ["-j", "port", "show"], out.append, out.append) == 0
+    ports = mellanox.parse_devlink_ports(out[0])
+    assert sorted(p.name for p in ports.values()) == ["auxiliary/mlx5_core.eth.0/65535", "auxiliary/mlx5_core.eth.1/131071"]
+    assert breakout.discover(ports, "0000:0c:00.0", 2) == {}  # no PCI address in devlink's names
+    assert cfg.link_details("ens1f1np1") == {"phys_port_name": "p1", "parentbus": "pci", "parentdev": "0000:0c:00.1"}
+    ip_d = json.dumps([{"ifname": "eno1", "parentbus": "pci", "parentdev": "0000:01:00.0"},
+                       {"ifname": "ens1f0np0", **cfg.link_details("ens1f0np0")},
+                       {"ifname": "ens1f1np1", **cfg.link_details("ens1f1np1")}, {"ifname": "lo"}])
+    parents = breakout.parse_link_parents(ip_d)
+    assert breakout.discover(ports, "0000:0c:00.0", 2, parents) == {0: ("parentdev 0000:0c:00.0", "ens1f0np0"),
+                                                                   1: ("parentdev 0000:0c:00.1", "ens1f1np1")}
+    act = _actual(ports, {"ens1f0np0": 9000, "ens1f1np1": 9000})
+    act.more[links.MORE_KEY] = parents
+    nic0 = load_inventory(BREAKOUT).host("gpu01").nics[0]
+    assert [links.lane_netdev(act, nic0, lane) for lane in nic0.lanes] == ["ens1f0np0", "ens1f1np1"]
