@@ -54,6 +54,13 @@ class UnreachableError(MfctlError):
     exit_code = ExitCode.UNREACHABLE
 
 
+class SSHKeyError(UnreachableError):
+    """A host cannot be reached because the SSH key the inventory names cannot be used (missing,
+    not a private key, protected by a passphrase): the inventory's to fix, so exit 3."""
+
+    exit_code = ExitCode.CONFIG
+
+
 class LockError(MfctlError):
     """The testbed lock is held by another run."""
 

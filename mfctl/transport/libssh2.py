@@ -39,7 +39,7 @@ from ssh2 import exceptions as E
 from ssh2 import session as S
 from ssh2.error_codes import LIBSSH2_ERROR_EAGAIN
 
-from mfctl.errors import UnreachableError
+from mfctl.errors import SSHKeyError, UnreachableError
 from mfctl.transport.hostkeys import HostKeyPolicy, algorithm_preference
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class ExecSession:
         known = policy.known_types(t.address, t.port, host=t.name)  # (an unreadable file: refused before any socket)
         problem = key_file_problem(t.key_file) if t.key_file and not t.password else None
         if problem:  # (a key that cannot be used: refused before any socket too)
-            raise UnreachableError(f"{t.name}: {problem}")
+            raise SSHKeyError(f"{t.name}: {problem}")
         try:
             # the address as bytes: inventory addresses are ASCII (an IP or a host name, checked by the
             # schema); a str would be encoded with the idna codec, whose first import is ~7 ms of a cold start

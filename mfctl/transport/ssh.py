@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence, TypeVar
 
-from mfctl.errors import ExitCode, UnreachableError
+from mfctl.errors import ExitCode, SSHKeyError, UnreachableError
 
 if TYPE_CHECKING:
     import paramiko
@@ -78,14 +78,14 @@ def _private_key(path: str, host: str) -> paramiko.PKey:
         if p not in _PKEY_CACHE:
             problem = key_file_problem(p)
             if problem:
-                raise UnreachableError(f"{host}: {problem}")
+                raise SSHKeyError(f"{host}: {problem}")
             try:
                 _PKEY_CACHE[p] = paramiko.PKey.from_path(p)
             except TypeError as e:  # cryptography: "Key is password-protected, but password was not provided."
-                raise UnreachableError(f"{host}: SSH key {p} is protected by a passphrase, and mfctl never asks for "
+                raise SSHKeyError(f"{host}: SSH key {p} is protected by a passphrase, and mfctl never asks for "
                                        "one: load it into the SSH agent and remove key_file") from e
             except (OSError, paramiko.SSHException, ValueError) as e:
-                raise UnreachableError(f"{host}: cannot load SSH key {p}: {e}") from e
+                raise SSHKeyError(f"{host}: cannot load SSH key {p}: {e}") from e
         return _PKEY_CACHE[p]
 
 
@@ -195,6 +195,7 @@ class CommandResult:
     stdout: str = ""
     stderr: str = ""
     error: str | None = None  # unreachable / timeout / SSH failure, without the host name (it is .host)
+    error_code: int | None = None  # the exit code of ``error`` when not UNREACHABLE (an unusable key: CONFIG)
     elapsed_s: float = 0.0
     endpoint: str = ""  # the sshd it went to, address:port
     stdout_dropped: int = 0  # bytes the command wrote beyond the cap (max_output_bytes), read and not kept
@@ -207,10 +208,13 @@ class CommandResult:
     @property
     def exit_code(self):
         """This host's outcome (DESIGN §9): UNREACHABLE (4) when it could not be reached or the
-        command timed out or was abandoned, FAILED (1) for a non-zero exit, else OK."""
+        command timed out or was abandoned (CONFIG (3) when the inventory's SSH key cannot be
+        used), FAILED (1) for a non-zero exit, else OK."""
         from mfctl.errors import ExitCode
 
-        return ExitCode.UNREACHABLE if self.error else (ExitCode.FAILED if self.rc != 0 else ExitCode.OK)
+        if self.error:
+            return ExitCode(self.error_code) if self.error_code is not None else ExitCode.UNREACHABLE
+        return (ExitCode.FAILED if self.rc != 0 else ExitCode.OK)
 
     @property
     def truncated(self) -> bool:
@@ -309,6 +313,7 @@ class SSHPool:
                             res.argv[0] if res.argv else "", self.max_output_bytes, res.stdout_dropped, res.stderr_dropped)
         except UnreachableError as e:  # its message starts with the host, which the result carries already
             res.error = str(e).removeprefix(f"{host}: ")
+            res.error_code = None if e.exit_code == ExitCode.UNREACHABLE else int(e.exit_code)
         except CommandTimeout:
             res.error = f"timeout: command did not finish within {timeout:g} s"
             self._drop_exec(host)  # the session may hold the abandoned channel's data
@@ -378,7 +383,7 @@ class SSHPool:
                 v = fn(host)
                 r = HostResult(host, v, getattr(v, "error", None), outcome_of(v))
             except UnreachableError as e:
-                r = HostResult(host, error=str(e).removeprefix(f"{host}: "), exit_code=ExitCode.UNREACHABLE)
+                r = HostResult(host, error=str(e).removeprefix(f"{host}: "), exit_code=e.exit_code)
             except MfctlError as e:
                 r = HostResult(host, error=str(e).removeprefix(f"{host}: "), exit_code=e.exit_code)
             obs.host_done(host, r)

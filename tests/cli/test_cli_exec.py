@@ -461,3 +461,22 @@ def test_an_interrupt_before_any_command_ran_is_still_reported(argv, started, ou
     else:
         assert err.endswith("mfctl: interrupted\n")
         assert (json.loads(o)["error"]["exit_code"] == 130) if out == "json" else o == ""
+
+
+def test_a_key_file_that_cannot_be_used_is_the_inventorys_error_exit_3_not_unreachable(mock_inv, cli_env, tmp_path):
+    """gpu02's inventory entry names a key file that does not exist: exec exits 3 (the inventory is
+    to fix), naming host and file; the other hosts run; nothing reached gpu02's sshd."""
+    import yaml
+
+    doc = yaml.safe_load(Path(mock_inv).read_text())
+    doc["hosts"][1]["ssh"]["key_file"] = str(tmp_path / "no-such-key")
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(yaml.safe_dump(doc))
+    r = subprocess.run(mfctl_cmd("exec", "-i", inv, "--json", "all", "--", "hostname"),
+                       capture_output=True, text=True, env=cli_env, timeout=60)
+    out = json.loads(r.stdout)
+    assert r.returncode == 3, r.stderr
+    bad = [h for h in out["results"] if h["error"]]
+    assert [h["host"] for h in bad] == ["gpu02"] and f"cannot load SSH key {tmp_path / 'no-such-key'}" in bad[0]["error"]
+    assert sorted(h["host"] for h in out["results"] if h["rc"] == 0) == ["gpu01", "gpu03", "gpu04"]
+    assert out["exit_code"] == 3

@@ -265,7 +265,7 @@ def test_host_sets_name_unknown_hosts_and_groups_and_refuse_huge_ranges_at_once(
         t = time.monotonic()
         with pytest.raises(UsageError) as e:
             select_hosts(spec, known, regions)
-        assert msg in str(e.value) and time.monotonic() - t < 0.5, (spec, str(e.value))
+        assert msg in str(e.value) and time.monotonic() - t < 2.0, (spec, str(e.value))
 
 
 def test_terminal_styles_follow_no_color_like_rich(monkeypatch, capsys):
