@@ -104,7 +104,8 @@ def _on_step(json_out: bool):
     con = err_console()
 
     def show(host: str, i: int, n: int, a) -> None:
-        con.print(markup("[dim]{} [{}/{}] {}: {} on {}[/]", host, i, n, a.phase, a.what, a.target), highlight=False)
+        what = getattr(a, "progress", None) or f"{a.what} on {a.target}"  # a long step says what it is doing
+        con.print(markup("[dim]{} [{}/{}] {}: {}[/]", host, i, n, a.phase, what), highlight=False)
 
     return show
 

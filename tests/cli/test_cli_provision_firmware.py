@@ -75,7 +75,7 @@ def test_firmware_converges_on_cards_that_differ(mock, tmp_path):
     assert lt["target"] == "nic1 (0000:12:00.0)" and lt["outcome"] == "not supported on this card" and lt["manual"] is None
     assert set(_by_target(h1, "firmware-reset")) == {"nic0", "nic3"}  # no image and nothing pending on nic1/nic2
     r2 = _by_target(h2, "firmware-reset")
-    assert r2["nic0"]["outcome"] == "reboot required" and "`sudo reboot`" in r2["nic0"]["after"]
+    assert r2["nic0"]["outcome"] == "reboot required" and "`sudo systemctl reboot`" in r2["nic0"]["after"]
     assert r2["nic1"]["commands"] == ["mlxfwreset -y -d 0000:12:00.0 --level 3 reset"]
 
     # the burn timeout too short: reported failed, yet the mock's burn completes (burnt, reset pending)
@@ -136,3 +136,21 @@ def test_firmware_converges_on_cards_that_differ(mock, tmp_path):
     by_what = {a["what"]: a for a in acts}
     assert by_what["MTU"]["before"] == "1500" and by_what["address"]["before"] == "none"
     assert by_what["RoCE QoS"]["before"].startswith("trust pcp, PFC off")
+
+
+def test_reboot_required_is_left_for_a_person_then_a_reboot_activates_it(mock):
+    """gpu02's nic0 offers no reset level 3: apply burns it, resets the other NICs, never pretends for
+    nic0 (exit 1, left after verify: the reboot, named); after the reboot the burnt firmware runs."""
+    inv, run = mock
+    r = run("provision", "apply", SPEC, "-i", inv, "--hosts", "gpu02", "--yes", "--json")
+    [h] = json.loads(r.stdout)["hosts"]
+    assert r.returncode == 1 and h["failed"] is None, r.stdout + r.stderr
+    [left] = h["left_after_verify"]
+    assert (left["target"], left["outcome"]) == ("nic0 (0000:0c:00.0)", "reboot required")
+    assert "`sudo systemctl reboot`" in left["after"] and not any(a["outcome"] for a in h["applied"])
+    rows = json.loads(run("firmware", "check", SPEC, "-i", inv, "--hosts", "gpu02", "--json").stdout)["nics"]
+    assert [n["status"] for n in rows] == ["reset needed", "ok", "ok", "ok"]
+    ex = run("exec", "-i", inv, "gpu02", "--", "systemctl", "reboot")
+    assert ex.returncode == 0, ex.stdout + ex.stderr
+    r = run("firmware", "check", SPEC, "-i", inv, "--hosts", "gpu02", "--json")
+    assert r.returncode == 0 and [n["status"] for n in json.loads(r.stdout)["nics"]] == ["ok"] * 4

@@ -87,7 +87,7 @@ def _plan_reset(nic, levels: dict[int, mellanox.ResetLevel] | str | None) -> Act
     names = [f"{lv} ({mellanox.RESET_LEVELS.get(lv, levels[lv].description)})" for lv in higher]
     offer = f"mlxfwreset supports only level {', '.join(names)}" if names else "mlxfwreset supports no level that loads it"
     return Action("firmware-reset", tgt, "firmware reset", "pending",
-                  f"{OUTCOME_REBOOT}: {offer} on this card; reboot the host (`sudo reboot`) to make the pending "
+                  f"{OUTCOME_REBOOT}: {offer} on this card; reboot the host (`sudo systemctl reboot`) to make the pending "
                   f"firmware/settings active", [], outcome=OUTCOME_REBOOT)
 
 

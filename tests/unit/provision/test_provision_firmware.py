@@ -80,7 +80,7 @@ def test_only_a_reboot_would_load_it():
     [_burn, a] = plan(ctx(fwdev(), reset_levels=levels(4)))
     assert a.outcome == OUTCOME_REBOOT and a.is_drift and not a.argvs and not a.manual
     assert a.after.startswith("reboot required: mlxfwreset supports only level 4 (Warm Reboot) on this card")
-    assert "`sudo reboot`" in a.after
+    assert "`sudo systemctl reboot`" in a.after
 
 
 def test_a_failed_query_is_not_a_blind_reset():
