@@ -47,8 +47,8 @@ def test_slurm_rendering_and_cli_dry_run(cli_env):
         "/opt/megatron/pretrain_gpt.py --mfctl-hook examples.megatron_hook --pipeline-degree 2 --bp-pipeline-degree 4 "
         "--grad-partitions 8")
     pb.runtime.script_mode = "module"
-    assert "--rdzv-id run1 -m /opt/megatron/pretrain_gpt.py" in render_slurm(pb, load_inventory(pb.inventory_path()),
-                                                                            "192.0.2.9:7000", "t", "run1")
+    assert ("--rdzv-id run1 --rdzv-conf join_timeout=25,read_timeout=25 -m /opt/megatron/pretrain_gpt.py"
+            in render_slurm(pb, load_inventory(pb.inventory_path()), "192.0.2.9:7000", "t", "run1"))
     r = subprocess.run(mfctl_cmd("run", TORCHRUN, "--dry-run", "--json"), capture_output=True, text=True, env=cli_env)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
