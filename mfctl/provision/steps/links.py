@@ -36,10 +36,23 @@ def plan_lanes(ctx: PlanContext) -> list[Action]:
     return _plan_lanes(ctx.hi, ctx.host, ctx.act, ctx.spec, ctx.resplit)
 
 
+def split_query_argv(pci: str) -> list[str]:
+    """mlxconfig's query of the split array's elements and the PF count (``mlxconfig -e q`` shows the
+    array only as ``MODULE_SPLIT_M0  Array[0..15]``)."""
+    return ["mlxconfig", "-d", pci, "-e", "q", f"MODULE_SPLIT_M0[0..{breakout.SPLIT_ARRAY - 1}]", "NUM_OF_PF"]
+
+
 def read_links(pool, inv_host, act: HostActual) -> dict[str, str]:
-    """``{ifname: parent PCI address}`` from ``ip -d -j link show`` — read only when devlink names no
-    port by its PCI address (mlx5 on Linux ≥ 6.5: ``auxiliary/mlx5_core.eth.N/…``), else ``{}``
-    (no extra command)."""
+    """What the breakout and the lanes need beyond the common reads. The split array's elements,
+    merged into ``act.mlx`` (queried by name for a card whose ``mlxconfig -e q`` shows only
+    ``MODULE_SPLIT_M0 Array[0..15]``); and the result, ``{ifname: parent PCI address}`` from ``ip -d
+    -j link show`` — read only when devlink names no port by its PCI address (mlx5 on Linux ≥ 6.5:
+    ``auxiliary/mlx5_core.eth.N/…``), else ``{}``. No extra command where neither is needed."""
+    for nic in inv_host.nics:
+        dev = act.mlx.get(nic.pci)
+        if dev is not None and "MODULE_SPLIT_M0" in dev.params and not any(k.startswith("MODULE_SPLIT_M0[") for k in dev.params):
+            more = mellanox.parse_mlxconfig(pool.run_checked(inv_host.name, split_query_argv(nic.pci)))[0]
+            dev.params.update({k: v for k, v in more.params.items() if k.startswith("MODULE_SPLIT_M0[") or k == "NUM_OF_PF"})
     if any(p.name.startswith("pci/") for p in act.ports.values()):
         return {}
     return breakout.parse_link_parents(pool.run_checked(inv_host.name, ["ip", "-d", "-j", "link", "show"]))

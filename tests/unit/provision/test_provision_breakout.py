@@ -197,3 +197,36 @@ def test_from_linux_6_5_devlink_names_no_pci_so_the_parent_device_says_which_lan
     act.more[links.MORE_KEY] = parents
     nic0 = load_inventory(BREAKOUT).host("gpu01").nics[0]
     assert [links.lane_netdev(act, nic0, lane) for lane in nic0.lanes] == ["ens1f0np0", "ens1f1np1"]
+
+
+def test_a_split_array_shown_as_Array_is_queried_by_element_and_planned():
+    """``mlxconfig -e q`` shows ``MODULE_SPLIT_M0  Array[0..15]`` on a real ConnectX-7: the elements and
+    NUM_OF_PF are asked for by name, then only the differing elements are set."""
+    hdr = ("\nDevice #1:\n----------\n\nDevice type:        ConnectX7\nName:               MCX715105AS-WEAT_Ax\n"
+           "Device:             0000:0c:00.0\n\n")
+    first = hdr + ("Configurations:                                      Default         Current         Next Boot\n"
+                   "        MODULE_SPLIT_M0                             Array[0..15]    Array[0..15]    Array[0..15]\n"
+                   "        NUM_OF_PF                                   1               1               1\n")
+    rows = "".join(f"        MODULE_SPLIT_M0[{i}]{'':<26}{v:<16}{v:<16}{v}\n"
+                   for i, v in enumerate(["1", "1", "1", "1"] + ["FF"] * 12))
+    elements = hdr + "Configurations:                                      Default         Current         Next Boot\n" + rows + \
+        "        NUM_OF_PF                                   1               1               1\n"
+
+    class _Pool:
+        calls: list = []
+
+        def run_checked(self, host, argv):
+            self.calls.append(argv)
+            return elements
+
+    nic0 = load_inventory(BREAKOUT).host("gpu01").model_copy(deep=True)
+    nic0.nics = nic0.nics[:1]
+    act = _actual(_devlink(("0000:0c:00.0", "ens1f0np0")), {"ens1f0np0": 9000})
+    act.mlx["0000:0c:00.0"] = mellanox.parse_mlxconfig(first)[0]
+    pool = _Pool()
+    assert links.read_links(pool, nic0, act) == {}  # devlink names ports by PCI: no ip -d
+    assert pool.calls == [["mlxconfig", "-d", "0000:0c:00.0", "-e", "q", "MODULE_SPLIT_M0[0..15]", "NUM_OF_PF"]]
+    reset: set = set()
+    [a] = links._plan_breakout(nic0.nics[0], act, reset, set())
+    assert a.argvs == [["mlxconfig", "-y", "-d", "0000:0c:00.0", "set", "MODULE_SPLIT_M0[2]=2", "MODULE_SPLIT_M0[3]=2",
+                        "NUM_OF_PF=2"]] and reset == {"0000:0c:00.0"}
