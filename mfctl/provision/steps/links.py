@@ -78,6 +78,12 @@ def _firmware_split(nic, dev: mellanox.MlxconfigDevice | None, column: str) -> i
     return int(v) if v and v.isdigit() else None
 
 
+def _split_value(v: str | None) -> str:
+    """A split element or PF count as one spelling: ``FF``, ``0xFF`` and ``255`` (unused lane) are ``FF``."""
+    code = (mellanox.value_code(v) or "").strip().upper()
+    return "FF" if code in ("FF", "0XFF", "255") else code
+
+
 def _plan_breakout(nic, act: HostActual, reset: set[str], resplit: set[str]) -> list[Action]:
     """How many ports the card's port is split into: on ConnectX the firmware's MODULE_SPLIT_M0 +
     NUM_OF_PF layout (:func:`mfctl.provision.breakout.split_layout`) and a reset; devlink where the
@@ -90,7 +96,7 @@ def _plan_breakout(nic, act: HostActual, reset: set[str], resplit: set[str]) -> 
     if current is not None and dev is not None and card is not None and card.split_param:
         layout = breakout.split_layout(card, want)
         change = {k: v for k, v in layout.items()
-                  if k in dev.params and (mellanox.value_code(dev.params[k].get("next_boot")) or "").upper() != v.upper()}
+                  if k in dev.params and _split_value(dev.params[k].get("next_boot")) != _split_value(v)}
         missing = [k for k in layout if k not in dev.params]
         if missing:
             return [Action("firmware-settings", tgt, "breakout (MODULE_SPLIT_M0)", f"{current} port(s)", nic.breakout, [],

@@ -230,3 +230,8 @@ def test_a_split_array_shown_as_Array_is_queried_by_element_and_planned():
     [a] = links._plan_breakout(nic0.nics[0], act, reset, set())
     assert a.argvs == [["mlxconfig", "-y", "-d", "0000:0c:00.0", "set", "MODULE_SPLIT_M0[2]=2", "MODULE_SPLIT_M0[3]=2",
                         "NUM_OF_PF=2"]] and reset == {"0000:0c:00.0"}
+
+
+def test_an_unused_lane_reads_the_same_as_FF_0xFF_or_255():
+    assert {links._split_value(v) for v in ("FF", "0xFF", "0xff", "255", "ff")} == {"FF"}
+    assert links._split_value("2") == "2" and links._split_value(None) == ""
