@@ -1,11 +1,12 @@
 # Quick start:  make demo   (install into .venv, run the main job on the mock testbed)
 #               make test   (install into .venv, run the test suite)
 #               make lint   (ruff and mypy, as configured in pyproject.toml)
+#               make clean  (the venv and caches; runs/ is kept: make distclean deletes it too)
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install clean distclean
 
 $(BIN)/mfctl: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,5 +25,9 @@ lint: install
 	$(BIN)/ruff check mfctl tests
 	$(BIN)/mypy
 
+# clean keeps the run history (runs/: summaries, metrics, journals); distclean deletes it too
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+distclean: clean
+	rm -rf runs

@@ -52,13 +52,23 @@ def build(only: str | None = None) -> typer.Typer:
                 app.add_typer(obj, name=name)
             else:
                 app.command(name, **getattr(obj, "typer_options", {}))(obj)
-    if only is not None:
-        app.callback()(_one_command)
+    app.callback()(_one_command if only is not None else _root)
     return app
 
 
 def _one_command() -> None:
     pass  # a group callback: an app with one command keeps its name (`mfctl exec …`, not `mfctl …`)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"mfctl {__version__}")
+        raise typer.Exit()
+
+
+def _root(_version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_print_version,
+                                        help="Print the version and exit (mfctl version --json for machines).")) -> None:
+    pass
 
 
 def version(json_out: bool = JSON_OPT,

@@ -80,3 +80,28 @@ def test_a_json_result_already_out_gets_no_second_object_on_interrupt(capsys):
     assert out == "" and err.endswith("mfctl: interrupted\n") and plain.current().interrupt_reported
     r = invoke("simulate", "--gpus", "128", "--json")  # the next invocation starts clean
     assert r.exit_code == 0 and not plain.current().interrupt_reported
+
+
+def test_dash_dash_version_and_dash_v_print_the_version_and_exit_0():
+    for flag in ("--version", "-V"):
+        r = invoke(flag)
+        assert (r.exit_code, r.stdout) == (0, f"mfctl {__version__}\n")
+    r = invoke("--version", "run", "nonexistent.yaml")  # eager: nothing else runs
+    assert (r.exit_code, r.stdout) == (0, f"mfctl {__version__}\n")
+
+
+def test_make_clean_keeps_the_run_history_and_distclean_deletes_it(tmp_path):
+    """``make -n`` (print, do not run) on the project's Makefile: clean never names runs/."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    from support import ROOT
+
+    if not shutil.which("make"):
+        pytest.skip("make is not installed (Debian: apt-get install make)")
+    clean = subprocess.run(["make", "-n", "-C", str(ROOT), "clean"], capture_output=True, text=True, check=True).stdout
+    dist = subprocess.run(["make", "-n", "-C", str(ROOT), "distclean"], capture_output=True, text=True, check=True).stdout
+    assert "rm -rf .venv" in clean and " runs" not in clean
+    assert "rm -rf runs" in dist and "rm -rf .venv" in dist
