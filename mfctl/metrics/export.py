@@ -39,15 +39,19 @@ def registry(run_dir: Path):
     disable_created_metrics()  # no *_created series: a finished run's counters are not live processes
     db = _db(run_dir)
     reg = CollectorRegistry()
-    (run_id, playbook, inventory, status, scale) = db.execute(
-        "SELECT run_id, playbook, inventory, status, time_scale FROM run").fetchone()
     try:  # the inventory's name (a mock's inventory file is always inventory.yaml): the run's summary has it
-        inv_name = RunSummary.from_dict(json.loads((run_dir / "summary.json").read_text())).inventory
+        summary: RunSummary | None = RunSummary.from_dict(json.loads((run_dir / "summary.json").read_text()))
     except (OSError, ValueError, TypeError):
-        inv_name = None
-    Info("mfctl_run", "the run", registry=reg).info({"run_id": run_id, "playbook": Path(playbook).name,
-                                                      "inventory": str(inv_name or Path(inventory).name),
-                                                      "status": status or "", "time_scale": str(scale)})
+        summary = None
+    row = db.execute("SELECT run_id, playbook, inventory, status, time_scale FROM run").fetchone()
+    if row is None:  # the run failed before it wrote its row (a refused lock, a bad mock): what the summary says
+        row = (run_dir.name, getattr(summary, "playbook", "") or "", "", getattr(summary, "status", "") or "unknown", "")
+    (run_id, playbook, inventory, status, scale) = row
+    inv_name = summary.inventory if summary is not None else None
+    Info("mfctl_run", "the run", registry=reg).info({
+        "run_id": run_id, "playbook": Path(playbook).name if playbook else "",
+        "inventory": str(inv_name or (Path(inventory).name if inventory else "")),
+        "status": status or "", "time_scale": "" if scale in ("", None) else str(scale)})
     rows = db.execute("SELECT iteration, seconds, tokens, inter_bytes, ocs_bytes, a2a_s FROM iterations "
                       "WHERE host = (SELECT MIN(host) FROM iterations) ORDER BY iteration").fetchall()
     it = Counter("mfctl_iterations", "iterations completed", registry=reg)
