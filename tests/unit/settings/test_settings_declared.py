@@ -41,7 +41,8 @@ def test_limits_are_declared_with_the_setting_and_describe_themselves():
     assert Setting("x", "0", "", type=float, max=2).limits_text() == "at most 2"
     assert SETTINGS["runs_dir"].limits_text() == "" and SETTINGS["runs_dir"].limits[0] == float("-inf")
     every_number = [n for n, x in SETTINGS.items() if x.type in (int, float) and x.min is not None]
-    assert every_number == ["connect_timeout", "command_timeout", "fanout", "max_output_bytes"]
+    assert every_number == ["connect_timeout", "command_timeout", "firmware_burn_timeout", "firmware_reset_timeout",
+                            "fanout", "drain_timeout", "max_output_bytes"]
     for x in SETTINGS.values():  # every declared default is a valid value of its own setting
         x.parse(x.default)
 
