@@ -193,6 +193,10 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
             raise typer.Exit(Results.of(plans).exit_code())
         journal = RunJournal(Journal(settings.state_dir() / "provision" / f"{inv.name}.journal.jsonl"))
         drain, login_pool = _drainer(inv, pool, login_host, no_drain, journal.run_id)
+        if drain is None and not no_drain and not json_out and any(a.phase == "firmware-reset" for p in plans
+                                                                   for a in p.actions):
+            print_error("the inventory names no login host: Slurm nodes are not drained before their NIC reset "
+                        "(--no-drain says so)", "warning")
         if changes:
             needs = sorted({n for p in plans for a in p.actions for n in a.needs})
             how = (f" in batches of {batch}" if batch else "") + (" after a canary" if canary else "")
