@@ -8,6 +8,51 @@ import time
 from pathlib import Path
 
 TESTS = ("alltoall_perf", "all_reduce_perf")
+#: the largest message a sweep may ask for: nccl-tests allocates it (twice) on every GPU; 16 GiB
+#: is half an A100-40GB's memory
+MAX_BYTES_LIMIT = 16 << 30
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str, what: str = "--max-bytes") -> int:
+    """A message size as nccl-tests' ``-b``/``-e`` take it (``8``, ``64K``, ``1M``, ``1G``: binary
+    units) in bytes, 1 .. :data:`MAX_BYTES_LIMIT`. Raises UsageError naming ``what``."""
+    import re
+
+    from mfctl.errors import UsageError
+
+    m = re.fullmatch(r"(\d{1,12})([KMG]?)", text.strip().upper())
+    if not m:
+        raise UsageError(f"{what} must be a size such as 64K, 256M or 1G (bytes, binary units), got {text!r}")
+    n = int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+    if not 1 <= n <= MAX_BYTES_LIMIT:
+        raise UsageError(f"{what} must be from 1 byte to 16G, got {text!r}")
+    return n
+
+
+def preflight(pool, inv) -> None:
+    """Every host answers and shows the GPUs the inventory gives it (``nvidia-smi --query-gpu=index``),
+    before a benchmark whose figures would otherwise be a broken testbed's. Raises UnreachableError
+    (a host that cannot be reached) or OperationFailed (a GPU missing or lost), naming every host."""
+    from mfctl.errors import OperationFailed, ParseError, UnreachableError
+    from mfctl.hosts import nvidia_smi
+
+    res = pool.run_many([h.name for h in inv.hosts], lambda h: nvidia_smi.query_argv(["index"]))
+    down = [f"{r.host}: {r.error}" for r in res if r.error]
+    if down:
+        raise UnreachableError("cannot benchmark: " + "; ".join(down))
+    short = []
+    for r in res:
+        want = inv.host(r.host).gpus.count
+        try:
+            n = len(nvidia_smi.parse_query_csv(r.stdout))
+        except ParseError:
+            n = 0
+        if r.rc != 0 or n != want:
+            lost = "; ".join(f"GPU {bus}: {why}" for bus, why in nvidia_smi.unreachable_gpus(r.stdout + r.stderr))
+            short.append(f"{r.host} shows {n} of {want} GPUs" + (f" ({lost[:300]})" if lost else ""))
+    if short:
+        raise OperationFailed("cannot benchmark: " + "; ".join(short))
 
 
 def expected_busbw_gbs(test: str, circuits_on_host: int, rates) -> float | None:
@@ -23,13 +68,16 @@ def run_nccl(ctx, test: str = "alltoall_perf", max_bytes: str = "1G") -> dict:
     """Read the OCS's cross-connects, run nccl-tests ``test`` (1 MiB .. ``max_bytes``, ×2) from the
     inventory's first host across all of them, and return the ``mfctl.bench.nccl/v1`` object: rows
     (sizes in bytes, times in µs, bandwidths in GB/s), the peak bus bandwidth, the expected one and
-    their ratio. Raises UsageError for an unknown test; the pool's and driver's errors as they are."""
+    their ratio. Every host is checked first (:func:`preflight`). Raises UsageError for an unknown
+    test or a bad ``max_bytes``; the pool's and driver's errors as they are."""
     from mfctl.errors import UsageError
     from mfctl.fabric.mapping import circuits_from_cross_connects, region_lanes
     from mfctl.hosts.nccl_tests import parse_perf, perf_argv
 
     if test not in TESTS:
         raise UsageError("--test must be alltoall_perf or all_reduce_perf")
+    if parse_size(max_bytes) < 1 << 20:
+        raise UsageError(f"--max-bytes must be at least 1M (the sweep starts at 1M), got {max_bytes!r}")
     inv = ctx.inventory
     hosts = [h.name for h in inv.hosts]
     with ctx.ocs() as drv:
@@ -37,6 +85,7 @@ def run_nccl(ctx, test: str = "alltoall_perf", max_bytes: str = "1G") -> dict:
     circuits = circuits_from_cross_connects(region_lanes(inv, hosts), xc)
     h0 = inv.hosts[0]
     with ctx.pool(command_timeout=max(ctx.command_timeout, 600)) as pool:  # a 1 GiB sweep takes minutes
+        preflight(pool, inv)
         res = parse_perf(pool.run_checked(h0.name, perf_argv(test, "1M", max_bytes, 2, h0.gpus.count, nodes=len(hosts))))
     n_circ = sum(1 for c in circuits if h0.name in (c.a.host, c.b.host))
     expected = expected_busbw_gbs(test, n_circ, ctx.link_rates())

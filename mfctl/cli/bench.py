@@ -15,19 +15,20 @@ app = typer.Typer(help="Throughput benchmarks on the testbed.", no_args_is_help=
 @handle_errors
 def nccl(inventory: Path = option("inventory", "--inventory", "-i", default=..., help="Inventory YAML."),
          test: str = typer.Option("alltoall_perf", help="alltoall_perf or all_reduce_perf."),
-         max_bytes: str = typer.Option("1G", help="Largest message (nccl-tests -e)."),
+         max_bytes: str = typer.Option("1G", help="Largest message (nccl-tests -e): 1M to 16G, binary units."),
          json_out: bool = JSON_OPT):
     """Run nccl-tests across the hosts, store algbw/busbw per size, and compare the measured bus bandwidth
     with what the current OCS circuits plus the EPS should give each server."""
     from rich.table import Table
 
-    from mfctl.bench.nccl import TESTS, run_nccl, store
+    from mfctl.bench.nccl import TESTS, parse_size, run_nccl, store
     from mfctl.context import Context
     from mfctl.errors import UsageError
     from mfctl.inventory import load_inventory
 
     if test not in TESTS:  # before the inventory is read, as ever
         raise UsageError("--test must be alltoall_perf or all_reduce_perf")
+    parse_size(max_bytes)
     inv = load_inventory(inventory)
     out = run_nccl(Context.from_settings(inv), test, max_bytes)
     out["stored"] = str(store(out, inv.name))
