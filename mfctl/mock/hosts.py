@@ -314,6 +314,11 @@ class MockHost:
         if lost and not any(a.startswith("--query-gpu") for a in args):  # settings, tables, topology: nothing
             channel.sendall("".join(gputools.lost_line(i) for i in lost).encode())
             return gputools.RC_GPU_LOST
+        if args in (["-r"], ["--gpu-reset"]) and self.config is not None:  # a GPU reset makes a pending MIG mode current
+            self.config.gpu_mig = getattr(self.config, "gpu_mig_pending", self.config.gpu_mig)
+            channel.sendall("".join(f"GPU {gputools.bus_id(i)} was successfully reset.\n" for i in range(self.gpus)).encode()
+                            + b"All done.\n")
+            return 0
         for flag, attr in (("-pm", "gpu_persistence"), ("-mig", "gpu_mig_pending")):
             if flag in args and self.config is not None:
                 v = args[args.index(flag) + 1] if args.index(flag) + 1 < len(args) else ""

@@ -321,6 +321,7 @@ def test_a_gpu_fallen_off_the_bus_is_lost_to_the_tools_and_judged_alone(mock):
 def test_mig_mode_reports_missing_data_not_values(mock):
     _, inv, pool, _ = mock
     assert pool.run("gpu04", ["nvidia-smi", "-mig", "1"]).ok
+    assert pool.run("gpu04", ["nvidia-smi", "-r"]).ok  # on A100 the MIG mode is pending until a GPU reset
     try:
         rows = csv_rows(pool, "gpu04")
         assert {(r["remapped_rows.pending"], r["remapped_rows.failure"], r["utilization.gpu"]) for r in rows} == \
@@ -340,7 +341,7 @@ def test_mig_mode_reports_missing_data_not_values(mock):
         assert [(f.severity, f.message.split(" (")[0]) for f in hh.findings if f.check == "gpu"] == [
             ("warning", "MIG mode is enabled on GPU 0-7")]
     finally:
-        assert pool.run("gpu04", ["nvidia-smi", "-mig", "0"]).ok
+        assert pool.run("gpu04", ["nvidia-smi", "-mig", "0"]).ok and pool.run("gpu04", ["nvidia-smi", "-r"]).ok
 
 
 def test_sweep_falls_back_to_an_older_drivers_field_names(mock):
