@@ -39,6 +39,29 @@ def option(name: str, *flags: str, default=_DECLARED, help: str | None = None, *
     return typer.Option(default, *flags, envvar=s.env, help=help or s.help, **kw)
 
 
+def number_option(default: float, *flags: str, min: float | None = None, max: float | None = None, help: str = "",
+                  **kw):
+    """A float ``typer.Option`` whose value must be a number (not nan or ±inf) from ``min`` to
+    ``max`` (either end optional): the range goes into the help, and a bad value is a usage error
+    (exit 2) saying "not a number" for nan/inf and the range otherwise — Typer's own range check
+    says "greater than or equal to 0" of nan."""
+    import math
+
+    rng = " ".join(x for x in (f"min {min:g}" if min is not None else "", f"max {max:g}" if max is not None else "") if x)
+
+    def check(ctx: typer.Context, param: typer.CallbackParam, value: float | None) -> float | None:
+        if value is None or ctx.resilient_parsing:
+            return value
+        name = param.opts[0] if param.opts else param.name
+        if not math.isfinite(value):
+            raise typer.BadParameter(f"{value!r} is not a number", param_hint=name)
+        if (min is not None and value < min) or (max is not None and value > max):
+            raise typer.BadParameter(f"{value:g} is out of range ({rng})", param_hint=name)
+        return value
+
+    return typer.Option(default, *flags, callback=check, help=f"{help} ({rng})" if rng else help, **kw)
+
+
 def argument(name: str, default=..., help: str | None = None, **kw):
     """A ``typer.Argument`` for the setting ``name``: its ``MFCTL_*`` variable when not given
     (``mfctl inventory validate`` with ``MFCTL_INVENTORY`` set)."""

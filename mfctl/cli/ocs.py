@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, confirm, emit_json, handle_errors, markup, option, out_console, print_error
+from mfctl.cli.common import JSON_OPT, confirm, emit_json, handle_errors, markup, number_option, option, out_console, print_error
 from mfctl.errors import ExitCode
 
 app = typer.Typer(help="Drive the optical circuit switch (TL1): inspect, change with a dry-run diff, journal, recover.",
@@ -200,8 +200,8 @@ def power(inventory: Path = INV_OPT, json_out: bool = JSON_OPT):
 @app.command()
 @handle_errors
 def alarms(inventory: Path = INV_OPT,
-           wait: float = typer.Option(0.0, min=0.0, max=3600.0,
-                                      help="Also listen this many seconds for autonomous messages."),
+           wait: float = number_option(0.0, "--wait", min=0.0, max=3600.0,
+                                       help="Also listen this many seconds for autonomous messages."),
            json_out: bool = JSON_OPT):
     """Standing alarms (RTRV-ALM-ALL) and autonomous REPT ALM/EVT messages. Exit 1 if any alarm stands."""
     from mfctl.ocs.service import named_alarms

@@ -6,14 +6,12 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, number_option, out_console
 
 
-def _checked(model: str, link_gbps: int, reconfig_latency_ms: float, plot: Path | None, fabric: list[str] | None) -> list[str]:
+def _checked(model: str, gpus: int, link_gbps: int, plot: Path | None, fabric: list[str] | None) -> list[str]:
     """The fabrics to compare (the fat-tree first: the reference for performance per dollar), once
     every option is known to be right; UsageError (exit 2) naming the first that is not."""
-    import math
-
     from mfctl.errors import UsageError
     from mfctl.fabric import whatif
 
@@ -21,8 +19,11 @@ def _checked(model: str, link_gbps: int, reconfig_latency_ms: float, plot: Path 
         raise UsageError(f"--model must be one of {', '.join(whatif.PRESETS)}")
     if link_gbps not in whatif.PRICES:
         raise UsageError(f"--link-gbps must be one of {', '.join(map(str, whatif.PRICES))}")
-    if not math.isfinite(reconfig_latency_ms):
-        raise UsageError("--reconfig-latency-ms must be a finite number")
+    pre = whatif.PRESETS[model]
+    group = pre.ep * pre.tp * pre.pp
+    if gpus % group:
+        raise UsageError(f"--gpus must be a multiple of {group} for {model} (EP {pre.ep} x TP {pre.tp} x PP {pre.pp}: "
+                         f"one pipeline of expert-parallel groups), got {gpus}")
     if plot is not None and (plot.suffix.lower() != ".png" or not plot.parent.is_dir()):
         raise UsageError(f"--plot needs a .png file in an existing directory, got {str(plot)!r}")
     fabrics = list(dict.fromkeys(fabric or whatif.FABRICS))
@@ -34,10 +35,13 @@ def _checked(model: str, link_gbps: int, reconfig_latency_ms: float, plot: Path 
 
 @handle_errors
 def simulate(model: str = typer.Option("mixtral-8x7b", help="mixtral-8x7b, mixtral-8x22b, qwen-moe, deepseek-256."),
-             gpus: int = typer.Option(1024, min=8, help="Cluster size (GPUs, 8 per server)."),
+             gpus: int = typer.Option(1024, min=8, help="Cluster size (GPUs, 8 per server): a multiple of the model's "
+                                                        "EP x TP x PP (mixtral-8x7b 128, mixtral-8x22b 512, qwen-moe 64, "
+                                                        "deepseek-256 1024)."),
              link_gbps: int = typer.Option(400, help="NIC speed: 100, 200, 400 or 800 Gbit/s."),
              alpha: int = typer.Option(6, min=1, max=7, help="mFabric: OCS NICs per server (of 8)."),
-             reconfig_latency_ms: float = typer.Option(25.0, min=0.0, help="mFabric: blocking reconfiguration per iteration."),
+             reconfig_latency_ms: float = number_option(25.0, "--reconfig-latency-ms", min=0.0,
+                                                        help="mFabric: blocking reconfiguration per iteration."),
              micro_batches: int = typer.Option(16, min=1, help="Micro-batches per iteration."),
              fabric: list[str] = typer.Option(None, "--fabric", "-f", help="Fabrics to compare (repeat); default all."),
              sweep_latency: bool = typer.Option(False, "--sweep-latency",
@@ -50,7 +54,7 @@ def simulate(model: str = typer.Option("mixtral-8x7b", help="mixtral-8x7b, mixtr
     from mfctl.errors import UsageError
     from mfctl.fabric import whatif
 
-    fabrics = _checked(model, link_gbps, reconfig_latency_ms, plot, fabric)
+    fabrics = _checked(model, gpus, link_gbps, plot, fabric)
     sc = whatif.Scenario(whatif.PRESETS[model], gpus=gpus, link_gbps=link_gbps, alpha=alpha,
                          reconfig_latency_s=reconfig_latency_ms / 1000, micro_batches=micro_batches)
     try:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, option, out_console
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, number_option, option, out_console
 
 app = typer.Typer(help="Plan OCS circuits from a traffic matrix and compare topologies.", no_args_is_help=True)
 
@@ -91,8 +91,9 @@ def plan_cmd(traffic: Path = TRAFFIC_ARG, kind: str = KIND_OPT, inventory: Path 
              gpus_per_server: int = GPS_OPT, hidden: int = HIDDEN_OPT, bytes_per_element: int = BPE_OPT,
              method: str = typer.Option("best", help="greedy (paper), exact, local, ilp, best."),
              current: Path = typer.Option(None, help="Current topology (circuit matrix file) for minimum-change planning."),
-             tolerance: float = typer.Option(0.0, min=0.0, help="Accept plans within this fraction of the best objective "
-                                                                   "if they change fewer circuits (with --current)."),
+             tolerance: float = number_option(0.0, "--tolerance", min=0.0,
+                                              help="Accept plans within this fraction of the best objective "
+                                                   "if they change fewer circuits (with --current)."),
              json_out: bool = JSON_OPT):
     """Plan circuits for a traffic matrix: circuits, objective vs. the paper's greedy, lane and OCS-port mapping, routes."""
     from mfctl.errors import UsageError

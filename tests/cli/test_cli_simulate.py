@@ -32,10 +32,33 @@ def test_simulate_compares_fabrics_against_the_fat_tree():
     (["--link-gbps", "300"], "--link-gbps must be one of"),
     (["--fabric", "torus"], "unknown fabric 'torus'"),
     (["--plot", "out.txt"], "--plot needs a .png"),
-    (["--gpus", "64"], "do not divide"),
+    (["--gpus", "64"], "--gpus must be a multiple of 128 for mixtral-8x7b (EP 8 x TP 4 x PP 4"),
+    (["--gpus", "8"], "got 8"),
+    (["--model", "qwen-moe", "--gpus", "96"], "--gpus must be a multiple of 64 for qwen-moe"),
 ])
 def test_usage_errors_exit_2_with_one_json_error(args, says):
     r = invoke("simulate", *args, "--json")
     err = json.loads(r.stdout)["error"]
     assert r.exit_code == 2 and err["type"] == "UsageError" and says in err["message"]
     assert invoke("simulate", *args).stderr.startswith("error: ")
+
+
+def test_the_gpus_help_names_every_models_multiple():
+    from mfctl.fabric import whatif
+
+    text = " ".join(invoke("simulate", "--help").stdout.split())
+    for name, p in whatif.PRESETS.items():
+        assert f"{name} {p.ep * p.tp * p.pp}" in text
+
+
+@pytest.mark.parametrize("cmd, value, says", [
+    (["simulate", "--reconfig-latency-ms"], "nan", "nan is not a number"),
+    (["simulate", "--reconfig-latency-ms"], "inf", "inf is not a number"),
+    (["simulate", "--reconfig-latency-ms"], "-1", "-1 is out of range (min 0)"),
+    (["topo", "plan", "x.npy", "--tolerance"], "nan", "nan is not a number"),
+    (["ocs", "alarms", "-i", "x.yaml", "--wait"], "nan", "nan is not a number"),
+    (["ocs", "alarms", "-i", "x.yaml", "--wait"], "3601", "3601 is out of range (min 0 max 3600)"),
+])
+def test_a_float_option_given_nan_says_not_a_number_and_exits_2(cmd, value, says):
+    r = invoke(*cmd, value)
+    assert r.exit_code == 2 and says in " ".join(r.stderr.split()), r.stderr
