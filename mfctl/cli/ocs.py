@@ -20,17 +20,22 @@ YES_OPT = option("yes", "--yes", "-y", help="Do not ask for confirmation.")
 
 
 @contextmanager
-def _driver(inventory: Path, *, mutating: bool, purpose: str = "ocs"):
+def _driver(inventory: Path, *, mutating: bool, purpose: str = "ocs", precheck=None):
     """Connected driver, port map and the device's journal; ``mutating`` holds the device lock
-    (keyed by what the device says it is, not by the inventory) until the block ends."""
+    (keyed by what the device says it is, not by the inventory) until the block ends.
+    ``precheck(port_map)``: the command's own arguments checked against the inventory first (a bad
+    port, lane or file is refused before the OCS is reached)."""
     from mfctl.context import Context
     from mfctl.inventory import load_inventory
     from mfctl.ocs.service import PortMap
 
     inv = load_inventory(inventory)
+    pm = PortMap.from_inventory(inv)
+    if precheck is not None:
+        precheck(pm)
     with Context.from_settings(inv).open_ocs(purpose=purpose if mutating else None) as drv:
         _warn_legacy_journal(inv)
-        yield inv, drv, PortMap.from_inventory(inv), drv.device_journal
+        yield inv, drv, pm, drv.device_journal
 
 
 def _warn_legacy_journal(inv) -> None:
@@ -60,11 +65,13 @@ def _render_diff(pm, d: dict, json_out: bool) -> None:
     con.print(f"{len(d['delete'])} to delete, {len(d['add'])} to add, {d['keep']} unchanged")
 
 
-def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool, purpose: str, what: str) -> None:
-    """Shared plan → confirm → apply → read back flow of every mutating command."""
+def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool, purpose: str, what: str,
+            precheck=None) -> None:
+    """Shared plan → confirm → apply → read back flow of every mutating command (``precheck``: see
+    :func:`_driver`)."""
     from mfctl.signals import DeferSignals
 
-    with _driver(inventory, mutating=not dry_run, purpose=purpose) as (inv, drv, pm, journal):
+    with _driver(inventory, mutating=not dry_run, purpose=purpose, precheck=precheck) as (inv, drv, pm, journal):
         current = drv.cross_connects()
         desired = build(pm, current)
         _, d = drv.plan(desired)
@@ -130,7 +137,8 @@ def connect(a: str = typer.Argument(..., help="Lane HOST/NIC[.LANE] or OCS input
     from mfctl.ocs.service import cross_connects_for, with_connection
 
     _change(inventory, lambda pm, cur: with_connection(cur, cross_connects_for(pm, a, b), replace=replace),
-            dry_run=dry_run, yes=yes, json_out=json_out, purpose="ocs connect", what=f"connect {a} {b}")
+            dry_run=dry_run, yes=yes, json_out=json_out, purpose="ocs connect", what=f"connect {a} {b}",
+            precheck=lambda pm: cross_connects_for(pm, a, b))
 
 
 @app.command()
@@ -151,7 +159,8 @@ def disconnect(endpoints: list[str] = typer.Argument(None, help="Lanes or ports 
         raise UsageError("what to disconnect? give lanes (HOST/NIC[.LANE]) or ports, or --all")
     build = (lambda pm, cur: {}) if all_ else (lambda pm, cur: without(pm, cur, endpoints))
     _change(inventory, build, dry_run=dry_run, yes=yes, json_out=json_out, purpose="ocs disconnect",
-            what="disconnect all" if all_ else f"disconnect {' '.join(endpoints)}")
+            what="disconnect all" if all_ else f"disconnect {' '.join(endpoints)}",
+            precheck=None if all_ else lambda pm: without(pm, {}, endpoints))
 
 
 @app.command("apply")
@@ -163,7 +172,7 @@ def apply_cmd(file: Path = typer.Argument(..., help="YAML/JSON: cross_connects: 
     from mfctl.ocs.service import load_topology_file
 
     _change(inventory, lambda pm, cur: load_topology_file(pm, file), dry_run=dry_run, yes=yes, json_out=json_out,
-            purpose="ocs apply", what=f"apply {file}")
+            purpose="ocs apply", what=f"apply {file}", precheck=lambda pm: load_topology_file(pm, file))
 
 
 @app.command()

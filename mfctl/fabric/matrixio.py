@@ -36,6 +36,28 @@ class TrafficSpec:
     expert_placement: list[int] | None = None
 
 
+_KINDS = {"c": "complex numbers", "U": "text", "S": "bytes", "O": "Python objects", "M": "dates", "m": "time spans",
+          "V": "records"}
+
+
+def _ragged(doc) -> str:
+    """Where a nested JSON list stops being rectangular: ``matrix[1] has 1 values, matrix[0] 2``."""
+    stack: list[tuple[str, object]] = [("matrix", doc)]
+    while stack:
+        at, x = stack.pop()
+        if not isinstance(x, list):
+            continue
+        kinds = {isinstance(y, list) for y in x}
+        if len(kinds) > 1:
+            return f"{at} mixes numbers and lists"
+        lens = [len(y) for y in x if isinstance(y, list)]
+        for i, n in enumerate(lens):
+            if n != lens[0]:
+                return f"{at}[{i}] has {n} values, {at}[0] {lens[0]}"
+        stack.extend((f"{at}[{i}]", y) for i, y in enumerate(x))
+    return "its rows differ in length"
+
+
 def _load_array(path: Path) -> tuple[np.ndarray, dict]:
     suffix = path.suffix.lower()
     if not path.is_file():
@@ -45,6 +67,9 @@ def _load_array(path: Path) -> tuple[np.ndarray, dict]:
             arr = np.load(path, allow_pickle=False)
         except (ValueError, OSError):  # numpy's advice (allow_pickle) is not for a traffic matrix
             raise ConfigError("not a NumPy .npy array of numbers", path=str(path)) from None
+        if arr.dtype.kind not in "biuf":  # strings, complex, dates, records: no byte counts (and no raw numpy warning)
+            raise ConfigError(f"a NumPy array of {arr.dtype} ({_KINDS.get(arr.dtype.kind, arr.dtype.kind)}), "
+                              "expected real numbers", path=str(path))
         return np.asarray(arr, dtype=float), {}
     if suffix == ".json":
         try:
@@ -72,8 +97,8 @@ def _load_array(path: Path) -> tuple[np.ndarray, dict]:
             return np.asarray(doc, dtype=float), meta
         except OverflowError:  # an integer beyond a float (10**400): not a byte count
             raise ConfigError("matrix holds a number too large for a float (above ~1.8e308)", path=str(path)) from None
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"matrix is not a rectangular array of numbers: {e}", path=str(path)) from None
+        except (TypeError, ValueError):
+            raise ConfigError(f"matrix is not a rectangular array of numbers: {_ragged(doc)}", path=str(path)) from None
     rows = []
     try:
         text = read_config(path).decode()

@@ -75,3 +75,41 @@ def test_usage_and_config_errors(traffic, tmp_path):
     assert r.exit_code == 3 and "3 servers" in json.loads(r.stdout)["error"]["message"]
     r = invoke("topo", "plan", p, "-i", PROTOTYPE, "--region", "nowhere", "--json")
     assert r.exit_code == 3 and "no region 'nowhere'" in json.loads(r.stdout)["error"]["message"]
+
+
+@pytest.mark.parametrize("name, content, says", [
+    ("s.npy", np.array([["a", "b"], ["c", "d"]]), "s.npy: a NumPy array of <U1 (text), expected real numbers"),
+    ("c.npy", np.array([[1 + 2j, 0], [0, 1]]), "c.npy: a NumPy array of complex128 (complex numbers), expected real numbers"),
+    ("r.json", [[1, 2], [3]], "r.json: matrix is not a rectangular array of numbers: matrix[1] has 1 values, matrix[0] 2"),
+    ("m.json", [[1, [2]], [3, 4]], "matrix is not a rectangular array of numbers: matrix[0] mixes numbers and lists"),
+])
+def test_a_matrix_file_of_the_wrong_kind_is_named_exit_3_without_numpys_words(name, content, says, tmp_path):
+    """issue 17 item 5: an array of strings was a traceback, a complex one numpy's raw ComplexWarning,
+    ragged JSON numpy's "inhomogeneous shape"."""
+    p = tmp_path / name
+    np.save(p, content) if name.endswith(".npy") else p.write_text(json.dumps(content))
+    r = invoke("topo", "plan", p)
+    msg = " ".join(r.stderr.split())
+    assert r.exit_code == 3 and says in msg and "Traceback" not in msg and "Warning" not in msg, msg
+    assert "inhomogeneous" not in msg and "np.str_" not in msg
+
+
+def test_bad_ocs_arguments_are_refused_before_the_ocs_is_reached(tmp_path, monkeypatch):
+    """The prototype inventory's OCS is at 192.0.2.50: any attempt to reach it would fail the test
+    (the driver's open is replaced by one that raises), so each refusal is the argument's own."""
+    from mfctl import context
+    from support import PROTOTYPE
+
+    def no_ocs(*a, **k):
+        raise AssertionError("the OCS was reached")
+
+    monkeypatch.setattr(context.Context, "open_ocs", no_ocs)
+    for port in ("²", "٣", "１"):
+        r = invoke("ocs", "connect", port, "400", "-i", PROTOTYPE, "--dry-run")
+        assert r.exit_code == 2 and f"'{port}' is neither an OCS port number nor a lane" in r.stderr
+    r = invoke("ocs", "disconnect", "gpu09/nic0", "-i", PROTOTYPE, "--dry-run")
+    assert r.exit_code == 2 and "gpu09" in r.stderr
+    bad = tmp_path / "t.yaml"
+    bad.write_text("cross_connects:\n  - [1, 999]\n")
+    r = invoke("ocs", "apply", bad, "-i", PROTOTYPE, "--dry-run")
+    assert r.exit_code == 3 and "t.yaml:2" in r.stderr and "not an output port" in r.stderr
