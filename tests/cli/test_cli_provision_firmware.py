@@ -51,6 +51,7 @@ def _by_target(acts, phase):
     return {a["target"].split()[0]: a for a in acts if a["phase"] == phase}
 
 
+@pytest.mark.timeout(400)  # 4 applies and 6 plans/checks on a factory mock: ~75 s alone on 2 loaded cores
 def test_firmware_converges_on_cards_that_differ(mock, tmp_path):
     inv, run = mock
     assert BURN_S / TIME_SCALE > 1.0  # the premise: a burn outlasts MFCTL_COMMAND_TIMEOUT=1
@@ -138,6 +139,7 @@ def test_firmware_converges_on_cards_that_differ(mock, tmp_path):
     assert by_what["RoCE QoS"]["before"].startswith("trust pcp, PFC off")
 
 
+@pytest.mark.timeout(300)  # the module's mock (13 s to start on a loaded machine) and one apply of 4 burns
 def test_reboot_required_is_left_for_a_person_then_a_reboot_activates_it(mock):
     """gpu02's nic0 offers no reset level 3: apply burns it, resets the other NICs, never pretends for
     nic0 (exit 1, left after verify: the reboot, named); after the reboot the burnt firmware runs."""
