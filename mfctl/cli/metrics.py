@@ -13,12 +13,13 @@ RUNS_DIR_OPT = option("runs_dir", "--runs-dir", default=None, help="Where run di
 
 
 def latest_run(base: Path) -> Path:
-    """The newest run directory under ``base`` that has its summary (a run that ended, however it
-    ended): what ``latest`` means for ``runs show``, ``runs report``, ``metrics export|serve``.
-    Raises UsageError when there is none."""
+    """The newest run directory under ``base`` (:func:`mfctl.runtime.rundir.run_dirs`: ended,
+    crashed without its summary, or still running): what ``latest`` means for ``runs show``,
+    ``runs report``, ``metrics export|serve``. Raises UsageError when there is none."""
     from mfctl.errors import UsageError
+    from mfctl.runtime.rundir import run_dirs
 
-    dirs = sorted(p.parent for p in base.glob("*/summary.json"))  # run ids sort by their start time
+    dirs = run_dirs(base)
     if not dirs:
         raise UsageError(f"no runs in {base}")
     return dirs[-1]

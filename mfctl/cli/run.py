@@ -232,7 +232,7 @@ def list_runs(ctx: typer.Context, runs_dir: Path = RUNS_DIR_OPT, json_out: bool 
     from rich.table import Table
 
     from mfctl.errors import UsageError
-    from mfctl.runtime.summary import RunSummary
+    from mfctl.runtime.rundir import load_summary, run_dirs
 
     rows = []
     d = _runs_dir(runs_dir)
@@ -240,11 +240,11 @@ def list_runs(ctx: typer.Context, runs_dir: Path = RUNS_DIR_OPT, json_out: bool 
         raise UsageError(f"runs directory {d} is not a directory")
     if not d.is_dir() and ctx.get_parameter_source("runs_dir").name == "COMMANDLINE":  # named on purpose: a typo
         raise UsageError(f"no runs directory {d}")
-    for p in sorted(d.glob("*/summary.json")) if d.is_dir() else []:
+    for rd in run_dirs(d):
         try:
-            s = RunSummary.from_dict(json.loads(p.read_text()))
+            s = load_summary(rd)
         except (OSError, ValueError, TypeError) as e:
-            print_error(f"skipping {p}: unreadable summary ({e})", "warning")
+            print_error(f"skipping {rd / 'summary.json'}: unreadable summary ({e})", "warning")
             continue
         rows.append({"run_id": s.run_id, "playbook": s.playbook, "status": s.status, "iterations": s.iterations,
                      "tokens_per_s": s.tokens_per_s, "reconfigurations": len(s.reconfigurations)})
@@ -268,6 +268,7 @@ def show_run(run_id: str = typer.Argument(..., help="Run id (a directory under t
              runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
     """Show a run's summary."""
     from mfctl.errors import OperationFailed, UsageError
+    from mfctl.runtime.rundir import recover, run_dirs
     from mfctl.runtime.summary import RunSummary
 
     if not run_id or "/" in run_id or run_id.startswith("."):
@@ -276,16 +277,17 @@ def show_run(run_id: str = typer.Argument(..., help="Run id (a directory under t
         from mfctl.cli.metrics import latest_run
 
         run_id = latest_run(_runs_dir(runs_dir)).name
-    p = _runs_dir(runs_dir) / run_id / "summary.json"
-    if not p.exists():
+    rd = _runs_dir(runs_dir) / run_id
+    p = rd / "summary.json"
+    if rd not in run_dirs(_runs_dir(runs_dir)):
         raise UsageError(f"no run {run_id!r} in {_runs_dir(runs_dir)} (see mfctl runs list)")
     try:
-        d = json.loads(p.read_text())
-        s = RunSummary.from_dict(d)
+        d = json.loads(p.read_text()) if p.is_file() else None
+        s = RunSummary.from_dict(d) if d is not None else recover(rd)
     except (OSError, ValueError, TypeError) as e:
         raise OperationFailed(f"{p}: unreadable run summary: {e}") from None
     if json_out:
-        emit_json(d)  # as it is on disk (a newer mfctl's keys too)
+        emit_json(d if d is not None else s.to_dict())  # as it is on disk (a newer mfctl's keys too)
     else:
         render_summary(s)
 

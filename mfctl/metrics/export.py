@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import sqlite3
 from pathlib import Path
 
+from mfctl.runtime.rundir import load_summary
 from mfctl.runtime.summary import RunSummary
 
 
@@ -40,11 +40,11 @@ def registry(run_dir: Path):
     db = _db(run_dir)
     reg = CollectorRegistry()
     try:  # the inventory's name (a mock's inventory file is always inventory.yaml): the run's summary has it
-        summary: RunSummary | None = RunSummary.from_dict(json.loads((run_dir / "summary.json").read_text()))
+        summary: RunSummary | None = load_summary(run_dir)
     except (OSError, ValueError, TypeError):
         summary = None
     row = db.execute("SELECT run_id, playbook, inventory, status, time_scale FROM run").fetchone()
-    if row is None:  # the run failed before it wrote its row (a refused lock, a bad mock): what the summary says
+    if row is None:  # killed before it wrote its row: what the summary (or its recovery) says
         row = (run_dir.name, getattr(summary, "playbook", "") or "", "", getattr(summary, "status", "") or "unknown", "")
     (run_id, playbook, inventory, status, scale) = row
     inv_name = summary.inventory if summary is not None else None

@@ -24,19 +24,20 @@ def _png(fig) -> str:
 
 
 def build(run_dir: Path) -> str:
-    """The report's HTML for the run in ``run_dir`` (its metrics.db and summary.json). Raises
-    UsageError when either is missing or unreadable."""
+    """The report's HTML for the run in ``run_dir`` (its metrics.db and summary.json; a run that
+    crashed before writing its summary is reported from what :func:`mfctl.runtime.rundir.recover`
+    finds). Raises UsageError when metrics.db is missing or either is unreadable."""
     import matplotlib
 
     matplotlib.use("Agg")
 
     from mfctl.errors import UsageError
     from mfctl.metrics.export import _db
-    from mfctl.runtime.summary import RunSummary
+    from mfctl.runtime.rundir import load_summary
 
     db = _db(run_dir)
     try:
-        summary = RunSummary.from_dict(json.loads((run_dir / "summary.json").read_text()))
+        summary = load_summary(run_dir)
     except (OSError, ValueError, TypeError) as e:  # missing, not UTF-8, not JSON, not a summary
         raise UsageError(f"{run_dir / 'summary.json'}: not a readable run summary ({e})") from None
     rows = db.execute("SELECT iteration, seconds, tokens, epoch, paused FROM iterations WHERE host = "

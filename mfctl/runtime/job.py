@@ -33,7 +33,7 @@ from mfctl.lock import TestbedLock
 from mfctl.metrics.store import MetricsStore, index_run
 from mfctl.observer import NullObserver
 from mfctl.ocs.journal import Journal
-from mfctl.runtime import health_gate
+from mfctl.runtime import health_gate, rundir
 from mfctl.runtime.controller import Controller
 from mfctl.runtime.launcher import Launcher, launcher_for
 from mfctl.runtime.plan import RunPlan, plan_run
@@ -89,6 +89,7 @@ class Job:
         self.record = RunRecord()  # what the run learns, the OCS's state included
         self.t_train0: float | None = None
         self._aborting = False
+        self.started = False  # holds the testbed lock: from here on the run keeps its directory
         self._stack = contextlib.ExitStack()  # teardown: what was acquired, in reverse
 
     # ---------------------------------------------------------------------------------
@@ -100,7 +101,10 @@ class Job:
 
     def run(self) -> dict:
         """Run the job; return the summary (``RunSummary.to_dict()`` with ``exit_code``).
-        ConfigError propagates before anything is started or written."""
+        ConfigError propagates before anything is started or written. A run refused before it
+        started (its mock would not start, a hand-started mock's time scale, the testbed lock held)
+        leaves no run directory — one rule with a playbook that does not fit: the error is the
+        command's (and in the log file); a run that started keeps its directory however it ends."""
         if self.plan is None:
             self.prepare()
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -120,7 +124,11 @@ class Job:
                 log.info("run %s %s after %d iterations, %d reconfiguration(s)%s", self.run_id, status,
                          len(self.record.iterations), len(self.record.reconfigs), f": {err}" if err else "")
                 logging.getLogger("mfctl").removeHandler(fh)
-                self._write_records(summary, code)
+                fh.close()
+                if self.started:
+                    self._write_records(summary, code)
+                else:
+                    self._discard_run_dir(summary)
         summary.exit_code = code
         return summary.to_dict() | {"exit_code": code}
 
@@ -130,7 +138,16 @@ class Job:
         self.store.end_run(self.run_id, summary.status, code, summary)
         self.store.close()
         (self.run_dir / "summary.json").write_text(summary.to_json())
+        rundir.remove_pid(self.run_dir)
         index_run(self.runs_dir, summary)
+
+    def _discard_run_dir(self, summary: RunSummary) -> None:
+        """A run refused before it started: no directory, no runs-index row (see :meth:`run`)."""
+        import shutil
+
+        self.store.close()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        summary.run_dir = ""
 
     def _run_to_an_end(self) -> tuple[str, int, str | None]:
         """``(status, exit code, error)`` of the phases; anything but an interrupt or an
@@ -161,11 +178,13 @@ class Job:
         stack.callback(self.testbed.stop)
         self.inv = inv = load_inventory(inv_path)
         self.testbed.check(inv)
-        self.store.start_run(self.run_id, pb.source or pb.name, inv.source, self.scale)
-        self.journal.append("run.start", run_id=self.run_id, playbook=pb.source, inventory=inv.source)
         self.plan = plan_run(pb, inv)
         ctx = Context.from_settings(inv)
         stack.enter_context(TestbedLock(inv.name, f"mfctl run {pb.name} ({self.run_id})"))
+        self.started = True
+        rundir.write_pid(self.run_dir)
+        self.store.start_run(self.run_id, pb.source or pb.name, inv.source, self.scale)
+        self.journal.append("run.start", run_id=self.run_id, playbook=pb.source, inventory=inv.source)
         pool = stack.enter_context(ctx.pool())
         self.links = LinkPoller.for_run(stack.enter_context(ctx.pool()), linkup_timeout_s=pb.runtime.linkup_timeout_s,
                                         scale=self.scale, command_timeout_s=ctx.command_timeout)

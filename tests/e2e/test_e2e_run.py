@@ -191,9 +191,11 @@ def test_lock_held_exits_5(tmp_path):
         with HeldLock(inv.name, "someone else"):
             s = Job(pb, inventory_override=mock["inventory"], runs_dir=str(tmp_path / "runs")).run()
         assert s["exit_code"] == 5 and "locked" in s["error"]
+        assert s["run_dir"] == "" and list((tmp_path / "runs").iterdir()) == []  # refused before it started: no run
         with DeviceLock(known_identity(inv).key, "someone else's ocs apply"):
             s = Job(pb, inventory_override=mock["inventory"], runs_dir=str(tmp_path / "runs")).run()
         assert s["exit_code"] == 5 and "someone else's ocs apply" in s["error"] and s["iterations"] == 0
+        assert (Path(s["run_dir"]) / "summary.json").is_file()  # it held the testbed lock: a run that failed
     finally:
         mockctl.stop(tmp_path / "mock")
 
@@ -279,6 +281,9 @@ def test_a_run_killed_with_9_does_not_leave_its_mock_behind(tmp_path, cli_env):
     mock_dir = next(runs.glob("*/mock"))
     st = mockctl.status(mock_dir)
     assert st is not None and len(live_processes(b"mfctl.mock.simruntime")) == 4
+    listed = lambda: json.loads(subprocess.run(mfctl_cmd("runs", "list", "--json"), capture_output=True, text=True,  # noqa: E731
+                                               env=cli_env, timeout=60).stdout)["runs"]
+    assert [r["status"] for r in listed()] == ["running"]  # no summary.json yet, its mfctl run alive
     p.kill()
     p.wait(timeout=10)
     wait_until(lambda: mockctl.status(mock_dir) is None and not _pid_alive(st["pid"]), timeout=30, what="the mock to stop")
@@ -286,6 +291,20 @@ def test_a_run_killed_with_9_does_not_leave_its_mock_behind(tmp_path, cli_env):
     # (sshd overwrites its environment with its title: its command line names the mock's directory)
     wait_until(lambda: not [d for d in Path("/proc").glob("[0-9]*/cmdline") if _reads(d, str(mock_dir).encode())],
                timeout=10, what="the mock's sshds to stop")
+    # issue 17 item 6: the run without its summary.json is listed, shown, reported and exported
+    (run,) = listed()
+    assert run["status"] == "crashed" and run["iterations"] >= 2 and run["playbook"] == "pb.yaml"
+    shown = subprocess.run(mfctl_cmd("runs", "show", "latest", "--json"), capture_output=True, text=True, env=cli_env)
+    s = json.loads(shown.stdout)
+    assert shown.returncode == 0 and s["status"] == "crashed" and s["run_id"] == run["run_id"]
+    assert s["error"] == "the run ended without writing summary.json (killed or crashed); figures recovered from metrics.db"
+    assert s["iterations"] == run["iterations"] and s["tokens_per_s"] > 0
+    text = subprocess.run(mfctl_cmd("runs", "show", run["run_id"]), capture_output=True, text=True, env=cli_env).stdout
+    assert "crashed" in text and "killed or crashed" in " ".join(text.split())
+    rep = subprocess.run(mfctl_cmd("runs", "report"), capture_output=True, text=True, env=cli_env, timeout=120)
+    assert rep.returncode == 0 and Path(rep.stdout.strip()).read_text().count("crashed") >= 1, rep.stderr
+    exp = subprocess.run(mfctl_cmd("metrics", "export"), capture_output=True, text=True, env=cli_env, timeout=60)
+    assert exp.returncode == 0 and f"mfctl_iterations_total {float(run['iterations'])}" in exp.stdout
 
 
 def _pid_alive(pid: int) -> bool:
