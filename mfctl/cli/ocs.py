@@ -87,18 +87,25 @@ def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool,
         for w in change_warnings(drv):
             print_error(w, "warning")
         confirm(f"apply {len(d.delete)} deletion(s) and {len(d.add)} addition(s) on {inv.ocs.name}?", yes)
+        res, interrupted = None, False
         try:
             with DeferSignals():  # Ctrl-C waits until the change is applied and read back
                 res = (drv.disconnect_all(confirm=True, reason=what) if what == "disconnect all"
                        else drv.apply(desired, reason=what))
         except KeyboardInterrupt:
-            print_error("interrupted after the change was applied and read back (see mfctl ocs journal)", "warning")
-            raise
+            if res is None:
+                raise
+            interrupted = True  # held until the change was applied and read back: say what was done, then 130
         if json_out:
-            emit_json(result | {"changed": True, "result": res.to_dict()})
+            emit_json(result | {"changed": True, "result": res.to_dict(), "interrupted": interrupted})
         else:
-            out_console().print(f"applied in {res.t_switch_ms:.1f} ms, read back and verified "
-                                f"({len(res.readback)} cross-connects; journal {journal.path})", highlight=False)
+            out_console().print(f"applied {len(d.delete)} deletion(s) and {len(d.add)} addition(s) in "
+                                f"{res.t_switch_ms:.1f} ms, read back and verified ({len(res.readback)} cross-connects; "
+                                f"journal {journal.path})", highlight=False)
+        if interrupted:
+            print_error("interrupted: the change above was applied and read back first; nothing else was done",
+                        "warning")
+            raise typer.Exit(ExitCode.INTERRUPTED)
 
 
 @app.command()

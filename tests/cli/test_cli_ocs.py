@@ -32,3 +32,37 @@ def test_disconnect_needs_lanes_or_all_but_not_both(tmp_path):
 
 def test_alarms_wait_is_bounded(tmp_path):
     assert invoke("ocs", "alarms", "-i", tmp_path / "none.yaml", "--wait", "3601").exit_code == 2
+
+
+def test_ctrl_c_during_ocs_apply_says_what_was_applied_and_verified_then_exits_130(tmp_path, monkeypatch):
+    """issue 17 item 10: Ctrl-C is held until the change is read back; the operator is then told
+    what was applied and verified (not only "interrupted"), exit 130; the OCS holds the change."""
+    import os
+    import signal
+
+    from typer.testing import CliRunner
+
+    from mfctl import mockctl
+    from mfctl.cli.app import build
+    from mfctl.ocs import driver as ocs_driver
+    from support import PROTOTYPE
+
+    real_apply = ocs_driver.OCSDriver.apply
+
+    def apply_then_ctrl_c(self, *a, **k):
+        os.kill(os.getpid(), signal.SIGINT)  # arrives while the change is on its way: deferred
+        return real_apply(self, *a, **k)
+
+    monkeypatch.setattr(ocs_driver.OCSDriver, "apply", apply_then_ctrl_c)
+    st = mockctl.start(PROTOTYPE, tmp_path / "mock", time_scale=100)
+    try:
+        r = CliRunner().invoke(build(), ["ocs", "connect", "gpu01/nic0", "gpu02/nic0", "-i", st["inventory"], "--yes"])
+        out = " ".join((r.stdout + r.stderr).split())
+        assert r.exit_code == 130, out
+        assert "applied 0 deletion(s) and 2 addition(s) in" in out and "read back and verified (2 cross-connects" in out
+        assert "interrupted: the change above was applied and read back first" in out
+        monkeypatch.setattr(ocs_driver.OCSDriver, "apply", real_apply)
+        r = CliRunner().invoke(build(), ["ocs", "show", "-i", st["inventory"], "--json"])
+        assert len(json.loads(r.stdout)["cross_connects"]) == 2
+    finally:
+        mockctl.stop(tmp_path / "mock")
