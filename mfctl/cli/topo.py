@@ -134,13 +134,58 @@ def plan_cmd(traffic: Path = TRAFFIC_ARG, kind: str = KIND_OPT, inventory: Path 
         con.print(f"  {c['a']} ↔ {c['b']}: cross-connects {c['cross_connects']}", highlight=False)
 
 
+def _is_lane_topology(path: Path) -> bool:
+    """``path`` is a topology of ports and lanes as ``mfctl ocs apply`` takes it (YAML, or JSON with
+    ``cross_connects`` or ``circuits`` of lane pairs), not a circuit-matrix file."""
+    import json
+
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return True
+    if path.suffix.lower() != ".json" or not path.is_file():
+        return False
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False  # the matrix loader says what is wrong with it
+    circ = doc.get("circuits") if isinstance(doc, dict) else None
+    return isinstance(doc, dict) and ("cross_connects" in doc or (
+        isinstance(circ, list) and bool(circ) and all(isinstance(c, list) and all(isinstance(x, str) for x in c) for c in circ)))
+
+
+def _topology_matrix(t: str, n: int, inventory, hosts, load_topology):
+    """The ``[n, n]`` circuit matrix of topology file ``t``: a circuit-matrix file, or (with the
+    inventory) one of ports and lanes as ``ocs apply`` takes it — one format from plan to apply."""
+    import numpy as np
+
+    from mfctl.errors import UsageError
+
+    if not _is_lane_topology(Path(t)):
+        return load_topology(t, n)
+    if inventory is None:
+        raise UsageError(f"{t} names OCS ports and lanes: give the inventory (-i) to count its circuits per server")
+    from mfctl.fabric.mapping import circuits_from_cross_connects, region_lanes
+    from mfctl.inventory import load_inventory
+    from mfctl.ocs.service import PortMap, load_topology_file
+
+    inv = load_inventory(inventory)
+    desired = load_topology_file(PortMap.from_inventory(inv), t)
+    idx = {h: i for i, h in enumerate(hosts)}
+    C = np.zeros((n, n), dtype=int)
+    for c in circuits_from_cross_connects(region_lanes(inv, hosts), desired):
+        i, j = idx[c.a.host], idx[c.b.host]
+        C[i, j] += 1
+        C[j, i] += 1
+    return C
+
+
 @app.command("eval")
 @handle_errors
 def eval_cmd(traffic: Path = TRAFFIC_ARG, kind: str = KIND_OPT, inventory: Path = INV_OPT, region: str = REGION_OPT,
              ports: int = PORTS_OPT, lane_gbps: float = LANE_OPT, eps_gbps: float = EPS_OPT, tp: int = TP_OPT,
              gpus_per_server: int = GPS_OPT, hidden: int = HIDDEN_OPT, bytes_per_element: int = BPE_OPT,
              topology: list[str] = typer.Option(None, "--topology", "-t",
-                                                help="greedy, best, eps-only, uniform, or a circuit-matrix file; repeat. "
+                                                help="greedy, best, eps-only, uniform, a circuit-matrix file, or "
+                                                     "(with -i) a topology file as ocs apply takes it; repeat. "
                                                      "Default: all named ones."),
              json_out: bool = JSON_OPT):
     """Compare topologies on a traffic matrix by estimated all-to-all completion time (EPS fallback)."""
@@ -161,7 +206,7 @@ def eval_cmd(traffic: Path = TRAFFIC_ARG, kind: str = KIND_OPT, inventory: Path 
              "uniform": lambda: greedy(np.ones((n, n)) - np.eye(n), ports_v)}
     rows = []
     for t in topology or list(named):
-        C = named[t]() if t in named else load_topology(t, n)
+        C = named[t]() if t in named else _topology_matrix(t, n, inventory, hosts, load_topology)
         if (C.sum(axis=1) > ports_v).any():
             from mfctl.errors import ConfigError
             raise ConfigError(f"topology {t} uses more circuits than a server has OCS ports ({ports_v.tolist()})")

@@ -127,13 +127,19 @@ def without(pm: PortMap, current: dict[int, int], endpoints: list[str]) -> dict[
 
 def load_topology_file(pm: PortMap, path: str | Path) -> dict[int, int]:
     """A desired OCS state: YAML/JSON with ``cross_connects: [[in, out], ...]`` and/or
-    ``circuits: [[LANE_A, LANE_B], ...]``, or the saved output of ``mfctl ocs show --json``.
+    ``circuits: [[LANE_A, LANE_B], ...]``, or the saved output of ``mfctl ocs show --json`` or of
+    ``mfctl topo plan -i INVENTORY --json`` (its cross-connects).
     Every port may be used once. An empty state must be written explicitly
     (``cross_connects: []``). Raises ConfigError with file and line."""
     from mfctl.inventory.loader import load_yaml_with_lines
 
     src = str(path)
     data, lines = load_yaml_with_lines(path)
+    if isinstance(data, dict) and data.get("schema") == "mfctl.topo.plan/v1":  # `mfctl topo plan -i INV --json`, saved
+        if "cross_connects" not in data:
+            raise ConfigError("a topo plan made without an inventory has no cross-connects (mfctl topo plan TRAFFIC "
+                              "-i INVENTORY --json)", path=src, line=1)
+        data = {"cross_connects": data["cross_connects"]}  # (its 'circuits' is the server circuit matrix)
     if isinstance(data, dict) and data.get("schema") == "mfctl.ocs.show/v1":  # `mfctl ocs show --json`, saved
         xcs = data.get("cross_connects")
         data = {"cross_connects": [[x.get("in"), x.get("out")] if isinstance(x, dict) else x for x in xcs]

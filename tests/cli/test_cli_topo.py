@@ -1,6 +1,7 @@
 """mfctl topo plan|eval in process (CliRunner): the JSON shapes, the rates they plan with, usage errors."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -113,3 +114,31 @@ def test_bad_ocs_arguments_are_refused_before_the_ocs_is_reached(tmp_path, monke
     bad.write_text("cross_connects:\n  - [1, 999]\n")
     r = invoke("ocs", "apply", bad, "-i", PROTOTYPE, "--dry-run")
     assert r.exit_code == 3 and "t.yaml:2" in r.stderr and "not an output port" in r.stderr
+
+
+def test_one_topology_format_from_plan_through_eval_to_apply(mock_testbed, cli_env, tmp_path):
+    """issue 17 item 16: ``topo plan -i --json`` goes into ``ocs apply`` (its cross-connects) and
+    ``topo eval -t``; the sample file ``ocs apply`` takes goes into ``topo eval -t`` too."""
+    import subprocess
+
+    from support import ROOT, mfctl_cmd
+
+    inv = mock_testbed.inventory
+    m = np.array([[0, 5, 1, 2], [5, 0, 2, 1], [1, 2, 0, 5], [2, 1, 5, 0]]) * 1e9
+    np.save(tmp_path / "t.npy", m)
+    run = lambda *a: subprocess.run(mfctl_cmd(*a), capture_output=True, text=True, env=cli_env, timeout=60)  # noqa: E731
+    r = run("topo", "plan", tmp_path / "t.npy", "-i", inv, "--json")
+    plan_doc = json.loads(r.stdout)
+    (tmp_path / "plan.json").write_text(r.stdout)
+    r = run("ocs", "apply", tmp_path / "plan.json", "-i", inv, "--dry-run", "--json")
+    assert r.returncode == 6, r.stderr  # it would change the (empty) OCS: exactly the plan's cross-connects
+    assert sorted(json.loads(r.stdout)["diff"]["add"]) == sorted(plan_doc["cross_connects"])
+    sample = ROOT / "examples" / "topology-prototype.yaml"
+    assert run("ocs", "apply", sample, "-i", inv, "--dry-run").returncode == 6
+    r = run("topo", "eval", tmp_path / "t.npy", "-i", inv, "-t", sample, "-t", tmp_path / "plan.json", "-t", "best", "--json")
+    rows = {Path(t["topology"]).name: t for t in json.loads(r.stdout)["topologies"]}
+    assert rows["topology-prototype.yaml"]["circuit_count"] == 6 and rows["plan.json"]["circuit_count"] == 6
+    assert rows["plan.json"]["objective_s"] == rows["best"]["objective_s"] == plan_doc["objective_s"]
+    assert rows["topology-prototype.yaml"]["circuits"] == [[0, 1, 1, 1], [1, 0, 1, 1], [1, 1, 0, 1], [1, 1, 1, 0]]
+    r = run("topo", "eval", tmp_path / "t.npy", "-t", sample)
+    assert r.returncode == 2 and "give the inventory (-i)" in r.stderr
