@@ -7,6 +7,8 @@ factory mock of the test's own. Skips where root, Slurm, munge or sshd are missi
 
 import json
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -58,22 +60,35 @@ def _node(cluster, name) -> dict:
 def test_real_slurm_drain_waits_for_the_job_and_resumes_only_its_own(site, tmp_path):
     cluster, inv, env = site
     job = cluster.run("sbatch", "--parsable", "-p", "gpu", "-w", "gpu01", "-N1", "-o", str(tmp_path / "o-%j"),
-                      "--wrap", "sleep 15", check=True).stdout.strip()
+                      "--wrap", "sleep 300", check=True).stdout.strip()
     wait_until(lambda: "JobState=RUNNING" in cluster.run("scontrol", "-o", "show", "job", job).stdout, timeout=30,
                what="the job running on gpu01")
     cluster.run("scontrol", "update", "nodename=gpu02", "state=drain", "reason=bad DIMM", check=True)
+    seen: list[str] = []
+
+    def end_the_job_once_drained():  # the job ends only once mfctl's drain is in place: apply must wait for it
+        wait_until(lambda: "DRAIN" in (st := _node(cluster, "gpu01")["State"]) and not seen.append(st), timeout=200,
+                   interval=0.2, what="gpu01 draining")
+        time.sleep(2)
+        cluster.run("scancel", job, check=True)
+
+    t = threading.Thread(target=end_the_job_once_drained, daemon=True)
+    t.start()
     r = subprocess.run(mfctl_cmd("provision", "apply", SPEC, "-i", inv, "--hosts", "gpu01,gpu02", "--yes", "--json"),
                        capture_output=True, text=True, env=env, timeout=240)
+    t.join(10)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert seen[-1] == "MIXED+DRAIN"  # drained while the job ran: draining, not drained
     doc = json.loads(r.stdout)
     h = {x["host"]: x for x in doc["hosts"]}
     assert h["gpu01"]["verified"] and h["gpu02"]["verified"]
     n1 = h["gpu01"]["notes"]
     assert n1[0] == f"gpu01 drained in Slurm (mfctl provision {doc['run']}: NIC firmware reset)"
-    assert any(n.startswith("gpu01: waited ") and n.endswith("(MIXED+DRAIN → IDLE+DRAIN)") for n in n1), n1
+    waited = [n for n in n1 if n.startswith("gpu01: waited ")]
+    assert len(waited) == 1 and "(MIXED+DRAIN → " in waited[0] and waited[0].endswith(" → IDLE+DRAIN)"), n1
     assert n1[-1] == "gpu01 resumed in Slurm"
     assert h["gpu02"]["notes"] == ["gpu02 was already drained by someone else (bad DIMM): it stays drained"]
-    assert "JobState=COMPLETED" in cluster.run("scontrol", "-o", "show", "job", job).stdout
+    assert "JobState=CANCELLED" in cluster.run("scontrol", "-o", "show", "job", job).stdout
     assert _node(cluster, "gpu01")["State"] == "IDLE"
     n2 = _node(cluster, "gpu02")
     assert n2["State"] == "IDLE+DRAIN" and n2["Reason"].startswith("bad DIMM [root@")
