@@ -188,8 +188,11 @@ def parse_alarm(line: str) -> dict:
     aid, _, rest = line.partition(":")
     body, _, descr = rest.partition(":")
     f = body.split(",") + [""] * 7
+    # the description is quoted inside the quoted TL1 line (\"Loss of signal\"): whichever of the
+    # quotes the caller stripped, none is left in it
+    descr = descr.strip().replace('\\"', '"').strip().strip('"').rstrip("\\").strip()
     return {"aid": aid, "severity": f[0], "condition": f[1], "service": f[2], "date": f[3], "time": f[4],
-            "location": f[5], "direction": f[6], "description": descr.strip().strip('"').replace('\\"', "").strip('"'),
+            "location": f[5], "direction": f[6], "description": descr,
             "raw": line}
 
 

@@ -388,3 +388,23 @@ def test_threshold_overrides_are_checked_alone_and_together():
             thresholds(bad)
     with pytest.raises(KeyError):
         thresholds({"nope": 1})
+
+
+def test_many_ports_with_one_alarm_fold_into_one_finding_and_one_row():
+    """issue 17 item 17: 372 dark cross-connects were ~760 rows; the same alarm on many ports is one
+    finding naming the port range, and so are the connected-but-dark outputs."""
+    from mfctl.health.checks import ocs as ocs_check
+    from mfctl.inventory import load_inventory
+    from support import PROTOTYPE
+
+    los = [f'{p}:MJ,LOS,SA,11-30,03-30-00,NEND,RCV:\\"Loss of signal\\"' for p in [*range(397, 769), 800]]
+    state = {"standing": [*los, '5:MN,HITEMP,NSA,11-30,03-30-00,NEND,RCV:\\"High temperature\\"',
+                          'SHELF-1:CR,PWR,SA,11-30,03-30-00,NEND,NA:\\"Power supply\\"'],
+             "dark_outputs": [*range(397, 769), 800]}
+    hh = ocs_check.judge(load_inventory(PROTOTYPE), state)
+    assert [(f.code, f.component, f.message) for f in hh.findings] == [
+        ("ocs.alarm", "SHELF-1", "standing alarm SHELF-1: CR PWR — Power supply"),
+        ("ocs.alarm", "port[397-768,800]", "standing alarm ports 397-768,800: MJ LOS — Loss of signal (373 ports)"),
+        ("ocs.alarm", "port5", "standing alarm port 5: MN HITEMP — High temperature"),
+        ("ocs.dark_port", "port[397-768,800]", "output ports 397-768,800 are connected but dark (373 ports)")]
+    assert len(hh.findings[1].value) == 373 and hh.findings[3].value[-1] == 800

@@ -31,18 +31,56 @@ def read_state(ctx) -> dict:
     return {"standing": al["standing"], "dark_outputs": [p for p, v in power.items() if v is None]}
 
 
-def _alarm(host: str, a) -> Finding:
-    m = re.match(r'^\s*"?([^:\s"]+):', str(a))  # TL1: AID:NTFCNCDE,CONDTYPE,... (the AID is the port)
-    aid, text = None, str(a)
-    if m:
-        from mfctl.ocs.service import parse_alarm
+def _ports(ports: list[int]) -> str:
+    """``397-768,800`` for those ports (ClusterShell's range syntax, as host sets are written)."""
+    from ClusterShell.RangeSet import RangeSet
 
-        aid = m.group(1)
-        f = parse_alarm(str(a).strip().strip('"'))
-        text = (f"{'port ' if aid.isdigit() else ''}{aid}: {f['severity']} {f['condition']}"
-                + (f" — {f['description']}" if f["description"] else ""))
-    return Finding(host, "critical", GROUP, f"standing alarm {text}", "ocs.alarm",
-                   component=f"port{aid}" if aid and aid.isdigit() else aid, value=a, source=NAME)
+    return str(RangeSet.fromlist([str(p) for p in ports]))
+
+
+def _alarms(host: str, standing: list) -> list[Finding]:
+    """One finding per kind of standing alarm (severity, condition, description), its ports folded
+    (``ports 397-768: MJ LOS — Loss of signal (372 ports)``: a dark half of the switch is one line,
+    not 372); an alarm on a non-port AID (the shelf, a PSU) is its own."""
+    from mfctl.ocs.service import parse_alarm
+
+    groups: dict[tuple, list[tuple[int, object]]] = {}
+    out: list[Finding] = []
+    for a in standing:
+        m = re.match(r'^\s*"?([^:\s"]+):', str(a))  # TL1: AID:NTFCNCDE,CONDTYPE,... (the AID is the port)
+        if not m:
+            out.append(Finding(host, "critical", GROUP, f"standing alarm {a}", "ocs.alarm", value=a, source=NAME))
+            continue
+        aid, f = m.group(1), parse_alarm(str(a).strip().strip('"'))
+        what = f"{f['severity']} {f['condition']}" + (f" — {f['description']}" if f["description"] else "")
+        if not (aid.isascii() and aid.isdigit()):
+            out.append(Finding(host, "critical", GROUP, f"standing alarm {aid}: {what}", "ocs.alarm", component=aid,
+                               value=a, source=NAME))
+            continue
+        groups.setdefault((what,), []).append((int(aid), a))
+    for (what,), items in groups.items():
+        items.sort(key=lambda x: x[0])
+        ports = [p for p, _ in items]
+        if len(items) == 1:
+            out.append(Finding(host, "critical", GROUP, f"standing alarm port {ports[0]}: {what}", "ocs.alarm",
+                               component=f"port{ports[0]}", value=items[0][1], source=NAME))
+        else:
+            r = _ports(ports)
+            out.append(Finding(host, "critical", GROUP, f"standing alarm ports {r}: {what} ({len(ports)} ports)",
+                               "ocs.alarm", component=f"port[{r}]", value=[a for _, a in items], source=NAME))
+    return out
+
+
+def _dark(host: str, ports: list[int]) -> list[Finding]:
+    """Connected output ports with no light: one finding (a port, or the ports folded)."""
+    if len(ports) == 1:
+        return [Finding(host, "critical", GROUP, f"output port {ports[0]} is connected but dark", "ocs.dark_port",
+                        component=f"port{ports[0]}", value=ports[0], source=NAME)]
+    if not ports:
+        return []
+    r = _ports(sorted(ports))
+    return [Finding(host, "critical", GROUP, f"output ports {r} are connected but dark ({len(ports)} ports)",
+                    "ocs.dark_port", component=f"port[{r}]", value=sorted(ports), source=NAME)]
 
 
 def judge(inv, state: dict) -> HostHealth:
@@ -51,7 +89,6 @@ def judge(inv, state: dict) -> HostHealth:
     hh = HostHealth(name, reachable=state.get("error") is None, kind="ocs")
     if state.get("error"):
         hh.findings.append(Finding(name, "critical", GROUP, state["error"], "ocs.unreachable", source=NAME))
-    hh.findings += [_alarm(name, a) for a in state.get("standing", [])]
-    hh.findings += [Finding(name, "critical", GROUP, f"output port {p} is connected but dark", "ocs.dark_port",
-                            component=f"port{p}", value=p, source=NAME) for p in state.get("dark_outputs", [])]
+    hh.findings += _alarms(name, state.get("standing", []))
+    hh.findings += _dark(name, list(state.get("dark_outputs", [])))
     return hh
