@@ -8,6 +8,8 @@ the mock's firmware refuses a split the card does not offer."""
 import json
 import subprocess
 
+import pytest
+
 from mfctl import mockctl
 from support import ROOT, mfctl_cmd, wait_until
 
@@ -24,6 +26,7 @@ def _exec(run, inv, host, *argv) -> dict:
     return doc["results"][0] if "results" in doc else doc
 
 
+@pytest.mark.timeout(400)  # two applies of 4 factory hosts and the optics check: ~70 s alone, more on a loaded suite
 def test_the_breakout_inventory_converges_from_the_factory_and_is_judged_per_sub_port(tmp_path, cli_env, monkeypatch):
     monkeypatch.setenv("MFCTL_STATE_DIR", cli_env["MFCTL_STATE_DIR"])
     st = mockctl.start(BREAKOUT, tmp_path / "mock", time_scale=1000, factory=True)
@@ -81,6 +84,7 @@ def test_the_breakout_inventory_converges_from_the_factory_and_is_judged_per_sub
         mockctl.stop(tmp_path / "mock")
 
 
+@pytest.mark.timeout(300)  # one apply of one factory host: ~35 s alone on 2 loaded cores
 def test_a_lane_named_with_the_switch_convention_is_a_finding_with_both_names(tmp_path, cli_env, monkeypatch):
     """The issue's failure: the plan predicted the split netdevs' names, the reset made others, and
     MTU/address failed "Cannot find device" — then the next plan targeted the vanished device. Now
