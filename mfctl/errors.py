@@ -36,10 +36,20 @@ class ConfigError(MfctlError):
 
     exit_code = ExitCode.CONFIG
 
-    def __init__(self, message: str, *, path: str | None = None, line: int | None = None):
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
+                 more: list[tuple[int | None, str]] | None = None):
+        """``more``: the file's other problems, ``(line, message)`` each: every one is said (one
+        per line after the first) and listed in :meth:`to_dict`'s ``problems``."""
         self.path, self.line = path, line
-        where = f"{path}:{line}: " if path and line else (f"{path}: " if path else "")
-        super().__init__(f"{where}{message}")
+        self.problems = [(line, message), *(more or [])]
+        where = lambda ln: f"{path}:{ln}: " if path and ln else (f"{path}: " if path else "")  # noqa: E731
+        text = f"{where(line)}{message}"
+        if more:
+            text += f" ({len(more)} more problem(s) below)" + "".join(f"\n  {where(ln)}{m}" for ln, m in more)
+        super().__init__(text)
+
+    def to_dict(self) -> dict:
+        return super().to_dict() | {"problems": [{"path": self.path, "line": ln, "message": m} for ln, m in self.problems]}
 
 
 class UsageError(MfctlError):

@@ -102,12 +102,30 @@ def load_yaml_with_lines(path: str | Path, raw: bytes | None = None) -> tuple[An
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         what = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"YAML: {what}", path=src, line=mark.line + 1 if mark else None) from None
+        at: int | None = mark.line + 1 if mark else None
+        quote = _unclosed_quote(text, at)
+        if quote and quote != at:  # where the parser stopped is lines after the slip
+            what += f" (an unclosed quote on line {quote}?)"
+        raise ConfigError(f"YAML: {what}", path=src, line=at) from None
     except RecursionError:  # PyYAML's pure-Python composer (no libyaml) on very deep nesting
         raise ConfigError(f"nested more than {MAX_DEPTH} levels deep", path=src) from None
     finally:
         loader.dispose()
     return data, lines
+
+
+def _unclosed_quote(text: str, upto: int | None) -> int | None:
+    """The first line before ``upto`` whose double or single quotes do not pair up (outside a
+    comment), where a quoted scalar that swallowed the following lines began; None if none."""
+    import re
+
+    for no, ln in enumerate(text.splitlines()[: upto or None], 1):
+        body = re.sub(r"\s#.*$", "", ln.replace('\\"', ""))
+        if body.lstrip().startswith("#"):
+            continue
+        if body.count('"') % 2 or (body.count("'") % 2 and '"' not in body):
+            return no
+    return None
 
 
 def _line_for(loc: Loc, lines: dict[Loc, int]) -> int | None:
@@ -134,17 +152,65 @@ def validate_model(model: type[M], data: Any, lines: dict[Loc, int], src: str) -
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        errs = e.errors()
-        first = errs[0]
-        loc = _doc_loc(tuple(first["loc"]))
-        msg = first["msg"]
-        if first["type"] == "extra_forbidden":
-            msg = f"unknown key {loc[-1]!r}"
-        elif first["type"] == "union_tag_invalid":
-            msg = f"unknown kind {first['input'].get('kind')!r}; expected one of {first['ctx'].get('expected_tags')}"
+        problems = _problems(e.errors(), model)
+        (loc, msg), rest = problems[0], problems[1:]
+        raise ConfigError(msg if not loc else f"{_fmt_loc(loc)}: {msg}", path=src, line=_line_for(loc, lines),
+                          more=[(_line_for(lc, lines), f"{_fmt_loc(lc)}: {m}") for lc, m in rest]) from None
+
+
+def _model_at(model, loc: Loc):
+    """The pydantic model class that holds the key at ``loc`` (its parent's), or None — through
+    lists, dicts, optionals and unions of models (the first one that has the next key)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    def models(ann) -> list:
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            return [ann]
+        return [m for a in typing.get_args(ann) for m in models(a)]
+
+    current = [model]
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        nxt = [m for c in current if (f := c.model_fields.get(str(part))) is not None for m in models(f.annotation)]
+        if not nxt:
+            return None
+        current = nxt
+    return current[0] if current else None
+
+
+def _problems(errs: list, model=None) -> list[tuple[Loc, str]]:
+    """pydantic's errors as ``(location, message)``, every one: unknown keys first (a misspelled
+    key is why a required one is "missing": ``unknown key 'trainig' (did you mean 'training'?)``,
+    and the "Field required" it explains is left out), then the others as pydantic found them."""
+    import difflib
+
+    unknown, other = [], []
+    missing: dict[Loc, list] = {}
+    for err in errs:
+        loc = _doc_loc(tuple(err["loc"]))
+        if err["type"] == "missing":
+            missing.setdefault(loc[:-1], []).append(loc[-1])
+    explained = set()
+    for err in errs:
+        loc = _doc_loc(tuple(err["loc"]))
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            holder = _model_at(model, loc) if model is not None else None
+            known = [str(m) for m in missing.get(loc[:-1], [])] or (list(holder.model_fields) if holder else [])
+            near = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+            if near:
+                explained.add(loc[:-1] + (near[0],))
+            unknown.append((loc, f"unknown key {loc[-1]!r}" + (f" (did you mean {near[0]!r}?)" if near else "")))
+            continue
+        if err["type"] == "union_tag_invalid":
+            msg = f"unknown kind {err['input'].get('kind')!r}; expected one of {err['ctx'].get('expected_tags')}"
             loc = loc + ("kind",)
-        more = f" (and {len(errs) - 1} more error(s))" if len(errs) > 1 else ""
-        raise ConfigError(f"{_fmt_loc(loc)}: {msg}{more}", path=src, line=_line_for(loc, lines)) from None
+        other.append((loc, msg))
+    other = [(loc, m) for loc, m in other if loc not in explained]
+    return unknown + other
 
 
 def _doc_loc(loc: Loc) -> Loc:
@@ -244,9 +310,9 @@ def load_checked(path: str | Path, model: type[M], check: Callable[[M], list[tup
     if check:
         problems = check(obj)
         if problems:
-            loc, msg = problems[0]
-            more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
-            raise ConfigError(msg + more, path=src, line=_line_for(loc, lines))
+            (loc, msg), rest = problems[0], problems[1:]
+            raise ConfigError(msg, path=src, line=_line_for(loc, lines),
+                              more=[(_line_for(lc, lines), m) for lc, m in rest])
     return obj
 
 

@@ -35,6 +35,8 @@ def check_address(v: str) -> str:
         return v
     except ValueError:
         pass
+    if re.fullmatch(r"[0-9.]+", v):  # a host name's last label is never all digits (RFC 3696 §2): a bad IPv4
+        raise ValueError(f"{v!r} is not an IPv4 address (four numbers 0-255) nor a host name")
     if not _HOSTNAME.match(v):
         raise ValueError(f"{v!r} is neither an IP address nor a host name")
     return v
