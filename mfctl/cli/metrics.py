@@ -13,15 +13,16 @@ RUNS_DIR_OPT = option("runs_dir", "--runs-dir", default=None, help="Where run di
 
 
 def latest_run(base: Path) -> Path:
-    """The newest run directory under ``base`` (:func:`mfctl.runtime.rundir.run_dirs`: ended,
-    crashed without its summary, or still running): what ``latest`` means for ``runs show``,
-    ``runs report``, ``metrics export|serve``. Raises UsageError when there is none."""
+    """The newest run under ``base`` that has ended, however it ended — with its summary, or
+    crashed without one (:mod:`mfctl.runtime.rundir`); a run still going is not ``latest`` (name
+    it by id). What ``latest`` means for ``runs show``, ``runs report``, ``metrics export|serve``.
+    Raises UsageError when there is none."""
     from mfctl.errors import UsageError
-    from mfctl.runtime.rundir import run_dirs
+    from mfctl.runtime.rundir import run_dirs, writer_alive
 
-    dirs = run_dirs(base)
+    dirs = [d for d in run_dirs(base) if (d / "summary.json").is_file() or not writer_alive(d)]
     if not dirs:
-        raise UsageError(f"no runs in {base}")
+        raise UsageError(f"no runs in {base}" + (" that have ended" if run_dirs(base) else ""))
     return dirs[-1]
 
 

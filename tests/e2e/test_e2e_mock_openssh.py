@@ -180,9 +180,9 @@ def test_the_cli_chooses_paramiko_by_flag_and_refuses_an_unknown_choice(tmp_path
         subprocess.run(mfctl_cmd("mock", "down", "--state-dir", sd), env=cli_env, timeout=60, capture_output=True)
     r = subprocess.run(mfctl_cmd("mock", "up", PROTOTYPE, "--state-dir", tmp_path / "bad", "--json"),
                        capture_output=True, text=True, env={**cli_env, "MFCTL_MOCK_SSHD": "dropbear"}, timeout=60)
-    assert r.returncode == 3
-    assert json.loads(r.stdout)["error"]["message"] == ("mock sshd must be one of auto, openssh, paramiko "
-                                                        "(--sshd, MFCTL_MOCK_SSHD), got 'dropbear'")
+    assert r.returncode == 2  # a usage error, before anything starts (the option takes the variable)
+    assert json.loads(r.stdout)["error"]["message"] == ("--sshd (MFCTL_MOCK_SSHD) must be one of auto, openssh, "
+                                                        "paramiko, got 'dropbear'")
 
 
 def test_an_injected_refusal_closes_connections_before_the_banner(tmp_path, cli_env):

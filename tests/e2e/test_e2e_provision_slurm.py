@@ -89,9 +89,10 @@ def test_real_slurm_drain_waits_for_the_job_and_resumes_only_its_own(site, tmp_p
     assert n1[-1] == "gpu01 resumed in Slurm"
     assert h["gpu02"]["notes"] == ["gpu02 was already drained by someone else (bad DIMM): it stays drained"]
     assert "JobState=CANCELLED" in cluster.run("scontrol", "-o", "show", "job", job).stdout
-    assert _node(cluster, "gpu01")["State"] == "IDLE"
+    # (+NOT_RESPONDING: slurmd on a loaded 2-core machine missed a ping; the drain flag is the point)
+    assert _node(cluster, "gpu01")["State"].split("+")[0] == "IDLE" and "DRAIN" not in _node(cluster, "gpu01")["State"]
     n2 = _node(cluster, "gpu02")
-    assert n2["State"] == "IDLE+DRAIN" and n2["Reason"].startswith("bad DIMM [root@")
+    assert n2["State"].replace("+NOT_RESPONDING", "") == "IDLE+DRAIN" and n2["Reason"].startswith("bad DIMM [root@")
     # the journal: gpu01's first NIC reset started only after the drain was done (the job had ended)
     recs = json.loads(subprocess.run(mfctl_cmd("provision", "journal", SPEC, "-i", inv, "--run", doc["run"], "--json"),
                                      capture_output=True, text=True, env=env, timeout=60).stdout)["records"]

@@ -152,6 +152,9 @@ def test_the_preflight_sweep_is_mfctl_healths(tmp_path):
         newer = tmp_path / "runs" / "29991231-235959-000000"
         newer.mkdir()
         (newer / "metrics.db").write_bytes((Path(s["run_dir"]) / "metrics.db").read_bytes())
+        from mfctl.runtime import rundir
+
+        rundir.write_pid(newer)  # this process writes it: running
         r = subprocess.run(mfctl_cmd("runs", "report", "latest"), capture_output=True, text=True, env=env)
         assert r.returncode == 0 and s["run_id"] in r.stdout  # one sweep, no reconfiguration: still a report
         assert 'id="health"' in Path(r.stdout.strip()).read_text()
@@ -280,7 +283,8 @@ def test_a_run_killed_with_9_does_not_leave_its_mock_behind(tmp_path, cli_env):
                timeout=60, what="training under way")
     mock_dir = next(runs.glob("*/mock"))
     st = mockctl.status(mock_dir)
-    assert st is not None and len(live_processes(b"mfctl.mock.simruntime")) == 4
+    assert st is not None
+    wait_until(lambda: len(live_processes(b"mfctl.mock.simruntime")) == 4, timeout=30, what="4 runtimes")
     listed = lambda: json.loads(subprocess.run(mfctl_cmd("runs", "list", "--json"), capture_output=True, text=True,  # noqa: E731
                                                env=cli_env, timeout=60).stdout)["runs"]
     assert [r["status"] for r in listed()] == ["running"]  # no summary.json yet, its mfctl run alive
