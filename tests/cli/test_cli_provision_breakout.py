@@ -13,6 +13,8 @@ import pytest
 from mfctl import mockctl
 from support import ROOT, mfctl_cmd, wait_until
 
+pytestmark = pytest.mark.usefixtures("paramiko_mock_hosts")  # conftest.py: ~2x faster, same provisioning
+
 SPEC = str(ROOT / "playbooks" / "provision.yaml")
 BREAKOUT = ROOT / "inventory" / "mfabric-breakout.yaml"
 

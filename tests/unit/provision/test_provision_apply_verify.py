@@ -22,6 +22,8 @@ from mfctl.transport.results import Results
 from mfctl.transport.ssh import CommandResult, SSHPool
 from support import PROTOTYPE, ROOT, mfctl_cmd, wait_until
 
+pytestmark = pytest.mark.usefixtures("paramiko_mock_hosts")  # conftest.py: ~2x faster, same provisioning
+
 SPEC = ROOT / "playbooks" / "provision.yaml"
 
 

@@ -15,6 +15,8 @@ from mfctl.provision import checks
 from mfctl.provision.models import load_spec
 from support import PROTOTYPE, ROOT, mfctl_cmd, wait_until
 
+pytestmark = pytest.mark.usefixtures("paramiko_mock_hosts")  # conftest.py: ~2x faster, same provisioning
+
 SPEC = ROOT / "playbooks" / "provision.yaml"
 
 #: ib_write_bw --report_gbits as printed by perftest (layout of public captures: ConnectX RoCE, GID

@@ -15,6 +15,8 @@ from mfctl.provision.models import load_spec
 from mfctl.transport.ssh import CommandResult
 from support import DATA, PROTOTYPE, ROOT, mfctl_cmd, wait_until
 
+pytestmark = pytest.mark.usefixtures("paramiko_mock_hosts")  # conftest.py: ~2x faster, same provisioning
+
 SPEC = ROOT / "playbooks" / "provision.yaml"
 
 
