@@ -1,7 +1,8 @@
 """Locks (filelock): one run (or change) at a time per testbed, and per device.
 
-- :class:`TestbedLock` — keyed by the inventory's name, in ``<state_dir>/locks/``: one run or
-  provisioning of a testbed's hosts at a time.
+- :class:`TestbedLock` — keyed by the inventory's name, in :func:`lock_dir` too: one run or
+  provisioning of a testbed's hosts at a time, whatever ``MFCTL_STATE_DIR`` each operator has
+  (with a lock per state dir, two operators provisioned the same hosts at once).
 - :class:`DeviceLock` — keyed by a device's identity (what the device says of itself, and the
   endpoint it is reached at), in :func:`lock_dir`, which every state directory and user of the
   machine share: a renamed copy of the inventory, another ``MFCTL_STATE_DIR`` or a second
@@ -27,9 +28,8 @@ from mfctl.errors import LockError
 
 
 def lock_path(testbed: str) -> Path:
-    d = settings.state_dir() / "locks"
-    d.mkdir(parents=True, exist_ok=True)
-    return d / f"{testbed}.lock"
+    """The testbed lock's file: ``testbed-NAME.lock`` in the machine's shared :func:`lock_dir`."""
+    return lock_dir() / f"testbed-{safe_key(testbed)}.lock"
 
 
 def _usable(d: Path) -> bool:

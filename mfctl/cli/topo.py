@@ -115,6 +115,9 @@ def plan_cmd(traffic: Path = TRAFFIC_ARG, kind: str = KIND_OPT, inventory: Path 
     out = {"schema": "mfctl.topo.plan/v1", "servers": n, "layers": int(B.shape[0]), "ports": ports_v.tolist(), **p.to_dict()}
     names = hosts or [f"s{i}" for i in range(n)]
     if hosts:
+        from mfctl.inventory import load_inventory
+
+        out["inventory"] = load_inventory(inventory).name  # what `ocs apply` of this plan checks
         circuits = mapping.map_circuits(p.circuits, hosts, lanes)
         out["lanes"] = [c.to_dict() for c in circuits]
         out["cross_connects"] = sorted([i, o] for i, o in mapping.cross_connect_map(circuits).items())

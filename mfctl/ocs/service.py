@@ -33,6 +33,7 @@ class PortMap:
     rx_sensitivity: dict[int, float]
     inputs: int = 0
     outputs: int = 0
+    inventory: str = ""  #: the inventory's name (a saved topo plan names the one it was made for)
 
     def check_port(self, p: int, role: str | None = None) -> int:
         """Raise UsageError unless ``p`` is a port of this switch (of ``role``: input/output)."""
@@ -53,7 +54,7 @@ class PortMap:
                 sens[lane.ocs_rx] = nic.rx_sensitivity_dbm
         return cls({lane.ocs_tx: lane for lane in flat}, {lane.ocs_rx: lane for lane in flat},
                    {lane.key: lane for lane in flat}, sens,
-                   inv.ocs.size.inputs, inv.ocs.size.outputs)
+                   inv.ocs.size.inputs, inv.ocs.size.outputs, inv.name)
 
     def lane(self, ref: str) -> LaneRef:
         m = _LANE_RE.fullmatch(ref)
@@ -139,6 +140,9 @@ def load_topology_file(pm: PortMap, path: str | Path) -> dict[int, int]:
         if "cross_connects" not in data:
             raise ConfigError("a topo plan made without an inventory has no cross-connects (mfctl topo plan TRAFFIC "
                               "-i INVENTORY --json)", path=src, line=1)
+        if pm.inventory and data.get("inventory") != pm.inventory:  # its ports are another inventory's lanes
+            raise ConfigError(f"this plan was made for inventory {data.get('inventory') or '(not recorded)'!r}, not "
+                              f"{pm.inventory!r}: plan again with -i for this one", path=src, line=lines.get(("inventory",), 1))
         data = {"cross_connects": data["cross_connects"]}  # (its 'circuits' is the server circuit matrix)
     if isinstance(data, dict) and data.get("schema") == "mfctl.ocs.show/v1":  # `mfctl ocs show --json`, saved
         xcs = data.get("cross_connects")

@@ -142,3 +142,9 @@ def test_one_topology_format_from_plan_through_eval_to_apply(mock_testbed, cli_e
     assert rows["topology-prototype.yaml"]["circuits"] == [[0, 1, 1, 1], [1, 0, 1, 1], [1, 1, 0, 1], [1, 1, 1, 0]]
     r = run("topo", "eval", tmp_path / "t.npy", "-t", sample)
     assert r.returncode == 2 and "give the inventory (-i)" in r.stderr
+    # a plan made for another inventory (its ports are that one's lanes) is refused, by apply and by eval
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(plan_doc | {"inventory": "mfabric-breakout"}))
+    for cmd in (("ocs", "apply", other, "-i", inv, "--dry-run"), ("topo", "eval", tmp_path / "t.npy", "-i", inv, "-t", other)):
+        r = run(*cmd)
+        assert r.returncode == 3 and "this plan was made for inventory 'mfabric-breakout', not 'mfabric-prototype-mock-" in r.stderr

@@ -203,3 +203,24 @@ def test_a_lock_holder_killed_with_9_leaves_no_holder_file(tmp_path, monkeypatch
     with lk:
         assert json.loads(info.read_text())["pid"] == os.getpid()
     assert not info.exists()
+
+
+def test_the_testbed_lock_is_one_for_every_state_dir_on_the_machine(tmp_path, monkeypatch):
+    """From the new-user trial: with the testbed lock in each state dir, an operator with another
+    MFCTL_STATE_DIR provisioned gpu01 while the first one was burning its firmware. The lock is in
+    the machine's shared lock dir now, as the OCS's is."""
+    from mfctl.errors import LockError
+    from mfctl.lock import TestbedLock
+
+    code = ("import time; from mfctl.lock import TestbedLock\n"
+            "with TestbedLock('tb', 'provision apply by A'):\n    print('held', flush=True); time.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "MFCTL_STATE_DIR": str(tmp_path / "state-A")},
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "held"
+        monkeypatch.setenv("MFCTL_STATE_DIR", str(tmp_path / "state-B"))
+        with pytest.raises(LockError, match=f"locked by pid {p.pid} .*provision apply by A"):
+            TestbedLock("tb", "provision apply by B").__enter__()
+    finally:
+        p.kill()
+        p.wait(10)
