@@ -147,4 +147,5 @@ def test_one_topology_format_from_plan_through_eval_to_apply(mock_testbed, cli_e
     other.write_text(json.dumps(plan_doc | {"inventory": "mfabric-breakout"}))
     for cmd in (("ocs", "apply", other, "-i", inv, "--dry-run"), ("topo", "eval", tmp_path / "t.npy", "-i", inv, "-t", other)):
         r = run(*cmd)
-        assert r.returncode == 3 and "this plan was made for inventory 'mfabric-breakout', not 'mfabric-prototype-mock-" in r.stderr
+        assert r.returncode == 3
+        assert "this plan was made for inventory 'mfabric-breakout', not 'mfabric-prototype-mock-" in r.stderr
