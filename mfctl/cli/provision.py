@@ -207,7 +207,14 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
                    "drain": drain.login if drain else None, "hosts": hosts}
         journal.start(recipe=Path(sp.source or spec), inventory=inv.name, hosts=names, plans=plans, options=options)
         stop = threading.Event()
-        old = signal.signal(signal.SIGINT, lambda *a: stop.set())
+
+        def on_sigint(*_a) -> None:  # said at once: a firmware burn may take minutes to reach its end
+            if not stop.is_set():
+                print_error("stopping: every host stops after its current action (a firmware burn or reset is "
+                            "never cut short; see the step lines for what each host is doing)", "interrupted")
+            stop.set()
+
+        old = signal.signal(signal.SIGINT, on_sigint)
         try:
             with _progress(json_out) as obs, (login_pool or contextlib.nullcontext()):
                 results = service.rollout(pool, inv, sp, manifest, plans, journal=journal, stop=stop, observer=obs,

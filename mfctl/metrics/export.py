@@ -47,6 +47,8 @@ def registry(run_dir: Path):
     if row is None:  # killed before it wrote its row: what the summary (or its recovery) says
         row = (run_dir.name, getattr(summary, "playbook", "") or "", "", getattr(summary, "status", "") or "unknown", "")
     (run_id, playbook, inventory, status, scale) = row
+    if summary is not None:  # the row of a run killed with -9 still says "running": its summary says crashed
+        status = summary.status
     inv_name = summary.inventory if summary is not None else None
     Info("mfctl_run", "the run", registry=reg).info({
         "run_id": run_id, "playbook": Path(playbook).name if playbook else "",

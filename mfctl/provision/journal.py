@@ -47,15 +47,18 @@ class RunJournal:
 
     def end(self, results, exit_code: int) -> dict:
         """The run's last record: each host's outcome and the command's exit code."""
-        return self.append("provision.run", state="end", exit_code=int(exit_code),
-                           outcome="ok" if int(exit_code) == 0 else "failed",
+        code = int(exit_code)
+        return self.append("provision.run", state="end", exit_code=code,
+                           outcome="ok" if code == 0 else "interrupted" if code == 130 else "failed",
                            hosts={r.host: outcome_of(r) for r in results})
 
 
 def outcome_of(r) -> str:
-    """One host's outcome as a word: ok, failed, not verified, left after verify, skipped."""
+    """One host's outcome as a word: ok, failed, interrupted, not verified, left after verify, skipped."""
     if r.skipped:
         return "skipped"
+    if r.failed and str(r.failed.get("error", "")).startswith("interrupted"):
+        return "interrupted"
     if r.failed:
         return "failed"
     if r.verify_error:

@@ -165,6 +165,12 @@ def test_ctrl_c_says_interrupted_once(own_mock):
     assert p.returncode == 130, out + text
     assert text.count("interrupted: every host stopped after its current action") == 1
     assert "interrupted: interrupted" not in text
+    # said at once, not when the current step ends (a burn may take minutes): before the end's line
+    assert 0 <= text.index("stopping: every host stops after its current action") < text.index("every host stopped")
+    r = subprocess.run(mfctl_cmd("provision", "journal", str(SPEC), "-i", inv, "--json"), env=env, capture_output=True,
+                       text=True, timeout=60)
+    run = json.loads(r.stdout)["runs"][-1]
+    assert run["outcome"] == "interrupted" and run["exit_code"] == 130 and "interrupted" in run["host_outcomes"].values()
 
 
 @pytest.mark.parametrize("old,new,where", [
