@@ -125,7 +125,8 @@ def _run_rows(t, s: "RunSummary") -> None:
                            f"gradient all-reduce in {f['grad_partitions']} partitions")
     if s.slurm_job:
         t.add_row("launch", f"Slurm job {s.slurm_job}")
-    t.add_row("time", f"{s.simulated_train_s:.1f} s testbed time in {s.wall_train_s:.1f} s wall (x{s.time_scale:g})")
+    wall = "an unknown time" if s.wall_train_s is None else f"{s.wall_train_s:.1f} s"
+    t.add_row("time", f"{s.simulated_train_s or 0:.1f} s testbed time in {wall} wall (x{s.time_scale:g})")
     if s.note:
         t.add_row("note", s.note)
     for w in s.warnings:

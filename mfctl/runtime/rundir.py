@@ -92,9 +92,11 @@ def recover(run_dir: Path) -> RunSummary:
             db.close()
     except sqlite3.Error:
         pass  # no metrics.db or not one: only the directory's name is known
+    planned = None
     if row is not None:
-        kw.update(run_id=row[0] or run_dir.name, playbook=Path(row[1]).name if row[1] else "?",
-                  inventory=Path(row[2]).name if row[2] else "?", time_scale=float(row[3] or 1.0))
+        kw.update(run_id=row[0] or run_dir.name, playbook=_name_of(row[1], "playbook"),
+                  inventory=_name_of(row[2], "inventory"), time_scale=float(row[3] or 1.0))
+        planned = _planned_iterations(row[1])
     status = "running" if running else "crashed" if row is not None else "unknown"
     why = ("still running: no summary.json yet" if running else
            "the run ended without writing summary.json (killed or crashed)" if row is not None else
@@ -102,4 +104,32 @@ def recover(run_dir: Path) -> RunSummary:
     s = RunSummary.of_iterations(iterations=rows, reconfigurations=[], prediction_errors={}, status=status,
                                  error=f"{why}; figures recovered from metrics.db" if rows or recs else why, **kw)
     s.reconfigurations = recs
+    s.iterations_planned = planned or 0
+    s.wall_train_s = None  # not known: the run did not live to say
     return s
+
+
+def _name_of(path: str | None, kind: str) -> str:
+    """The ``name:`` of the playbook or inventory file at ``path`` (what a summary shows), else the
+    file's name, else ``?``."""
+    if not path:
+        return "?"
+    try:
+        if kind == "playbook":
+            from mfctl.runtime.playbook import load_playbook
+
+            return load_playbook(path).name
+        from mfctl.inventory import load_inventory
+
+        return load_inventory(path).name
+    except Exception:  # noqa: BLE001 - gone, edited, unreadable: the file's name is what is left
+        return Path(path).name
+
+
+def _planned_iterations(playbook: str | None) -> int | None:
+    try:
+        from mfctl.runtime.playbook import load_playbook
+
+        return load_playbook(playbook).training.iterations if playbook else None
+    except Exception:  # noqa: BLE001
+        return None

@@ -297,12 +297,14 @@ def test_a_run_killed_with_9_does_not_leave_its_mock_behind(tmp_path, cli_env):
                timeout=10, what="the mock's sshds to stop")
     # issue 17 item 6: the run without its summary.json is listed, shown, reported and exported
     (run,) = listed()
-    assert run["status"] == "crashed" and run["iterations"] >= 2 and run["playbook"] == "pb.yaml"
+    assert run["status"] == "crashed" and run["iterations"] >= 2 and run["playbook"] == load_playbook(pb).name
     shown = subprocess.run(mfctl_cmd("runs", "show", "latest", "--json"), capture_output=True, text=True, env=cli_env)
     s = json.loads(shown.stdout)
     assert shown.returncode == 0 and s["status"] == "crashed" and s["run_id"] == run["run_id"]
     assert s["error"] == "the run ended without writing summary.json (killed or crashed); figures recovered from metrics.db"
     assert s["iterations"] == run["iterations"] and s["tokens_per_s"] > 0
+    assert s["iterations_planned"] == 200 and s["wall_train_s"] is None  # what is known, not a made-up 0
+    assert s["inventory"].startswith("mfabric-prototype-mock-")  # by name, as a finished run's
     text = subprocess.run(mfctl_cmd("runs", "show", run["run_id"]), capture_output=True, text=True, env=cli_env).stdout
     assert "crashed" in text and "killed or crashed" in " ".join(text.split())
     rep = subprocess.run(mfctl_cmd("runs", "report"), capture_output=True, text=True, env=cli_env, timeout=120)
