@@ -10,6 +10,7 @@ import io
 import sqlite3
 from pathlib import Path
 
+from mfctl.metrics.store import read_only
 from mfctl.runtime.rundir import load_summary
 from mfctl.runtime.summary import RunSummary
 
@@ -23,7 +24,7 @@ def _db(run_dir: Path) -> sqlite3.Connection:
     if not p.is_file():
         raise UsageError(f"no metrics database in {run_dir}")
     try:
-        db = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+        db = read_only(p)  # (a run killed with -9 mid-write: its hot journal rolled back aside)
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as e:
         raise UsageError(f"{p}: not a readable metrics database ({e})") from None

@@ -39,6 +39,37 @@ CREATE TABLE IF NOT EXISTS events (
 """
 
 
+def read_only(path: str | Path) -> sqlite3.Connection:
+    """A run's ``metrics.db`` opened for reading without changing it. A run killed with -9 in the
+    middle of a write leaves a hot rollback journal, which a read-only connection cannot roll back
+    ("attempt to write a readonly database"): then the database and its journal are copied aside,
+    rolled back there, and read from memory — the run's files stay as the run left them.
+    Raises sqlite3.Error when it is not a database."""
+    import shutil
+    import tempfile
+
+    path = Path(path)
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return db
+    except sqlite3.OperationalError:
+        db.close()
+        if not Path(f"{path}-journal").exists() and not Path(f"{path}-wal").exists():
+            raise
+    with tempfile.TemporaryDirectory(prefix="mfctl-metrics-") as tmp:
+        for suffix in ("", "-journal", "-wal"):
+            if Path(f"{path}{suffix}").exists():
+                shutil.copyfile(f"{path}{suffix}", f"{tmp}/metrics.db{suffix}")
+        copy = sqlite3.connect(f"{tmp}/metrics.db")
+        mem = sqlite3.connect(":memory:")
+        try:
+            copy.backup(mem)
+        finally:
+            copy.close()
+    return mem
+
+
 class MetricsStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)

@@ -78,7 +78,11 @@ def recover(run_dir: Path) -> RunSummary:
     recs: list[dict] = []
     row = None
     try:
-        db = sqlite3.connect(f"file:{run_dir / 'metrics.db'}?mode=ro", uri=True)
+        from mfctl.metrics.store import read_only
+
+        if not (run_dir / "metrics.db").is_file():
+            raise sqlite3.OperationalError("no metrics.db")
+        db = read_only(run_dir / "metrics.db")
         try:
             row = db.execute("SELECT run_id, playbook, inventory, time_scale FROM run").fetchone()
             cols = ("seconds", "tokens", "epoch", "paused", "inter_bytes", "ocs_bytes")

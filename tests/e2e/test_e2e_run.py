@@ -213,7 +213,8 @@ def test_ctrl_c_exits_130_and_cleans_up(tmp_path, cli_env):
         if logs and logs[0].read_text().count("iteration ") >= 3:
             break
         time.sleep(0.1)
-    assert len(live_processes(b"mfctl.mock.simruntime")) == 4  # the leftover scan sees this run's runtimes...
+    wait_until(lambda: len(live_processes(b"mfctl.mock.simruntime")) == 4, timeout=30,
+               what="the leftover scan to see this run's 4 runtimes")  # ...
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, err[-2000:]
@@ -247,8 +248,12 @@ def test_html_report_opens_in_a_headless_browser(tmp_path, cli_env):
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser is None:
         pytest.skip("no headless browser installed (.ci/run installs Debian's chromium)")
-    r = subprocess.run(mfctl_cmd("run", SHORT, "--json"), capture_output=True, text=True, env=cli_env, timeout=120)
+    # a negative required gain forces the reconfigurations the report's phase, circuit and heatmap plots show
+    # (whether one pays off depends on measured times: on a loaded machine a run may make none)
+    pb = _variant(tmp_path, policy={"min_gain_s": -1000.0, "min_improvement": 0.0})
+    r = subprocess.run(mfctl_cmd("run", pb, "--json"), capture_output=True, text=True, env=cli_env, timeout=120)
     s = json.loads(r.stdout)
+    assert s["exit_code"] == 0, s.get("error")
     r = subprocess.run(mfctl_cmd("runs", "report", s["run_id"]), capture_output=True, text=True, env=cli_env)
     report = Path(r.stdout.strip())
     assert r.returncode == 0 and report.exists() and report.stat().st_size > 50_000
@@ -257,7 +262,9 @@ def test_html_report_opens_in_a_headless_browser(tmp_path, cli_env):
                           f"--user-data-dir={tmp_path / 'chrome'}", "--dump-dom", report.as_uri()],
                          capture_output=True, text=True, timeout=120).stdout
     ids = set(re.findall(r'<figure id="([a-z-]+)"', dom))
-    assert ids == {"iteration-time", "phases", "circuits", "heatmap", "prediction", "health"}
+    # the phase, circuit and heatmap plots are a reconfiguration's (on a loaded machine a run may make none)
+    assert ids == {"iteration-time", "prediction", "health"} | ({"phases", "circuits", "heatmap"} if s["reconfigurations"]
+                                                                 else set())
     assert f'data-images-loaded="{len(ids)}"' in dom  # every PNG decoded by the browser
 
 
