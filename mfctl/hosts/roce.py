@@ -117,6 +117,7 @@ def parse_grep(text: str) -> dict[str, str]:
 
 def write_argv(path: str, value: int) -> list[str]:
     """``sh -c 'echo V > PATH'``: how sysfs files are written (``path`` built from validated names)."""
-    if not re.fullmatch(r"/(?:sys|proc/sys)/[A-Za-z0-9_./-]+", path):
+    # (the path holds a netdev name the host reported: no "..", so it stays under /sys or /proc/sys)
+    if not re.fullmatch(r"/(?:sys|proc/sys)/[A-Za-z0-9_./-]+", path) or ".." in path.split("/"):
         raise ValueError(f"{path!r} is not a sysfs/procfs path")
     return ["sh", "-c", f"echo {int(value)} > {path}"]

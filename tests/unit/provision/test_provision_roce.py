@@ -161,5 +161,8 @@ def test_ecn_cnp_and_fec_per_port_and_a_driver_without_ecn_sysfs():
 
 
 def test_sysfs_writes_take_only_sysfs_paths():
-    with pytest.raises(ValueError):
-        roce.write_argv("/etc/passwd; reboot", 1)
+    for bad in ("/etc/passwd; reboot", "/sys/class/net/../../../etc/shadow", "/proc/sys/net/ipv4/conf/../../x"):
+        with pytest.raises(ValueError):
+            roce.write_argv(bad, 1)
+    assert roce.write_argv("/sys/class/net/ens1f0np0/ecn/roce_np/enable/3", 1) == [
+        "sh", "-c", "echo 1 > /sys/class/net/ens1f0np0/ecn/roce_np/enable/3"]
