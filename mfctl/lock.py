@@ -25,6 +25,7 @@ from filelock import FileLock, Timeout
 
 from mfctl import settings
 from mfctl.errors import LockError
+from mfctl.procs import start_ticks
 
 
 def lock_path(testbed: str) -> Path:
@@ -87,19 +88,6 @@ def write_replacing(path: Path, text: str) -> bool:
         return False
 
 
-def _start_ticks(pid: int) -> int | None:
-    """The process's start time (clock ticks since boot, field 22 of ``/proc/PID/stat``, proc(5)):
-    with the pid it names one process, not a later one given the same pid. None when it is gone."""
-    try:
-        stat_ = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    try:
-        return int(stat_.rsplit(")", 1)[1].split()[19])
-    except (IndexError, ValueError):
-        return None
-
-
 def holder_alive(h: dict) -> bool:
     """A holder record names a live process: another machine's is assumed alive (its pid means
     nothing here); on this machine the pid must exist with the start time recorded (if any)."""
@@ -108,7 +96,7 @@ def holder_alive(h: dict) -> bool:
     pid = h.get("pid")
     if not isinstance(pid, int) or pid <= 0:
         return False
-    ticks = _start_ticks(pid)
+    ticks = start_ticks(pid)
     return ticks is not None and (h.get("start_ticks") in (None, ticks))
 
 
@@ -172,7 +160,7 @@ class _Lock:
             raise LockError(f"{self.what} {self.name!r} is locked by pid {h.get('pid', '?')} on {h.get('host', '?')} "
                             f"for {h.get('purpose', '?')!r} since {h.get('since', '?')}") from None
         # who holds it, for the next one's error message (only informative: the lock excludes)
-        write_replacing(self.info, json.dumps({"pid": os.getpid(), "start_ticks": _start_ticks(os.getpid()),
+        write_replacing(self.info, json.dumps({"pid": os.getpid(), "start_ticks": start_ticks(os.getpid()),
                                                "host": socket.gethostname(), "purpose": self.purpose,
                                                "since": time.strftime("%Y-%m-%dT%H:%M:%S")}))
         return self

@@ -42,6 +42,7 @@ from mfctl.mock.nics.state import CARD_MODELS
 from mfctl.mock.ocs_emulator import OCSEmulator, PtyServer, TCPServer, ssh_shell_handler
 from mfctl.mock.slurm import MockSlurm
 from mfctl.mock.sshd import MockSSHServer
+from mfctl.procs import start_ticks
 
 log = logging.getLogger(__name__)
 
@@ -254,27 +255,15 @@ def serve(inventory_path: str, state_dir: str, time_scale: float, factory: bool 
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     signal.signal(signal.SIGINT, lambda *a: stop.set())
     signal.signal(signal.SIGHUP, lambda *a: stop.set())
-    owner = _start_time(owner_pid) if owner_pid else None
+    owner = start_ticks(owner_pid) if owner_pid else None
     try:
         tb.start()
         log.info("mock testbed up")
         while not stop.wait(0.5):
-            if owner is not None and _start_time(owner_pid) != owner:
+            if owner is not None and start_ticks(owner_pid) != owner:
                 log.info("the process that started the mock (pid %s) is gone: stopping", owner_pid)
                 break
     finally:
         tb.stop()
         log.info("mock testbed down")
     return 0
-
-
-def _start_time(pid: int | None) -> str | None:
-    """Process ``pid``'s start time (``/proc/PID/stat`` field 22, clock ticks since boot), or None
-    when there is no such process or it has exited (a zombie its parent has not reaped yet): a pid
-    reused by another process has another start time."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()  # fields 3 (state) and on
-    except OSError:
-        return None
-    return None if len(fields) < 20 or fields[0] in ("Z", "X") else fields[19]

@@ -16,6 +16,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+from mfctl.procs import start_ticks
 from mfctl.runtime.summary import RunSummary
 
 PID_FILE = "mfctl.pid"  #: ``PID START-TIME`` of the ``mfctl run`` writing the directory, removed at its end
@@ -24,7 +25,7 @@ MARKERS = ("summary.json", "metrics.db", "journal.jsonl")  #: files that make a 
 
 def write_pid(run_dir: Path) -> None:
     """Record this process as the run's writer (``PID START-TIME``, the start time from /proc)."""
-    (run_dir / PID_FILE).write_text(f"{os.getpid()} {_start_time(os.getpid()) or ''}\n")
+    (run_dir / PID_FILE).write_text(f"{os.getpid()} {start_ticks(os.getpid()) or ''}\n")
 
 
 def remove_pid(run_dir: Path) -> None:
@@ -35,19 +36,9 @@ def writer_alive(run_dir: Path) -> bool:
     """The process named in the run's :data:`PID_FILE` is still running (same pid, same start time)."""
     try:
         pid, _, start = (run_dir / PID_FILE).read_text().strip().partition(" ")
-        return _start_time(int(pid)) == (start or None) and start != ""
+        return start != "" and start_ticks(int(pid)) == int(start)
     except (OSError, ValueError):
         return False
-
-
-def _start_time(pid: int) -> str | None:
-    """``/proc/PID/stat`` field 22 (clock ticks since boot), None for no such (or a zombie) process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if len(fields) < 20 or fields[0] in ("Z", "X") else fields[19]
 
 
 def run_dirs(base: Path) -> list[Path]:
