@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 from mfctl.errors import ParseError
 
-
 #: A test's result word, as dcgmi prints it, to one of pass / fail / skip / warn.
 _STATUS = (("pass", "pass"), ("fail", "fail"), ("error", "fail"), ("skip", "skip"), ("warn", "warn"),
            ("not run", "skip"))

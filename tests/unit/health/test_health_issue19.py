@@ -3,10 +3,11 @@ modules in low power."""
 
 from __future__ import annotations
 
+from unit.health.test_health_checks import Answers
+
 from mfctl import health
 from mfctl.inventory import load_inventory
 from support import DATA, PROTOTYPE
-from unit.health.test_health_checks import Answers
 
 
 def test_dcgm_names_gpu0s_memory_failure_from_a_pass_row():
