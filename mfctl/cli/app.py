@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "run": ("mfctl.cli.run", "run", False),
     "health": ("mfctl.cli.health", "health", False),
     "exec": ("mfctl.cli.exec_", "exec_cmd", False),  # options anywhere before `--`; the command's own words after it
+    "parse": ("mfctl.cli.parse", "parse", False),
     "simulate": ("mfctl.cli.simulate", "simulate", False),
     "profile": ("mfctl.cli.profile", "profile", False),
     "schedule": ("mfctl.cli.profile", "schedule", False),

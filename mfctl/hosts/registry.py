@@ -276,3 +276,34 @@ def parse(kind: str | None, text: str | bytes, **options: Any) -> Parsed:
     if bad:
         raise TypeError(f"kind {k.name!r} takes no option {bad[0]!r}")
     return Parsed(k.name, detected, k.function()(text, **extra), cands)
+
+
+def to_json(x: Any) -> Any:
+    """A parser's result as JSON data: dataclasses field by field plus their public properties
+    (``RdmaPort.active``, ``DiagResult.failed``), tuples and sets as lists (sets sorted), dict keys
+    as strings, non-finite floats as None (JSON has no NaN). The same shape as the golden files."""
+    import dataclasses
+    import math
+
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        out = {f.name: to_json(getattr(x, f.name)) for f in dataclasses.fields(x)}
+        for name in dir(type(x)):
+            if not name.startswith("_") and isinstance(getattr(type(x), name), property):
+                try:
+                    out[name] = to_json(getattr(x, name))
+                except Exception:  # noqa: BLE001 - a derived fact that cannot be computed is unknown
+                    out[name] = None
+        return out
+    if hasattr(x, "model_dump"):
+        return x.model_dump(mode="json")
+    if isinstance(x, dict):
+        return {str(k): to_json(v) for k, v in x.items()}
+    if isinstance(x, (set, frozenset)):
+        return [to_json(v) for v in sorted(x, key=str)]
+    if isinstance(x, (list, tuple)):
+        return [to_json(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if x is None or isinstance(x, (str, bool, int, float)):
+        return x
+    return str(x)
