@@ -130,7 +130,7 @@ def parse(args: list[str] = typer.Argument(None, metavar="[KIND] [FILE|-]", show
     if parsed.detected and not json_out:
         others = ", ".join(n for _, n in parsed.candidates[1:4])
         print_error(f"recognised as {parsed.kind} ({k.command})" + (f"; also matched: {others}" if others else "")
-                    + f"; name the kind to choose: mfctl parse KIND FILE", "note")
+                    + "; name the kind to choose: mfctl parse KIND FILE", "note")
     result = registry.to_json(parsed.result)
     if json_out:
         emit_json({"schema": "mfctl.parse/v1", "kind": parsed.kind, "detected": parsed.detected,
