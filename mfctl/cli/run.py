@@ -167,6 +167,8 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
         bp_pipeline_degree: int = typer.Option(None, "--bp-pipeline-degree", help="Override the backward pipeline degree."),
         grad_partitions: int = typer.Option(None, "--grad-partitions",
                                             help="Override the gradient all-reduce partitions (1, 2, 4, 8, 16)."),
+        junit: Path = typer.Option(None, "--junit", help="Also write a JUnit XML report here: the run's phases, "
+                                   "reconfigurations and pre-flight health checks as test cases (for CI)."),
         json_out: bool = JSON_OPT):
     """Run a reconfigurable MoE training job (starts and stops the mock testbed if the playbook says so)."""
     from mfctl.runtime.health_gate import parse_overrides
@@ -189,6 +191,10 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
     finally:
         obs.close()
     s = RunSummary.from_dict(summary)
+    if junit is not None:
+        from mfctl import junit as J
+
+        J.write(junit, [J.run_suite(summary, job.preflight.results)])
     if json_out:
         emit_json(summary)
     else:

@@ -80,40 +80,44 @@ class HostHealth:
                 "elapsed_s": round(self.elapsed_s, 4)}
 
 
-def _case(suite, hh: HostHealth, group: str) -> tuple[int, int]:
-    """One test case; returns (failures, skipped) it adds."""
-    import xml.etree.ElementTree as ET
+def _case(hh: HostHealth, group: str):
+    """One test case of ``hh`` (:class:`mfctl.junit.Case`)."""
+    from mfctl.junit import Case
 
     fs = [f for f in hh.findings if f.check == group]
-    tc = ET.SubElement(suite, "testcase", classname=hh.host, name=group)
+    c = Case(group, classname=hh.host)
     if not hh.reachable and group not in ("ssh", "ocs"):  # not checked is not passed
-        ET.SubElement(tc, "skipped", message=f"{hh.host} was not reachable")
-        return 0, 1
+        c.outcome, c.message = "skipped", f"{hh.host} was not reachable"
+        return c
     crit = [f for f in fs if f.severity == "critical"]
     if crit:
-        ET.SubElement(tc, "failure", message=crit[0].message).text = "\n".join(f.message for f in crit)
+        c.outcome, c.message, c.detail = "failure", crit[0].message, "\n".join(f.message for f in crit)
     warn = [f for f in fs if f.severity == "warning"]
     if warn:
-        ET.SubElement(tc, "system-out").text = "\n".join("warning: " + f.message for f in warn)
-    return int(bool(crit)), 0
+        c.system_out = "\n".join("warning: " + f.message for f in warn)
+    return c
 
 
 def junit(results: list[HostHealth], groups: tuple[str, ...] = GROUPS) -> str:
-    """JUnit XML: one test case per target and group of the checks that ran (``groups``, in
+    """JUnit XML (:mod:`mfctl.junit`: valid against junit-10.xsd, control characters shown as
+    ``\\xNN``): one test case per target and group of the checks that ran (``groups``, in
     :data:`GROUPS` order; ``ssh`` only for a host that could not be reached); critical findings are
     failures, warnings go to ``system-out``, an unreachable host's other cases are skipped."""
-    import xml.etree.ElementTree as ET
+    from mfctl.junit import Suite, document
 
-    suite = ET.Element("testsuite", name="mfctl-health")
-    n = fails = skipped = 0
+    suite = Suite("mfctl-health", junit_cases(results, groups), time=max((hh.elapsed_s for hh in results), default=0.0))
+    return document([suite])
+
+
+def junit_cases(results: list[HostHealth], groups: tuple[str, ...] = GROUPS) -> list:
+    """The test cases of :func:`junit` (:class:`mfctl.junit.Case`), for a report of its own or a run's."""
+    cases_out: list = []
     for hh in results:
         cases = ("ocs",) if hh.kind == "ocs" else tuple(g for g in GROUPS if g in groups or g == "ssh")
         for group in cases:
             if group == "ssh" and not any(f.check == "ssh" for f in hh.findings):
                 continue
-            f, s = _case(suite, hh, group)
-            n, fails, skipped = n + 1, fails + f, skipped + s
-    suite.set("tests", str(n))
-    suite.set("failures", str(fails))
-    suite.set("skipped", str(skipped))
-    return ET.tostring(suite, encoding="unicode")
+            cases_out.append(_case(hh, group))
+        if cases_out and cases_out[-1].classname == hh.host:
+            cases_out[-1].time = hh.elapsed_s  # the target's sweep time on its last case: the cases sum to the sweeps
+    return cases_out
