@@ -11,7 +11,8 @@ from mfctl.errors import ExitCode
 from mfctl.hosts import iproute, mellanox
 from mfctl.provision.models import FirmwareManifest, ProvisionSpec
 
-PHASES = ["firmware", "firmware-settings", "firmware-reset", "links", "addresses", "rails", "qos", "roce", "gpudirect", "gpu"]
+PHASES = ["firmware", "firmware-settings", "firmware-reset", "links", "addresses", "rails", "qos", "roce", "irq", "gpudirect",
+          "gpu"]
 
 
 @dataclass

@@ -44,6 +44,29 @@ class RoCE(_S):
                                  "(relative to this recipe)")
     fec: Literal["rs", "baser", "off", "auto"] | None = Field(None, description="FEC forced on every lane "
                                                               "(ethtool --set-fec IF encoding E); None: left alone")
+    cma_tos: int | None = Field(None, ge=0, le=255, description="the RDMA-CM default ToS of each lane's RDMA port "
+                                "(configfs rdma_cm/IBDEV/ports/1/default_roce_tos, what cma_roce_tos -t writes): "
+                                "DSCP x 4 + ECN bits, for RDMA-CM applications that set none; None: left alone")
+    traffic_class: int | None = Field(None, ge=0, le=255, description="MLNX_OFED's global traffic class of each "
+                                      "lane's RDMA port (/sys/class/infiniband/IBDEV/tc/1/traffic_class): it overrides "
+                                      "every QP's own, NCCL_IB_TC included; DSCP x 4 + ECN bits; None: left alone")
+
+    @field_validator("cma_tos", "traffic_class")
+    @classmethod
+    def _tos(cls, v: int | None, info) -> int | None:
+        """A ToS / traffic class byte is DSCP (6 high bits) + ECN (2 low bits): its DSCP must be the
+        recipe's, or that traffic lands on another priority than PFC's; ECN bits 3 (CE) are the
+        switches' mark, never a sender's."""
+        dscp = info.data.get("dscp")
+        if v is None or dscp is None:
+            return v
+        if v >> 2 != dscp:
+            raise ValueError(f"{info.field_name} {v} is DSCP {v >> 2} (ToS = DSCP x 4 + ECN bits), not the recipe's "
+                             f"DSCP {dscp}: use {dscp * 4 + 2} (DSCP {dscp}, ECT(0))")
+        if v & 3 == 3:
+            raise ValueError(f"{info.field_name} {v} sets ECN bits 11 (CE, congestion experienced): a sender never "
+                             f"marks CE; use {v - 1} (ECT(0)) or {v - 2} (ECT(1))")
+        return v
 
     @field_validator("dscp2prio")
     @classmethod
@@ -116,6 +139,27 @@ class GPU(_S):
     max_read_req: Literal[512, 1024, 2048, 4096] | None = Field(4096, description="the NICs' PCIe MaxReadReq (bytes)")
 
 
+class Irq(_S):
+    """The interrupts of each lane's PCI function (``/sys/class/net/IF/device/msi_irqs/``) on the CPUs of the
+    NIC's own NUMA node (``device/local_cpulist``), as NVIDIA's ``set_irq_affinity_bynode.sh`` /
+    ``mlnx_affinity`` do; irqbalance moves IRQs again every 10 s, so it is stopped or reported."""
+
+    affinity: Literal["node", "off"] = Field("node", description="node: every IRQ of the port may run on any CPU "
+                                             "of the NIC's NUMA node (smp_affinity_list = local_cpulist); off: left alone")
+    irqbalance: Literal["stop", "report"] = Field("stop", description="stop: systemctl disable --now irqbalance "
+                                                  "before pinning; report: leave it running and say it undoes the pinning")
+
+
+class Link(_S):
+    """Each lane's Ethernet link mode forced to what the breakout gives its sub-port (``ethtool -s IF
+    speed MBPS lanes L autoneg off``, ethtool >= 5.10 for ``lanes``): through an OCS there is no
+    auto-negotiation partner that stays, so the mode is set, not negotiated. Speed and lanes come
+    from the inventory (the breakout's per-sub-port speed; the card's lanes / sub-ports), checked
+    against the port's own supported link modes at plan time."""
+
+    force: bool = Field(True, description="force speed and lanes with auto-negotiation off; false: left alone")
+
+
 class Optics(_S):
     rx_margin_db: float = Field(3.0, ge=0, description="required margin above the module's Rx low-warning threshold")
     ocs_agreement_db: float = Field(2.0, gt=0, description="module Rx total vs. OCS output-port reading")
@@ -145,6 +189,8 @@ class ProvisionSpec(_S):
                                       "parameter within its range (mfctl.hosts.mellanox.MLXCONFIG_PARAMS), any other "
                                       "name only as a raw non-negative number")
     optics: Optics = Optics()
+    irq: Irq = Irq()
+    link: Link = Link()
 
     source: str | None = Field(None, exclude=True)
 

@@ -55,8 +55,16 @@ def test_reboot_shows_what_was_lost_then_apply_sets_each_sub_port_then_mig_pendi
     acts = after["gpu01"]
     assert sorted({(a["phase"], a["what"]) for a in acts}) == [
         ("addresses", "address"), ("gpudirect", "MaxReadReq"), ("gpudirect", "PCIe ACS"), ("gpudirect", "kernel module"),
-        ("links", "MTU"), ("qos", "RoCE QoS"), ("rails", "ARP/rp_filter"), ("rails", "route in table 101"),
-        ("rails", "route in table 102"), ("rails", "source rule"), ("roce", "FEC")]
+        ("irq", "IRQ affinity"), ("links", "MTU"), ("links", "link mode"), ("qos", "RoCE QoS"), ("rails", "ARP/rp_filter"),
+        ("rails", "route in table 101"), ("rails", "route in table 102"), ("rails", "source rule"),
+        ("roce", "FEC"), ("roce", "RDMA-CM default ToS"), ("roce", "verbs traffic class")]
+    # the configfs directory went with the reboot: made again before the write (cma_roce_tos's two steps)
+    cma = next(a for a in acts if a["what"] == "RDMA-CM default ToS" and a["target"] == "ens1f1np1 (mlx5_1)")
+    assert cma["commands"] == ["mkdir -p /sys/kernel/config/rdma_cm/mlx5_1",
+                               "sh -c echo 106 > /sys/kernel/config/rdma_cm/mlx5_1/ports/1/default_roce_tos"]
+    assert [a["before"] for a in acts if a["what"] == "verbs traffic class"] == ["unset"] * 5
+    lm = next(a for a in acts if a["what"] == "link mode" and a["target"] == "ens1f1np1")
+    assert lm["commands"] == ["ethtool -s ens1f1np1 speed 50000 lanes 2 autoneg off"]
     assert sum(a["what"] == "RoCE QoS" for a in acts) == 5 and {a["target"] for a in acts if a["what"] == "MTU"} == {
         "ens1f0np0", "ens1f1np1", "ens2f0np0", "ens3f0np0", "ens4f0np0"}
     assert after["gpu02"] == after["gpu03"] == after["gpu04"] == []  # the other hosts did not reboot
@@ -89,7 +97,24 @@ def test_reboot_shows_what_was_lost_then_apply_sets_each_sub_port_then_mig_pendi
 def test_a_recipe_whose_dscp_disagrees_with_the_playbook_is_exit_3(tmp_path, cli_env):
     p = tmp_path / "p.yaml"
     p.write_text(SPEC.read_text().replace("dscp: 26 ", "dscp: 24 ").replace("ib_tc: 106", "ib_tc: 98")
+                 .replace("traffic_class: 106", "traffic_class: 98").replace("cma_tos: 106", "cma_tos: 98")
                  .replace("../", str(ROOT) + "/"))
     r = subprocess.run(mfctl_cmd("provision", "plan", p, "-i", ROOT / "inventory" / "mfabric-prototype.yaml"),
                        capture_output=True, text=True, env=cli_env, timeout=60)
     assert r.returncode == 3 and "sets NCCL_IB_TC 106 (DSCP 26" in r.stderr and "roce.dscp to 26" in r.stderr
+
+
+@pytest.mark.parametrize("old,new,msg", [
+    ("traffic_class: 106", "traffic_class: 96", "roce.traffic_class: traffic_class 96 is DSCP 24 (ToS = DSCP x 4 + ECN bits), "
+                                                "not the recipe's DSCP 26: use 106"),
+    ("cma_tos: 106", "cma_tos: 107", "roce.cma_tos: cma_tos 107 sets ECN bits 11 (CE, congestion experienced)"),
+    ("cma_tos: 106", "cma_tos: 256", "roce.cma_tos"),
+])
+def test_a_traffic_class_off_the_recipes_dscp_is_refused_at_its_line(tmp_path, cli_env, old, new, msg):
+    p = tmp_path / "p.yaml"
+    text = SPEC.read_text().replace(old, new).replace("../", str(ROOT) + "/")
+    p.write_text(text)
+    line = next(k for k, ln in enumerate(text.splitlines(), 1) if ln.lstrip().startswith(new))
+    r = subprocess.run(mfctl_cmd("provision", "plan", p, "-i", ROOT / "inventory" / "mfabric-prototype.yaml"),
+                       capture_output=True, text=True, env=cli_env, timeout=60)
+    assert r.returncode == 3 and f"{p}:{line}: {msg}" in r.stderr, r.stderr

@@ -1,7 +1,8 @@
 """Mock NIC, transceiver, firmware and GPU-settings state of a host, answered in the real tools'
 formats. One module per job: :mod:`.state` (the state and the dispatch), :mod:`.links` (devlink,
 ethtool, ip), :mod:`.firmware` (mlxconfig, mlxfwmanager, mlxfwreset, sha256sum), :mod:`.qos`
-(mlnx_qos, per netdev), :mod:`.sysfs` (ECN/CNP sysfs, conf sysctls), :mod:`.fec`, :mod:`.routes`
+(mlnx_qos, per netdev), :mod:`.sysfs` (ECN/CNP sysfs, conf sysctls), :mod:`.tuning` (traffic class,
+rdma_cm configfs, NUMA/IRQ affinity, irqbalance), :mod:`.fec`, :mod:`.routes`
 (ip rule/route), :mod:`.gpudirect` (lsmod, lspci, setpci, systemctl), :mod:`.reboot`, :mod:`.bench`
 (nccl-tests, the GEMM bench). The GPU (nvidia-smi, dcgmi, dcgm-exporter,
 dmesg) and RDMA (ibstat, ibv_devinfo, ibdev2netdev, show_gids, mlxlink) tools are in
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mfctl.mock.nics import bench, fec, firmware, gpudirect, links, perftest, qos, sysfs
+from mfctl.mock.nics import bench, fec, firmware, gpudirect, links, perftest, qos, sysfs, tuning
 from mfctl.mock.nics.firmware import mock_image_sha256
 from mfctl.mock.nics.state import FACTORY_FW, MODULE_CHANNELS, PROVISIONED_FW, HostConfig, NetdevState, NICState
 
@@ -36,6 +37,9 @@ TOOLS: dict[str, Callable] = {
     "grep": _args(sysfs.grep),  # grep -Hs . on the ECN/CNP sysfs and conf/* sysctl files
     "sh": sysfs.sh,  # sh -c 'echo V > /sys/…' (other scripts: the host's sh)
     "sysctl": _args(sysfs.sysctl),
+    "head": _args(tuning.head),  # head -v -n 1 on traffic_class / configfs / NUMA files (mfctl.mock.nics.tuning)
+    "ls": _args(tuning.ls),  # ls -1 …/device/msi_irqs
+    "mkdir": _args(tuning.mkdir),  # mkdir -p /sys/kernel/config/rdma_cm/IBDEV
     "lsmod": _args(gpudirect.lsmod),
     "modprobe": _args(gpudirect.modprobe),
     "lspci": _args(gpudirect.lspci),

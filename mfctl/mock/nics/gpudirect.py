@@ -128,6 +128,10 @@ def systemctl(cfg, args, out, err):
     if args == ["reboot"]:
         reboot.reboot(cfg)
         return 0
+    from mfctl.mock.nics import tuning
+
+    if (rc := tuning.systemctl(cfg, args, out, err)) is not None:  # irqbalance
+        return rc
     st = state(cfg)
     if args[:1] == ["show"] and args[-1:] == [UNIT]:
         active = cfg.gpu_persistence and st.unit_enabled

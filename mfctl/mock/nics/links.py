@@ -38,6 +38,8 @@ def ethtool(cfg, args, out, err):
         err("ethtool: bad command line argument(s)\n")
         return 1
     module = args[0] == "-m"
+    if args[0] == "-s":
+        return set_link(cfg, args, out, err)
     if args[0] == "-S" and len(args) > 1:
         nic = next((n for n in cfg.nics.values() if args[1] in n.netdevs), None)
         if nic is None:
@@ -71,14 +73,86 @@ def ethtool(cfg, args, out, err):
     if module:
         out(module_text(cfg, lane))
         return 0
+    from mfctl.mock.nics.qos import PortState, port
+
+    st = port(cfg, nd) or PortState()
     up = cfg.host.lane_up(lane)
-    speed = int(nic.speed_gbps * 1000 / len(nic.netdevs))
-    out(f"Settings for {nd}:\n\tSupported ports: [ FIBRE ]\n\tSupported link modes:   100000baseSR4/Full\n"
-        f"\t                        100000baseLR4_ER4/Full\n\tSupports auto-negotiation: Yes\n"
-        f"\tSpeed: {str(speed) + 'Mb/s' if up else 'Unknown!'}\n\tDuplex: {'Full' if up else 'Unknown! (255)'}\n"
-        f"\tLanes: {max(MODULE_CHANNELS // nic.split, 1)}\n\tAuto-negotiation: off\n\tPort: FIBRE\n\tPHYAD: 0\n"
-        f"\tTransceiver: internal\n"
+    own = native_mode(nic)
+    speed, lanes = st.forced or own
+    modes = link_modes(nic)
+    adv = [m for m in modes if _mode(m) == (speed, lanes)] if not st.autoneg else modes
+    up = up and (speed, lanes) == own  # a port forced to another mode than its sub-port's lanes carry stays down
+    out(f"Settings for {nd}:\n\tSupported ports: [ FIBRE ]\n" + _modes_block("Supported link modes", modes)
+        + "\tSupported pause frame use: Symmetric\n\tSupports auto-negotiation: Yes\n\tSupported FEC modes: None RS BASER\n"
+        + _modes_block("Advertised link modes", adv)
+        + f"\tAdvertised pause frame use: Symmetric\n\tAdvertised auto-negotiation: {'Yes' if st.autoneg else 'No'}\n"
+        f"\tAdvertised FEC modes: {'RS' if st.fec in ('RS', 'Auto') else st.fec}\n"
+        f"\tSpeed: {str(speed) + 'Mb/s' if up else 'Unknown!'}\n" + (f"\tLanes: {lanes}\n" if up else "")
+        + f"\tDuplex: {'Full' if up else 'Unknown! (255)'}\n\tAuto-negotiation: {'on' if st.autoneg else 'off'}\n"
+        "\tPort: FIBRE\n\tPHYAD: 0\n\tTransceiver: internal\n"
         f"\tLink detected: {'yes' if up else 'no'}\n")
+    return 0
+
+
+def native_mode(nic) -> tuple[int, int]:
+    """(Mb/s, lanes) of each sub-port of ``nic``: the port's speed split evenly, on its lanes split evenly."""
+    return int(nic.speed_gbps * 1000 / len(nic.netdevs)), max(MODULE_CHANNELS // nic.split, 1)
+
+
+def link_modes(nic) -> list[str]:
+    """The link modes a sub-port of ``nic`` supports, as ethtool names them: the module's 25G-per-lane
+    mode on the sub-port's lanes (``100000baseSR4``, ``50000baseSR2``, ``25000baseSR``; WDM modules on
+    duplex LC as ``LR4_ER4``, the name mlx5 gives 100G CWDM4/LR4) and, on 4 or 1 lanes, the 10G-per-lane
+    one (``40000baseSR4``, ``10000baseSR``)."""
+    from mfctl.provision.breakout import MODULES
+
+    lanes = native_mode(nic)[1]
+    mod = MODULES.get(nic.optics)
+    if mod is not None and not mod.parallel and lanes == 4:
+        return ["100000baseLR4_ER4/Full", "40000baseLR4/Full"]
+    if lanes == 2:
+        return ["50000baseSR2/Full"]
+    n = "" if lanes == 1 else str(lanes)
+    return [f"{25000 * lanes}baseSR{n}/Full", f"{10000 * lanes}baseSR{n}/Full"]
+
+
+def _mode(name: str) -> tuple[int, int] | None:
+    import re
+
+    m = re.match(r"^(\d+)base[A-Za-z]+?(\d*)(?:_\w+)?/Full$", name)
+    return (int(m[1]), int(m[2] or 1)) if m else None
+
+
+def _modes_block(title: str, modes: list[str]) -> str:
+    if not modes:
+        return f"\t{title}:  Not reported\n"
+    pad = "\t" + " " * (len(title) + 4)
+    return f"\t{title}:   {modes[0]}\n" + "".join(f"{pad}{m}\n" for m in modes[1:])
+
+
+def set_link(cfg, args, out, err) -> int:
+    """``ethtool -s IF [speed N] [lanes L] [autoneg on|off]``: with autoneg off the mode must be one the
+    port supports (else the netlink ethtool's ``link settings update failed`` / ``Invalid argument``)."""
+    from mfctl.mock.nics.qos import port
+
+    nd = args[1] if len(args) > 1 else ""
+    st = port(cfg, nd)
+    nic = next((n for n in cfg.nics.values() if nd in n.netdevs), None)
+    if st is None or nic is None:
+        err(f"netlink error: no device matches name ({nd})\n")
+        return 1
+    kv = dict(zip(args[2::2], args[3::2], strict=False))
+    if len(args[2:]) % 2 or not set(kv) <= {"speed", "lanes", "autoneg", "duplex"} \
+            or any(not kv[k].isdigit() for k in ("speed", "lanes") if k in kv) or kv.get("autoneg", "on") not in ("on", "off"):
+        err("ethtool: bad command line argument(s)\nFor more information run ethtool -h\n")
+        return 1
+    autoneg = kv.get("autoneg", "on" if st.autoneg else "off") == "on"
+    cur = st.forced or native_mode(nic)
+    want = (int(kv.get("speed", cur[0])), int(kv.get("lanes", cur[1])))
+    if not autoneg and want not in {_mode(m) for m in link_modes(nic)}:
+        err("netlink error: link settings update failed\nnetlink error: Invalid argument\n")
+        return 1
+    st.autoneg, st.forced = autoneg, (None if autoneg else want)
     return 0
 
 def module_text(cfg, lane) -> str:

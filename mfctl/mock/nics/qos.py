@@ -30,11 +30,19 @@ class PortState:
     cnp_802p_prio: int = 6
     sysctl: dict[str, int] = field(default_factory=lambda: {"arp_ignore": 0, "arp_announce": 0, "rp_filter": 0})
     fec: str = "Auto"  # configured FEC (ethtool --set-fec): Auto, RS, BaseR, Off
+    tclass: int = -1  # MLNX_OFED's global traffic class of the port's RDMA device (-1: unset; mfctl.mock.nics.tuning)
+    cma_tos: int = 0  # the RDMA-CM default ToS (configfs default_roce_tos)
+    autoneg: bool = True  # ethtool -s … autoneg on|off
+    forced: tuple[int, int] | None = None  # (Mb/s, lanes) forced with ethtool -s (None: the sub-port's own mode)
+    irq_aff: dict[int, tuple[str, float]] = field(default_factory=dict)  # IRQ → (smp_affinity_list, when written)
+    irq_pinned: bool = False  # every IRQ on the NIC's NUMA node (a provisioned host's)
 
     @classmethod
     def provisioned(cls) -> PortState:
-        """The state ``playbooks/provision.yaml`` leaves (DSCP 26 → priority 3, PFC 3, ETS 45/50/5, RS-FEC)."""
-        return cls(trust="dscp", pfc=[0, 0, 0, 1, 0, 0, 0, 0], tc_bw=[0, 45, 0, 50, 0, 0, 5, 0], fec="RS")
+        """The state ``playbooks/provision.yaml`` leaves (DSCP 26 → priority 3, PFC 3, ETS 45/50/5, RS-FEC,
+        traffic class and RDMA-CM ToS 106, the link mode forced, IRQs on the NIC's node)."""
+        return cls(trust="dscp", pfc=[0, 0, 0, 1, 0, 0, 0, 0], tc_bw=[0, 45, 0, 50, 0, 0, 5, 0], fec="RS",
+                   tclass=106, cma_tos=106, autoneg=False, irq_pinned=True)
 
 
 def port(cfg, nd: str) -> PortState | None:

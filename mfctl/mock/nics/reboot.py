@@ -10,8 +10,9 @@ from __future__ import annotations
 
 
 def reboot(cfg) -> None:
-    from mfctl.mock.nics import firmware, gpudirect
+    from mfctl.mock.nics import firmware, gpudirect, tuning
 
+    tuning.reboot(cfg)  # configfs empty again, irqbalance back if enabled
     enabled = gpudirect.state(cfg).unit_enabled
     for nic in cfg.nics.values():  # what a level-3 reset does, and more: every NIC at once
         firmware._restart_driver(cfg, nic)

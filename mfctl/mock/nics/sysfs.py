@@ -74,12 +74,16 @@ def write(cfg, path: str, value: str) -> str | None:
 
 
 def grep(cfg, args, out, err):
-    """``grep -Hs . PATH…`` (anything else: not this tool's job, None)."""
+    """``grep -Hs . PATH…`` (anything else: not this tool's job, None); an empty file has no line."""
+    from mfctl.mock.nics import tuning
+
     if len(args) < 3 or args[0] not in ("-Hs", "-sH") or args[1] != ".":
         return None
     rc = 1
     for p in args[2:]:
-        v = read(cfg, p)
+        v = tuning.read(cfg, p) if tuning.handles(p) else read(cfg, p)
+        if v == "":
+            continue
         if v is None:
             rc = 2
             continue
@@ -89,10 +93,21 @@ def grep(cfg, args, out, err):
 
 
 def sh(cfg, argv, out, err):
-    """``sh -c 'echo V > PATH'`` on one of the files above (anything else: None, the shell's job)."""
-    m = re.fullmatch(r"echo (\S+) > (/(?:sys|proc/sys)/\S+)", argv[2]) if len(argv) == 3 and argv[1] == "-c" else None
+    """``sh -c 'echo V > PATH'`` on one of the files above or of :mod:`.tuning` (traffic class, configfs,
+    IRQ affinity), and ``sh -c 'echo V | tee PATH… > /dev/null'`` (anything else: None, the shell's job)."""
+    from mfctl.mock.nics import tuning
+
+    if len(argv) == 3 and argv[1] == "-c" and (t := re.fullmatch(r"echo (\S+) \| tee ((?:/\S+ )+)> /dev/null", argv[2])):
+        return tuning.tee(cfg, t[1], t[2].split(), err)
+    m = re.fullmatch(r"echo (\S+) > (/(?:sys|proc)/\S+)", argv[2]) if len(argv) == 3 and argv[1] == "-c" else None
     if m is None:
         return None
+    if tuning.handles(m[2]):
+        e = tuning.write(cfg, m[2], m[1])
+        if e:
+            err("sh: 1: echo: echo: I/O error\n" if e == "Invalid argument" else f"sh: 1: cannot create {m[2]}: {e}\n")
+            return 1 if e == "Invalid argument" else 2
+        return 0
     e = write(cfg, m[2], m[1])
     if e:
         err(f"sh: 1: {e}\n" if e.startswith("cannot") else "sh: 1: echo: echo: I/O error\n")

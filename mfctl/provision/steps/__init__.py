@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mfctl.provision.actions import Action, PlanContext
-from mfctl.provision.steps import firmware, gpu, gpudirect, links, qos, rails, roce
+from mfctl.provision.steps import firmware, gpu, gpudirect, irq, links, qos, rails, roce, speed, tos
 
 #: the plan steps in order: the firmware steps and the breakout fill ``ctx.reset`` before
 #: ``plan_reset`` reads it, and the breakout fills ``ctx.resplit`` before the lanes are planned
@@ -20,8 +20,11 @@ STEPS: list[Callable[[PlanContext], list[Action]]] = [
     links.plan_breakout,
     firmware.plan_reset,
     links.plan_lanes,
+    speed.plan_speed,
     qos.plan_qos,
     roce.plan_roce,
+    tos.plan_tos,
+    irq.plan_irq,
     rails.plan_rails,
     gpudirect.plan_gpudirect,
     gpu.plan_gpu,
@@ -34,4 +37,7 @@ READS: dict[str, Callable] = {
     qos.MORE_KEY: qos.read_qos,  # mlnx_qos per netdev, FEC, ECN/CNP sysfs, conf sysctls
     rails.MORE_KEY: rails.read_rails,  # ip rule, ip route
     gpudirect.MORE_KEY: gpudirect.read_gpudirect,  # lsmod, lspci, the persistence daemon
+    speed.MORE_KEY: speed.read_speed,  # ethtool IF per lane (link modes, autoneg)
+    tos.MORE_KEY: tos.read_tos,  # ibdev2netdev, traffic_class + rdma_cm configfs
+    irq.MORE_KEY: irq.read_irq,  # irqbalance, msi_irqs, NUMA node, IRQ affinities
 }
