@@ -22,17 +22,19 @@ from mfctl.runtime.summary import TRAINING_LOG, RunSummary
 def _rows(tl, seq_len: int) -> tuple[list[dict], bool]:
     """One iteration row per logged line (with the ``steps`` it stands for); whether tokens had to
     be assumed from ``seq_len``."""
-    rows, prev_it, prev_tokens, assumed_seq = [], 0, 0, False
+    rows, prev_tokens, assumed_seq = [], None, False
     for r in tl.iterations:
-        steps = max(1, r.iteration - prev_it)
-        if r.consumed_tokens is not None:
-            tokens = (r.consumed_tokens - prev_tokens) // steps
+        steps = r.steps  # the parser's: a log that starts mid-run does not stand for iterations 1..N
+        if r.consumed_tokens is not None:  # a running total: the first line's is the mean since iteration 1
+            tokens = (r.consumed_tokens - prev_tokens) // steps if prev_tokens is not None else r.consumed_tokens // r.iteration
             prev_tokens = r.consumed_tokens
         else:
             tokens = (r.global_batch or 0) * seq_len
             assumed_seq = True
-        prev_it = r.iteration
-        rows.append({"iteration": r.iteration, "seconds": (r.elapsed_ms or 0) / 1000,  # per iteration
+        if r.elapsed_ms is None:
+            continue  # "nan": no time to count
+        tokens = tokens * r.trained_steps // steps  # iterations the loss scaler skipped trained nothing
+        rows.append({"iteration": r.iteration, "seconds": r.elapsed_ms / 1000,  # per iteration
                      "tokens": tokens, "epoch": 0, "paused": False, "steps": steps})
     return rows, assumed_seq
 
@@ -53,6 +55,8 @@ def import_log(log: Path, runs_dir: Path, *, seq_len: int = 4096) -> RunSummary:
     store = MetricsStore(d / "metrics.db")
     store.start_run(run_id, str(log.resolve()), TRAINING_LOG, 1.0)
     rows, assumed_seq = _rows(tl, seq_len)
+    if not rows:
+        raise ConfigError("no iteration line with a number for its elapsed time", path=str(log))
     for m in rows:
         store.iteration("log", m)
     secs = [x["seconds"] for x in rows]
@@ -66,10 +70,13 @@ def import_log(log: Path, runs_dir: Path, *, seq_len: int = 4096) -> RunSummary:
         iteration_time_s={"mean": sum(secs) / len(secs), "p50": sorted(secs)[len(secs) // 2], "min": min(secs),
                           "max": max(secs)},
         tflops_per_gpu_mean=(sum(tflops) / max(1, len(tflops))) or None,
-        skipped_iterations=max((r.skipped or 0) for r in tl.iterations), simulated_train_s=total_s, wall_train_s=total_s,
+        skipped_iterations=tl.skipped_iterations, simulated_train_s=total_s, wall_train_s=total_s,
         note=(f"{len(rows)} logged lines, each the mean of the iterations since the previous one"
               + (f"; tokens assume {seq_len} tokens per sample (--seq-len): the log has no 'consumed tokens'"
-                 if assumed_seq else "")))
+                 if assumed_seq else "")
+              + (f"; the log starts at iteration {tl.first_iteration}" if (tl.first_iteration or 1) > 1 else "")
+              + (f"; iteration lines cut before their end not read (line {', '.join(map(str, tl.cut_lines))})"
+                 if tl.cut_lines else "")))
     store.end_run(run_id, "ok", 0, summary)
     store.close()
     (d / "summary.json").write_text(summary.to_json())
