@@ -30,14 +30,19 @@ def parse_size(text: str, what: str = "--max-bytes") -> int:
     return n
 
 
-def preflight(pool, inv) -> None:
-    """Every host answers and shows the GPUs the inventory gives it (``nvidia-smi --query-gpu=index``),
-    before a benchmark whose figures would otherwise be a broken testbed's. Raises UnreachableError
+def preflight(pool, inv, hosts: list[str] | None = None, observer=None) -> None:
+    """Every host (of ``hosts``, default all) answers and shows the GPUs the inventory gives it
+    (``nvidia-smi --query-gpu=index``), before a benchmark whose figures would otherwise be a broken
+    testbed's; ``observer`` hears a ``preflight`` phase and each host done. Raises UnreachableError
     (a host that cannot be reached) or OperationFailed (a GPU missing or lost), naming every host."""
     from mfctl.errors import OperationFailed, ParseError, UnreachableError
     from mfctl.hosts import nvidia_smi
+    from mfctl.observer import NullObserver
 
-    res = pool.run_many([h.name for h in inv.hosts], lambda h: nvidia_smi.query_argv(["index"]))
+    names = hosts if hosts is not None else [h.name for h in inv.hosts]
+    obs = observer or NullObserver()
+    obs.phase("preflight", "every host answers and shows its GPUs", total=len(names))
+    res = pool.run_many(names, lambda h: nvidia_smi.query_argv(["index"]), on_done=lambda r: obs.host_done(r.host, r))
     down = [f"{r.host}: {r.error}" for r in res if r.error]
     if down:
         raise UnreachableError("cannot benchmark: " + "; ".join(down))
@@ -64,12 +69,16 @@ def expected_busbw_gbs(test: str, circuits_on_host: int, rates) -> float | None:
     return (circuits_on_host * rates.circuit_Bps + rates.eps_Bps) / 1e9
 
 
-def run_nccl(ctx, test: str = "alltoall_perf", max_bytes: str = "1G") -> dict:
+def run_nccl(ctx, test: str = "alltoall_perf", max_bytes: str = "1G", hosts: list[str] | None = None,
+             observer=None) -> dict:
     """Read the OCS's cross-connects, run nccl-tests ``test`` (1 MiB .. ``max_bytes``, ×2) from the
-    inventory's first host across all of them, and return the ``mfctl.bench.nccl/v1`` object: rows
-    (sizes in bytes, times in µs, bandwidths in GB/s), the peak bus bandwidth, the expected one and
-    their ratio. Every host is checked first (:func:`preflight`). Raises UsageError for an unknown
-    test or a bad ``max_bytes``; the pool's and driver's errors as they are."""
+    first of ``hosts`` (inventory names, in inventory order; default: all) across all of them, and
+    return the ``mfctl.bench.nccl/v1`` object: the hosts, rows (sizes in bytes, times in µs,
+    bandwidths in GB/s), the peak bus bandwidth, the expected one (the circuits among ``hosts``)
+    and their ratio. Every host is checked first (:func:`preflight`). ``observer``
+    (:class:`mfctl.observer.Observer`) hears the phases: ``preflight`` (per host), then
+    ``nccl-tests`` (one unit: the sweep is one command). Raises UsageError for an unknown test or
+    a bad ``max_bytes``; the pool's and driver's errors as they are."""
     from mfctl.errors import UsageError
     from mfctl.fabric.mapping import circuits_from_cross_connects, region_lanes
     from mfctl.hosts.nccl_tests import parse_perf, perf_argv
@@ -78,19 +87,30 @@ def run_nccl(ctx, test: str = "alltoall_perf", max_bytes: str = "1G") -> dict:
         raise UsageError("--test must be alltoall_perf or all_reduce_perf")
     if parse_size(max_bytes) < 1 << 20:
         raise UsageError(f"--max-bytes must be at least 1M (the sweep starts at 1M), got {max_bytes!r}")
+    from mfctl.observer import NullObserver
+    from mfctl.transport.results import HostResult
+
+    obs = observer or NullObserver()
     inv = ctx.inventory
-    hosts = [h.name for h in inv.hosts]
+    wanted = set(hosts) if hosts is not None else None
+    hosts = [h.name for h in inv.hosts if wanted is None or h.name in wanted]
+    if not hosts:
+        raise UsageError("no host to benchmark")
     with ctx.ocs() as drv:
         xc = drv.cross_connects()
     circuits = circuits_from_cross_connects(region_lanes(inv, hosts), xc)
-    h0 = inv.hosts[0]
+    h0 = inv.host(hosts[0])
     with ctx.pool(command_timeout=max(ctx.command_timeout, 600)) as pool:  # a 1 GiB sweep takes minutes
-        preflight(pool, inv)
+        preflight(pool, inv, hosts, observer=obs)
+        sizes = parse_size(max_bytes).bit_length() - (1 << 20).bit_length() + 1
+        obs.phase("nccl-tests", f"{test} 1M..{max_bytes.strip().upper()} ({sizes} sizes) from {h0.name} on "
+                                f"{len(hosts)} host(s)", total=1)
         res = parse_perf(pool.run_checked(h0.name, perf_argv(test, "1M", max_bytes, 2, h0.gpus.count, nodes=len(hosts))))
+        obs.host_done(h0.name, HostResult(h0.name))
     n_circ = sum(1 for c in circuits if h0.name in (c.a.host, c.b.host))
     expected = expected_busbw_gbs(test, n_circ, ctx.link_rates())
     peak = max((x.busbw_gbs or 0) for x in res.rows)
-    return {"schema": "mfctl.bench.nccl/v1", "test": test, "host": h0.name, "circuits_on_host": n_circ,
+    return {"schema": "mfctl.bench.nccl/v1", "test": test, "host": h0.name, "hosts": hosts, "circuits_on_host": n_circ,
             "rows": [x.__dict__ for x in res.rows], "peak_busbw_gbs": peak, "expected_busbw_gbs": expected,
             "ratio_to_expected": peak / expected if expected else None, "warnings": res.warnings}
 

@@ -95,17 +95,13 @@ def _render_apply(results) -> None:
         con.print(markup("[green]{}[/]: {} change(s) applied", r.host, len(r.applied)) + extra, highlight=False)
 
 
-def _on_step(json_out: bool):
-    """Each host's current step on stderr (one line; above the progress bar on a terminal), nothing with --json."""
-    if json_out:
-        return None
-    from mfctl.cli.common import err_console
-
-    con = err_console()
+def _on_step(obs):
+    """Each host's current step through the progress display ``obs`` (one line on stderr, above the bar on a
+    terminal; the bar's count and ETA move with the steps), with --json too: stdout holds the object only."""
 
     def show(host: str, i: int, n: int, a) -> None:
         what = getattr(a, "progress", None) or f"{a.what} on {a.target}"  # a long step says what it is doing
-        con.print(markup("[dim]{} [{}/{}] {}: {}[/]", host, i, n, a.phase, what), highlight=False)
+        obs.step(host, i, n, f"{a.phase}: {what}")
 
     return show
 
@@ -174,14 +170,14 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
 
     from mfctl import settings
     from mfctl.errors import ExitCode
-    from mfctl.lock import TestbedLock
+    from mfctl.lock import testbed_lock
     from mfctl.ocs.journal import Journal
     from mfctl.provision import service
     from mfctl.provision.journal import RunJournal
     from mfctl.transport.results import Results
 
     with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool, ctx), (
-            contextlib.nullcontext() if dry_run else TestbedLock(inv.name, "provision apply")):
+            contextlib.nullcontext() if dry_run else testbed_lock(inv, "provision apply")):
         with _progress(json_out) as obs:
             plans = service.plan(pool, inv, sp, manifest, names, observer=obs)  # under the lock: never a stale plan
         if not json_out:
@@ -216,10 +212,10 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
 
         old = signal.signal(signal.SIGINT, on_sigint)
         try:
-            with _progress(json_out) as obs, (login_pool or contextlib.nullcontext()):
+            with _progress(False) as obs, (login_pool or contextlib.nullcontext()):  # (stderr only, --json too)
                 results = service.rollout(pool, inv, sp, manifest, plans, journal=journal, stop=stop, observer=obs,
                                           batch=batch, canary=canary, allow_mgmt_reset=allow_mgmt_reset, drain=drain,
-                                          on_step=_on_step(json_out))
+                                          on_step=_on_step(obs))
                 checked = None
                 if check and not stop.is_set() and all(r.ok for r in results):
                     with ctx.ocs() as drv:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, err_console, handle_errors, markup, option, out_console, print_error
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, markup, option, out_console, print_error
 
 if TYPE_CHECKING:
     from mfctl.runtime.summary import RunSummary
@@ -19,53 +19,38 @@ RUNS_DIR_OPT = option("runs_dir", "--runs-dir", default=None, help="Where run di
 
 
 def _observer(json_out: bool, total: int, show_logs: bool = False):
+    """The run's progress on stderr (:class:`mfctl.cli.progress.ProgressObserver`): each phase's
+    line, then the training's bar with its ETA on a terminal, else a count line at most every
+    MFCTL_PROGRESS_INTERVAL seconds (and the last iteration's); reconfigurations, warnings and
+    (``--logs``) the hosts' lines as they come. With --json too: stdout holds only the summary."""
+    from mfctl.cli.progress import ProgressObserver
     from mfctl.runtime.job import Observer
 
-    con = err_console()
-    live = con.is_terminal
-
-    class RichObserver(Observer):
-        def __init__(self):
-            self.progress = None
-            self.task = None
-
+    class RunObserver(ProgressObserver, Observer):
         def phase(self, name, detail="", total=None):
-            if name == "train" and live:
-                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-                self.progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
-                                         TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=con)
-                self.task = self.progress.add_task("train", total=total, info="")
-                self.progress.start()
-            con.print(markup("[cyan]{:>8}[/] {}", name, detail), highlight=False)  # (the progress bar's console too)
+            self.say(markup("[cyan]{:>8}[/] {}", name, detail))
+            if name == "train":
+                self.begin("training", total, announce=False)
 
         def iteration(self, done, total_, m):
-            if self.progress:
-                self.progress.update(self.task, completed=done,
-                                     info=f"{m['seconds']:.2f} s/it  epoch {m['epoch']}"
-                                          + ("  (reconfiguring)" if m.get("paused") else ""))
-            elif done % 10 == 0 or done == total_:
-                con.print(f"   train iteration {done}/{total_}: {m['seconds']:.3f} s (testbed time)", highlight=False)
+            self.advance(done, total_, info=f"{m['seconds']:.2f} s/it (testbed time)  epoch {m['epoch']}"
+                                            + ("  (reconfiguring)" if m.get("paused") else ""))
 
         def reconfiguration(self, r):  # a mfctl.runtime.reconfig.Reconfiguration
             head = f"epoch {r.epoch} done" if r.outcome == "applied" else f"epoch {r.epoch} {r.outcome.upper()}"
             msg = (f"{head}: +{r.xc_added}/-{r.xc_removed} cross-connects, switch {r.t_switch_ms:.1f} ms, link-up "
                    f"{r.t_linkup_ms / 1000:.2f} s, runtime {r.t_runtime_ms:.0f} ms"
                    + (f" — {r.error}" if r.error else ""))
-            con.print(markup("[magenta]{:>8}[/] {}", "reconfig", msg), highlight=False)
+            self.say(markup("[magenta]{:>8}[/] {}", "reconfig", msg))
 
         def log_line(self, host, line):
             if show_logs:
-                con.print(markup("[dim]\\[{}][/] {}", host, line), highlight=False)
+                self.say(markup("[dim]\\[{}][/] {}", host, line))
 
         def warning(self, message):
-            con.print(markup("[yellow]warning:[/] {}", message), highlight=False)
+            self.say(markup("[yellow]warning:[/] {}", message))
 
-        def close(self):
-            if self.progress:
-                self.progress.stop()
-
-    return RichObserver()
+    return RunObserver()
 
 
 def render_summary(s: "RunSummary", show_error: bool = True) -> None:
@@ -274,7 +259,7 @@ def list_runs(ctx: typer.Context, runs_dir: Path = RUNS_DIR_OPT, json_out: bool 
 def show_run(run_id: str = typer.Argument(..., help="Run id (a directory under the runs dir), or latest."),
              runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
     """Show a run's summary."""
-    from mfctl.errors import OperationFailed, UsageError
+    from mfctl.errors import DataError, UsageError
     from mfctl.runtime.rundir import recover, run_dirs
     from mfctl.runtime.summary import RunSummary
 
@@ -291,8 +276,8 @@ def show_run(run_id: str = typer.Argument(..., help="Run id (a directory under t
     try:
         d = json.loads(p.read_text()) if p.is_file() else None
         s = RunSummary.from_dict(d) if d is not None else recover(rd)
-    except (OSError, ValueError, TypeError) as e:
-        raise OperationFailed(f"{p}: unreadable run summary: {e}") from None
+    except (OSError, ValueError, TypeError) as e:  # a damaged data file: exit 3, as runs report says (rundir.read_summary)
+        raise DataError(f"not a readable run summary ({e})", path=str(p)) from None
     if json_out:
         emit_json(d if d is not None else s.to_dict())  # as it is on disk (a newer mfctl's keys too)
     else:

@@ -39,11 +39,15 @@ class FakeCtx:
                 ctx.ran.append((host, argv[0]))
                 return ctx.outputs[argv[0]]
 
-            def run_many(self, hosts, argv_for):  # bench nccl's preflight: every host shows its 8 GPUs
+            def run_many(self, hosts, argv_for, on_done=None):  # bench nccl's preflight: every host shows its 8 GPUs
                 from types import SimpleNamespace
 
-                return [SimpleNamespace(host=h, error=None, rc=0, stderr="",
-                                        stdout="index\n" + "".join(f"{i}\n" for i in range(8))) for h in hosts]
+                out = [SimpleNamespace(host=h, error=None, rc=0, stderr="",
+                                       stdout="index\n" + "".join(f"{i}\n" for i in range(8))) for h in hosts]
+                for r in out:
+                    if on_done:
+                        on_done(r)
+                return out
 
         yield Pool()
 
