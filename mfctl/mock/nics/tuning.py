@@ -239,7 +239,10 @@ def tee(cfg, value: str, paths: list[str], err) -> int:
 
 
 def systemctl(cfg, args, out, err):
-    """``systemctl show -p ActiveState,UnitFileState irqbalance``, ``disable|enable --now irqbalance``."""
+    """``systemctl show -p ActiveState,UnitFileState irqbalance``, ``disable|enable --now irqbalance``
+    (another unit: None)."""
+    if args[-1:] != ["irqbalance"]:
+        return None
     st = state(cfg)
     if args[:1] == ["show"] and args[-1:] == ["irqbalance"]:
         out(f"ActiveState={'active' if st.irqbalance_active else 'inactive'}\n"
