@@ -259,7 +259,7 @@ def list_runs(ctx: typer.Context, runs_dir: Path = RUNS_DIR_OPT, json_out: bool 
 def show_run(run_id: str = typer.Argument(..., help="Run id (a directory under the runs dir), or latest."),
              runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
     """Show a run's summary."""
-    from mfctl.errors import DataError, UsageError
+    from mfctl.errors import OperationFailed, UsageError
     from mfctl.runtime.rundir import recover, run_dirs
     from mfctl.runtime.summary import RunSummary
 
@@ -276,8 +276,8 @@ def show_run(run_id: str = typer.Argument(..., help="Run id (a directory under t
     try:
         d = json.loads(p.read_text()) if p.is_file() else None
         s = RunSummary.from_dict(d) if d is not None else recover(rd)
-    except (OSError, ValueError, TypeError) as e:  # a damaged data file: exit 3, as runs report says (rundir.read_summary)
-        raise DataError(f"not a readable run summary ({e})", path=str(p)) from None
+    except (OSError, ValueError, TypeError) as e:
+        raise OperationFailed(f"{p}: unreadable run summary: {e}") from None
     if json_out:
         emit_json(d if d is not None else s.to_dict())  # as it is on disk (a newer mfctl's keys too)
     else:
