@@ -123,13 +123,19 @@ SETTINGS: dict[str, Setting] = {
         Setting("ocs_password", "", "OCS TL1 password, read from this variable by every inventory whose "
                 "ocs.password_env is left at its default (an ocs.password_file wins; never stored in inventories).",
                 secret=True),
+        Setting("lock_password", "", "The testbed lock service's password (lock.backend redis), read from this variable "
+                "by every inventory whose lock.password_env is left at its default (a lock.password_file wins).",
+                secret=True),
+        Setting("lock_token", "", "A testbed lock's token (mfctl lock acquire): a command run with it works under that "
+                "lease instead of taking the lock (the holder keeps renewing and releasing it).", secret=True),
         # environment twins of command-line options (the CLI's options are built from these: mfctl.cli.common.option)
         Setting("inventory", "", "--inventory/-i of every command that takes one: the inventory YAML.", type=Path),
         Setting("json", "", "Print one JSON object on stdout (--json, for CI).", type=bool),
         Setting("yes", "", "Do not ask for confirmation (--yes/-y).", type=bool),
         Setting("skip_health", "", "mfctl run --skip-health.", type=bool),
         Setting("mock_state_dir", "", "mfctl mock --state-dir (default: <state_dir>/mock).", type=Path),
-        Setting("mock_time_scale", "1", "mfctl mock up --time-scale: simulated seconds per wall second.", type=float),
+        Setting("mock_time_scale", "1", "mfctl mock up --time-scale: simulated seconds per wall second.", type=float,
+                min=0.01, max=10000),
         Setting("mock_torchrun", "mock", "The torchrun the mock's hosts run: mock (mfctl.mock.torchrun: real torchrun's "
                 "ranks, environment, exits and signals, without torch), real (the torchrun installed beside mfctl's "
                 "Python, from torch), or the absolute path of a torchrun."),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +34,11 @@ def _driver(inventory: Path, *, mutating: bool, purpose: str = "ocs", precheck=N
     pm = PortMap.from_inventory(inv)
     if precheck is not None:
         precheck(pm)
-    with Context.from_settings(inv).open_ocs(purpose=purpose if mutating else None) as drv:
+    from mfctl.lock import testbed_lock
+
+    # a change takes the testbed lock (a run, provisioning or a pytest session holds it), then the device's
+    with testbed_lock(inv, purpose) if mutating else contextlib.nullcontext(), \
+            Context.from_settings(inv).open_ocs(purpose=purpose if mutating else None) as drv:
         _warn_legacy_journal(inv)
         yield inv, drv, pm, drv.device_journal
 

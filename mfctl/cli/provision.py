@@ -170,14 +170,14 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
 
     from mfctl import settings
     from mfctl.errors import ExitCode
-    from mfctl.lock import TestbedLock
+    from mfctl.lock import testbed_lock
     from mfctl.ocs.journal import Journal
     from mfctl.provision import service
     from mfctl.provision.journal import RunJournal
     from mfctl.transport.results import Results
 
     with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool, ctx), (
-            contextlib.nullcontext() if dry_run else TestbedLock(inv.name, "provision apply")):
+            contextlib.nullcontext() if dry_run else testbed_lock(inv, "provision apply")):
         with _progress(json_out) as obs:
             plans = service.plan(pool, inv, sp, manifest, names, observer=obs)  # under the lock: never a stale plan
         if not json_out:

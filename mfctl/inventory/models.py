@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from mfctl.settings import SETTINGS
 
@@ -249,6 +249,46 @@ class SSHDefaults(_Strict):
     host_key_policy: Literal["strict", "accept-new"] = "strict"
 
 
+class LockBackend(_Strict):
+    """Where the testbed lock lives (docs/locks.md): ``file`` (the default: this machine's lock
+    directory) or ``redis`` (one server shared by every machine that drives the testbed). The
+    Redis password comes from ``password_env`` or ``password_file``, never from the URL."""
+
+    backend: Literal["file", "redis"] = "file"
+    url: str | None = Field(None, description="redis://HOST:PORT/DB, rediss:// (TLS) or unix:///PATH (redis only)")
+    password_env: str | None = Field(SETTINGS["lock_password"].env, pattern=r"^[A-Z_][A-Z0-9_]*$")  # MFCTL_LOCK_PASSWORD
+    password_file: str | None = None
+    ttl_s: float = Field(60.0, ge=1.0, le=86400.0, description="Lease of an in-process holder, s (renewed every ttl/3)")
+    key_prefix: str = Field("mfctl", pattern=r"^[A-Za-z0-9:_.-]{1,64}$", description="Prefix of the Redis keys")
+    timeout_s: float = Field(2.0, gt=0, le=60, description="Connect and command timeout of the lock service, s")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v):
+        from urllib.parse import urlsplit
+
+        if v is None:
+            return v
+        u = urlsplit(v)
+        if u.scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("lock.url must be redis://HOST:PORT/DB, rediss://… or unix:///PATH")
+        if "@" in u.netloc:
+            raise ValueError("lock.url must not hold a user or password: use lock.password_env or lock.password_file")
+        if u.scheme != "unix" and not u.hostname:
+            raise ValueError("lock.url has no host")
+        if u.hostname:
+            check_address(u.hostname)
+        return v
+
+    @model_validator(mode="after")
+    def _backend_needs(self):
+        if self.backend == "redis" and not self.url:
+            raise ValueError("lock.backend redis needs lock.url (redis://HOST:PORT/DB)")
+        if self.backend == "file" and self.url:
+            raise ValueError("lock.url is for backend redis (lock.backend is file)")
+        return self
+
+
 class Inventory(_Strict):
     """A whole testbed. Load with :func:`mfctl.inventory.load_inventory`."""
 
@@ -261,6 +301,7 @@ class Inventory(_Strict):
     ocs: OCS
     eps: EPS
     regions: list[Region] = Field(min_length=1)
+    lock: LockBackend = Field(default_factory=LockBackend, description="the testbed lock's backend (docs/locks.md)")
 
     # set by the loader, not part of the schema
     source: str | None = Field(None, exclude=True)

@@ -27,9 +27,9 @@ from pathlib import Path
 
 from mfctl import settings
 from mfctl.context import Context
-from mfctl.errors import MfctlError
+from mfctl.errors import ExitCode, MfctlError
 from mfctl.inventory import load_inventory
-from mfctl.lock import TestbedLock
+from mfctl.lock import testbed_lock
 from mfctl.metrics.store import MetricsStore, index_run
 from mfctl.observer import NullObserver
 from mfctl.ocs.journal import Journal
@@ -156,6 +156,8 @@ class Job:
             self._run()
         except KeyboardInterrupt as e:
             self._aborting = True
+            if getattr(self, "lease", None) is not None and self.lease.lost.is_set():  # not the operator: fail safe
+                return "failed", int(ExitCode.LOCKED), f"stopped: {self.lease.lost_reason}"
             return "interrupted", 130, f"interrupted by {signal_of(e)} (stopped by the operator)"
         except MfctlError as e:
             self._aborting = True
@@ -180,7 +182,8 @@ class Job:
         self.testbed.check(inv)
         self.plan = plan_run(pb, inv)
         ctx = Context.from_settings(inv)
-        stack.enter_context(TestbedLock(inv.name, f"mfctl run {pb.name} ({self.run_id})"))
+        # a lease renewed while the run lives; lost (lock service unreachable), the run is interrupted
+        self.lease = stack.enter_context(testbed_lock(inv, f"mfctl run {pb.name} ({self.run_id})"))
         self.started = True
         rundir.write_pid(self.run_dir)
         self.store.start_run(self.run_id, pb.source or pb.name, inv.source, self.scale)

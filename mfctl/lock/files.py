@@ -1,8 +1,9 @@
-"""Locks (filelock): one run (or change) at a time per testbed, and per device.
+"""File locks (filelock) in the machine's shared lock directory, and the device lock.
 
-- :class:`TestbedLock` — keyed by the inventory's name, in :func:`lock_dir` too: one run or
-  provisioning of a testbed's hosts at a time, whatever ``MFCTL_STATE_DIR`` each operator has
-  (with a lock per state dir, two operators provisioned the same hosts at once).
+- the testbed lock's file backend (:mod:`mfctl.lock.file`) — keyed by the inventory's name, in
+  :func:`lock_dir`: one run or provisioning of a testbed's hosts at a time, whatever
+  ``MFCTL_STATE_DIR`` each operator has (with a lock per state dir, two operators provisioned the
+  same hosts at once).
 - :class:`DeviceLock` — keyed by a device's identity (what the device says of itself, and the
   endpoint it is reached at), in :func:`lock_dir`, which every state directory and user of the
   machine share: a renamed copy of the inventory, another ``MFCTL_STATE_DIR`` or a second
@@ -24,7 +25,6 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from mfctl import settings
-from mfctl.errors import LockError
 from mfctl.procs import start_ticks
 
 
@@ -89,8 +89,11 @@ def write_replacing(path: Path, text: str) -> bool:
 
 
 def holder_alive(h: dict) -> bool:
-    """A holder record names a live process: another machine's is assumed alive (its pid means
-    nothing here); on this machine the pid must exist with the start time recorded (if any)."""
+    """A holder record names a live holder: a detached lease (``mfctl lock acquire``) until its
+    expiry; another machine's process is assumed alive (its pid means nothing here); on this
+    machine the pid must exist with the start time recorded (if any)."""
+    if h.get("detached"):
+        return time.time() < float(h.get("expires_ts") or 0)
     if h.get("host") != socket.gethostname():
         return True
     pid = h.get("pid")
@@ -156,13 +159,17 @@ class _Lock:
         try:
             self._lock.acquire(timeout=self.timeout)
         except Timeout:
-            h = self.holder() or {}
-            raise LockError(f"{self.what} {self.name!r} is locked by pid {h.get('pid', '?')} on {h.get('host', '?')} "
-                            f"for {h.get('purpose', '?')!r} since {h.get('since', '?')}") from None
+            from mfctl.lock.lease import Refused, describe
+
+            h = self.holder()
+            raise Refused(describe(self.what, self.name, h), h) from None
         # who holds it, for the next one's error message (only informative: the lock excludes)
-        write_replacing(self.info, json.dumps({"pid": os.getpid(), "start_ticks": start_ticks(os.getpid()),
-                                               "host": socket.gethostname(), "purpose": self.purpose,
-                                               "since": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+        from mfctl.lock.lease import holder_record
+
+        rec = holder_record(self.name, self.purpose, ttl=0, token=os.urandom(16).hex())
+        for k in ("ttl_s", "expires_ts", "expires", "token_id"):  # held for as long as the process lives
+            rec.pop(k)
+        write_replacing(self.info, json.dumps(rec))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -171,16 +178,6 @@ class _Lock:
         except OSError:
             pass
         self._lock.release()
-
-
-class TestbedLock(_Lock):
-    """``with TestbedLock(name, purpose):`` — raises LockError (exit 5) if held elsewhere."""
-
-    what = "testbed"
-
-    def __init__(self, testbed: str, purpose: str, timeout: float = 0.0):
-        super().__init__(lock_path(testbed), testbed, purpose, timeout)
-        self.testbed = testbed
 
 
 class DeviceLock(_Lock):
