@@ -1,0 +1,237 @@
+"""mfctl's pytest plugin for hardware-in-the-loop suites (docs/hil.md), installed with mfctl
+(``pytest11`` entry point ``mfctl``).
+
+Options: ``--mfctl-inventory INV`` (default: the embedded mock, started for the session and stopped
+after it), ``--mfctl-lock-timeout S`` (wait this long for another holder of the testbed lock),
+``--mfctl-health {off,before,around}`` (the gate around each testbed test; default around).
+
+Fixtures: ``testbed`` (the validated inventory, locked for the session), ``mfctl_session`` (the
+same with its lock and mock), ``ocs`` (the OCS: apply/verify/journal), ``hosts`` (SSH: run/run_many,
+folded results), ``topology`` (a factory: circuits or a topology file on the OCS for one test,
+the previous state put back afterwards, verified), ``runner`` (run a playbook, get its summary).
+
+Marker: ``@pytest.mark.mfctl(circuits=[(LANE, LANE), ...], health="+gpu,-optics", hosts="gpu[01-02]")``.
+
+Inert unless used: nothing is imported, started or locked for a test that asks for none of these
+fixtures and carries no ``mfctl`` marker (the plugin is in every pytest run of an environment that
+has mfctl installed).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+#: the fixtures that put a test on the testbed (and under its gate)
+TESTBED_FIXTURES = frozenset({"testbed", "mfctl_session", "ocs", "hosts", "topology", "runner"})
+_SESSION = pytest.StashKey[object]()  # the config's _Opener
+_RECORD = pytest.StashKey[object]()  # an item's TestRecord
+_OCS = pytest.StashKey[object]()  # an item's OCS handle
+
+
+def pytest_addoption(parser) -> None:
+    g = parser.getgroup("mfctl", "mfctl hardware-in-the-loop (docs/hil.md)")
+    g.addoption("--mfctl-inventory", metavar="INV", default=None,
+                help="The testbed's inventory YAML (default: start the embedded mock testbed for the session).")
+    g.addoption("--mfctl-lock-timeout", metavar="S", type=float, default=0.0,
+                help="Seconds to wait for another holder of the testbed lock (default 0: fail at once, naming it).")
+    g.addoption("--mfctl-health", choices=("off", "before", "around"), default="around",
+                help="Health gate of each testbed test: off, before (the testbed must be healthy), around (and a "
+                     "test that leaves a host unhealthy or the OCS changed is marked as the one that broke it).")
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "mfctl(circuits=None, health=None, hosts=None): a testbed test: circuits put "
+                            "on the OCS for it (pairs of lanes), the health checks that gate it (mfctl health --checks "
+                            "syntax, or False for none), the hosts they run on (a host set; default all).")
+    config.stash[_SESSION] = _Opener(config)
+
+
+def pytest_unconfigure(config) -> None:
+    opener = config.stash.get(_SESSION, None)
+    if opener is not None:
+        opener.close()
+
+
+def uses_testbed(item) -> bool:
+    """Whether ``item`` is a testbed test: it asks for a testbed fixture or carries the marker."""
+    return bool(TESTBED_FIXTURES & set(getattr(item, "fixturenames", ()))) or item.get_closest_marker("mfctl") is not None
+
+
+class _Opener:
+    """The session's :class:`~mfctl.pytest_plugin.session.HILSession`, opened on first use."""
+
+    def __init__(self, config):
+        self.config, self.session, self.error = config, None, None
+
+    def get(self):
+        if self.error is not None:  # one refusal (lock held, mock would not start) fails every test the same way
+            raise self.error
+        if self.session is None:
+            from mfctl.errors import MfctlError
+            from mfctl.pytest_plugin.session import HILSession
+
+            opt = self.config.getoption
+            try:
+                self.session = HILSession.open(opt("mfctl_inventory"), lock_timeout=opt("mfctl_lock_timeout"),
+                                               purpose=f"pytest {' '.join(self.config.invocation_params.args)[:200]}")
+            except MfctlError as e:
+                self.error = _Refused(f"mfctl testbed: {e}")
+                raise self.error from None
+            self._say(self.session.describe())
+        return self.session
+
+    def _say(self, text: str) -> None:
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None and self.config.getoption("verbose") >= 0:
+            tr.write_line(text)
+
+    def close(self) -> None:
+        if self.session is not None:
+            s, self.session = self.session, None
+            s.close()
+
+
+class _Refused(Exception):
+    """The testbed could not be had for this session (its message says why: the lock's holder, …)."""
+
+
+def _record(item):
+    from mfctl.pytest_plugin.record import TestRecord
+
+    rec = item.stash.get(_RECORD, None)
+    if rec is None:
+        rec = item.stash[_RECORD] = TestRecord()
+    return rec
+
+
+def _ocs_handle(item, session):
+    from mfctl.pytest_plugin.handles import OCS
+
+    h = item.stash.get(_OCS, None)
+    if h is None:
+        h = item.stash[_OCS] = OCS(session, _record(item), purpose=f"pytest {item.nodeid}"[:200])
+    return h
+
+
+# --- fixtures -------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def mfctl_session(request):
+    """The session's testbed (:class:`mfctl.pytest_plugin.session.HILSession`): inventory, lock, mock."""
+    return request.config.stash[_SESSION].get()
+
+
+@pytest.fixture(scope="session")
+def testbed(mfctl_session):
+    """The validated inventory (:class:`mfctl.inventory.models.Inventory`), locked for the session."""
+    return mfctl_session.inventory
+
+
+@pytest.fixture
+def ocs(request, mfctl_session):
+    """The OCS (:class:`mfctl.pytest_plugin.handles.OCS`): ``apply``, ``verify``, ``cross_connects``,
+    ``journal`` (this test's records), ``driver``. The device lock is held from first use to the test's end."""
+    h = _ocs_handle(request.node, mfctl_session)
+    yield h
+    h.close()
+
+
+@pytest.fixture
+def hosts(request, mfctl_session):
+    """The hosts over the session's SSH pool (:class:`mfctl.pytest_plugin.handles.Hosts`): ``run``,
+    ``run_many``, ``fold``; every command and its output in the test's report."""
+    from mfctl.pytest_plugin.handles import Hosts
+
+    return Hosts(mfctl_session.pool(), mfctl_session.inventory, _record(request.node))
+
+
+@pytest.fixture
+def topology(request, mfctl_session):
+    """``topology(circuits=[("gpu01/nic0", "gpu02/nic0")])`` / ``topology("file.yaml")``: on the OCS for this
+    test (verified); what the OCS held before is put back when the test ends (verified)."""
+    from mfctl.pytest_plugin.handles import Topology
+
+    t = Topology(_ocs_handle(request.node, mfctl_session))
+    yield t
+    try:
+        t.restore()
+    finally:
+        t.ocs.close()
+
+
+@pytest.fixture
+def runner(request, mfctl_session, tmp_path):
+    """``runner(PLAYBOOK, iterations=None, skip_health=False, restore=True) -> summary``: run a playbook on the
+    session's testbed (``mfctl.run.summary/v1`` with ``exit_code``), then put back what the OCS held
+    (``restore``); run directories under the test's tmp_path."""
+    from mfctl.pytest_plugin.handles import Runner
+
+    item = request.node
+    return Runner(mfctl_session, _record(item), tmp_path / "runs", _ocs_handle(item, mfctl_session))
+
+
+@pytest.fixture(autouse=True)
+def _mfctl_gate(request):
+    """The health gate of a testbed test (nothing at all for any other test)."""
+    item = request.node
+    if not uses_testbed(item):
+        yield
+        return
+    yield from _gate(request, item)
+
+
+def _gate(request, item):
+    from mfctl.pytest_plugin import gate
+    from mfctl.pytest_plugin.handles import Topology
+
+    session = request.getfixturevalue("mfctl_session")
+    mode = request.config.getoption("mfctl_health")
+    marker = item.get_closest_marker("mfctl")
+    kw = dict(marker.kwargs) if marker is not None else {}
+    checks = [] if mode == "off" or kw.get("health") is False else gate.select(kw.get("health"))
+    names = _hosts(session, kw.get("hosts"))
+    rec = _record(item)
+    before = None
+    if mode != "off":
+        before = gate.take(session, checks, names, ocs=mode == "around")
+        bad = gate.unhealthy(before)
+        if bad:
+            by = f" (left so by {session.broken_by})" if session.broken_by else ""
+            rec.attach(item)
+            pytest.fail(f"mfctl: the testbed was unhealthy before this test{by}: {bad}", pytrace=False)
+    topo = None
+    if kw.get("circuits"):
+        topo = Topology(_ocs_handle(item, session))
+        topo(circuits=kw["circuits"])
+    try:
+        yield
+    finally:
+        try:
+            if topo is not None:
+                topo.restore()
+            h = item.stash.get(_OCS, None)
+            if h is not None:
+                h.close()
+            problems = []
+            if mode == "around" and before is not None:
+                after = gate.take(session, checks, names, ocs=True)
+                from mfctl.ocs.service import PortMap
+
+                problems = gate.changes(before, after, PortMap.from_inventory(session.inventory))
+        finally:
+            rec.attach(item)
+        if problems:
+            session.broken_by = item.nodeid
+            item.user_properties.append(("mfctl.broke_testbed", "; ".join(problems)))
+            pytest.fail("mfctl: this test broke the testbed: " + "; ".join(problems), pytrace=False)
+
+
+def _hosts(session, spec) -> list[str]:
+    from mfctl.inventory.hostsets import select_hosts
+
+    inv = session.inventory
+    names = [h.name for h in inv.hosts]
+    if not spec:
+        return names
+    if not isinstance(spec, str):
+        spec = ",".join(spec)
+    return select_hosts(spec, names, {r.name: r.hosts for r in inv.regions})
