@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "topo": ("mfctl.cli.topo", "app", True),
     "provision": ("mfctl.cli.provision", "app", True),
     "firmware": ("mfctl.cli.provision", "firmware_app", True),
+    "lock": ("mfctl.cli.lock", "app", True),
     "runs": ("mfctl.cli.run", "runs_app", True),
     "metrics": ("mfctl.cli.metrics", "app", True),
     "bench": ("mfctl.cli.bench", "app", True),
