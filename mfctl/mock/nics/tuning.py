@@ -103,12 +103,11 @@ def affinity(cfg, irq: int) -> str | None:
     if nd is None or st is None:
         return None
     balanced = str((irq * 7) % NCPUS)  # irqbalance's choice: one CPU, either node
-    if st.irq_pinned and irq not in st.irq_aff:
-        nic = nic_of(cfg, nd)
-        return NODE_CPUS[numa_node(nic)] if nic else balanced
-    val, t = st.irq_aff.get(irq, (balanced, 0.0))
-    if state(cfg).irqbalance_active and irq in st.irq_aff and time.monotonic() - t >= IRQBALANCE_S / _scale(cfg):
-        return balanced
+    nic = nic_of(cfg, nd)
+    first = NODE_CPUS[numa_node(nic)] if st.irq_pinned and nic else balanced
+    val, t = st.irq_aff.get(irq, (first, float("-inf")))
+    if state(cfg).irqbalance_active and time.monotonic() - t >= IRQBALANCE_S / _scale(cfg):
+        return balanced  # its pass since the last write moved the IRQ to its own choice
     return val
 
 
