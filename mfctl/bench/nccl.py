@@ -69,6 +69,27 @@ def expected_busbw_gbs(test: str, circuits_on_host: int, rates) -> float | None:
     return (circuits_on_host * rates.circuit_Bps + rates.eps_Bps) / 1e9
 
 
+def _perf(pool, host: str, argv: list[str]):
+    """nccl-tests' result on ``host``; its failure (non-zero exit, no result row) names the hosts,
+    GPUs and devices its NCCL lines blame (:func:`mfctl.hosts.nccl_log.failing_links`)."""
+    from mfctl.errors import OperationFailed, ParseError
+    from mfctl.hosts.nccl_log import failing_links
+    from mfctl.hosts.nccl_tests import parse_perf
+
+    out = None
+    try:
+        out = pool.run_checked(host, argv)
+        return parse_perf(out)
+    except (OperationFailed, ParseError) as e:
+        links = failing_links(out if out is not None else str(e))
+        if not links:
+            raise
+        blame = "; NCCL names: " + "; ".join(links)
+        if isinstance(e, ParseError):
+            raise ParseError(e.tool, e.line_no, e.expected + blame, e.got) from None
+        raise OperationFailed(f"{e}{blame}") from None
+
+
 def run_nccl(ctx, test: str = "alltoall_perf", max_bytes: str = "1G", hosts: list[str] | None = None,
              observer=None) -> dict:
     """Read the OCS's cross-connects, run nccl-tests ``test`` (1 MiB .. ``max_bytes``, ×2) from the
@@ -81,7 +102,7 @@ def run_nccl(ctx, test: str = "alltoall_perf", max_bytes: str = "1G", hosts: lis
     a bad ``max_bytes``; the pool's and driver's errors as they are."""
     from mfctl.errors import UsageError
     from mfctl.fabric.mapping import circuits_from_cross_connects, region_lanes
-    from mfctl.hosts.nccl_tests import parse_perf, perf_argv
+    from mfctl.hosts.nccl_tests import perf_argv
 
     if test not in TESTS:
         raise UsageError("--test must be alltoall_perf or all_reduce_perf")
@@ -105,7 +126,7 @@ def run_nccl(ctx, test: str = "alltoall_perf", max_bytes: str = "1G", hosts: lis
         sizes = parse_size(max_bytes).bit_length() - (1 << 20).bit_length() + 1
         obs.phase("nccl-tests", f"{test} 1M..{max_bytes.strip().upper()} ({sizes} sizes) from {h0.name} on "
                                 f"{len(hosts)} host(s)", total=1)
-        res = parse_perf(pool.run_checked(h0.name, perf_argv(test, "1M", max_bytes, 2, h0.gpus.count, nodes=len(hosts))))
+        res = _perf(pool, h0.name, perf_argv(test, "1M", max_bytes, 2, h0.gpus.count, nodes=len(hosts)))
         obs.host_done(h0.name, HostResult(h0.name))
     n_circ = sum(1 for c in circuits if h0.name in (c.a.host, c.b.host))
     expected = expected_busbw_gbs(test, n_circ, ctx.link_rates())

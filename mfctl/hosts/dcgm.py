@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mfctl.errors import ParseError
+from mfctl.hosts.textin import normalized
 
 DCGM_INT64_BLANK = 0x7FFFFFFFFFFFFFF0
 DCGM_FP64_BLANK = 140737488355328.0
@@ -28,6 +29,7 @@ def _blank(v: float) -> bool:
     return v >= DCGM_FP64_BLANK or v >= float(DCGM_INT64_BLANK)
 
 
+@normalized
 def parse_exporter(text: str) -> list[DcgmSample]:
     from prometheus_client.parser import text_string_to_metric_families
 

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 from mfctl.errors import ParseError
+from mfctl.hosts.textin import normalized
 
 #: A test's result word, as dcgmi prints it, to one of pass / fail / skip / warn.
 _STATUS = (("pass", "pass"), ("fail", "fail"), ("error", "fail"), ("skip", "skip"), ("warn", "warn"),
@@ -67,6 +68,7 @@ class DiagResult:
         return out
 
 
+@normalized
 def parse_diag(text: str) -> DiagResult:
     """Parse a ``dcgmi diag -r N`` table (DCGM 2.x-4.x layouts). Raises ParseError naming the line."""
     res = DiagResult()
@@ -149,6 +151,7 @@ class DiscoveredGPU:
     uuid: str | None
 
 
+@normalized
 def parse_discovery(text: str) -> list[DiscoveredGPU]:
     out: list[DiscoveredGPU] = []
     cur: DiscoveredGPU | None = None

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from mfctl.errors import ParseError
+from mfctl.hosts.textin import normalized
 
 _KV = re.compile(r"^\s*([^:]+?)\s*:\s*(.*?)\s*$")
 _CHAN = re.compile(r"\((?:Channel|Chan)\s+(\d+)\)")
@@ -41,6 +42,7 @@ class LinkSettings:
     lanes: int | None = None
 
 
+@normalized
 def parse_link(text: str) -> LinkSettings:
     """Parse ``ethtool IF``. Raises ParseError naming the line."""
     lines = text.splitlines()
@@ -108,6 +110,7 @@ _THRESH_KEY = {"Laser output power": ("tx_power", "dbm"), "Laser rx power": ("rx
                "Module voltage": ("voltage", "v")}
 
 
+@normalized
 def parse_module(text: str) -> ModuleInfo:
     """Parse ``ethtool -m IF`` (SFF-8636 or CMIS). Raises ParseError naming the line."""
     lines = [ln for ln in text.splitlines()]
@@ -189,6 +192,7 @@ def nonzero(stats: "NICStats", names: tuple[str, ...]) -> dict[str, int]:
     return {n: stats.counters[n] for n in names if stats.counters.get(n, 0) > 0}
 
 
+@normalized
 def parse_stats(text: str) -> NICStats:
     """Parse ``ethtool -S IF`` (with or without the ``NIC statistics:`` header, any indentation,
     or a ``| grep`` excerpt). Raises ParseError on a line that is not ``name: integer``."""

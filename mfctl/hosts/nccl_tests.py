@@ -6,6 +6,11 @@ error``, sometimes with an empty redop column), ``N/A`` values (missing data, ne
 number), integer times, a missing ``Avg bus bandwidth`` footer, and NCCL ``WARN`` lines
 interleaved with the table. Rows are parsed from the right: the last eight fields are
 out-of-place and in-place ``time algbw busbw wrong``.
+
+Only the main process prints the ``# nThread … nGpus …`` header: a header printed more than once
+means each launched process ran its own one-process test (a binary built without ``MPI=1`` under
+mpirun/srun; NVIDIA/nccl-tests#109) — its rows are per process, not the job's, and it is refused
+as such.
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ import re
 from dataclasses import dataclass, field
 
 from mfctl.errors import ParseError
+from mfctl.hosts.textin import normalized
 
 _PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:\s)")
 _WARN = re.compile(r"NCCL WARN (.*)$")
+_HEADER = re.compile(r"^#\s*nThread\s+\d+\s+nGpus\s+\d+")
 
 
 def perf_argv(test: str, min_bytes: str = "1K", max_bytes: str = "256M", factor: int = 2, gpus: int = 8,
@@ -54,11 +61,20 @@ def _f(x: str) -> float | None:
     return float(x)
 
 
+@normalized
 def parse_perf(text: str) -> PerfResult:
-    """Parse a nccl-tests output. Raises ParseError when there is no result row."""
+    """Parse a nccl-tests output. Raises ParseError when there is no result row, or when the
+    header is repeated (processes that ran alone: see the module docstring)."""
     res = PerfResult()
+    headers: list[int] = []
     for no, raw in enumerate(text.splitlines(), 1):
         ln = _PREFIX.sub("", raw).rstrip()
+        if _HEADER.match(ln):
+            headers.append(no)
+            if len(headers) == 2:
+                raise ParseError("nccl-tests", no, "one '# nThread … nGpus …' header (printed again at line "
+                                 f"{no} after line {headers[0]}: each process ran alone — a binary built without "
+                                 "MPI=1 launched once per rank; rebuild with 'make MPI=1')", ln.strip())
         w = _WARN.search(ln)
         if w:
             res.warnings.append(w.group(1).strip())

@@ -27,6 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from mfctl.errors import ParseError
+from mfctl.hosts.textin import normalized
 
 _ITER = re.compile(r"(?:\[(?P<ts>[\d-]+ [\d:]+)\]\s*)?\biteration\s+(?P<it>\d+)\s*/\s*(?P<total>\d+)\s*\|(?P<rest>.*)$")
 _DS = re.compile(r"\[Rank (?P<rank>\d+)\] step=(?P<step>\d+), skipped=(?P<skipped>\d+)")
@@ -177,6 +178,7 @@ def _steps(recs: list[IterationRecord], start: int | None) -> int | None:
     return interval
 
 
+@normalized
 def parse_train_log(text: str) -> TrainLog:
     """Parse a Megatron / DeepSpeed training log. Raises ParseError naming the line of a complete
     iteration line without its elapsed time, or when the text has no training line at all."""
