@@ -8,6 +8,14 @@ Module info (SFF-8636 QSFP28 and CMIS QSFP-DD/OSFP layouts): ``Key : value`` lin
 channel values carry ``(Channel N)`` or ``(Chan N)``; powers are ``1.0778 mW / 0.33 dBm``
 (``-inf dBm`` = no light: missing data, never a number); thresholds are
 ``... low warning threshold : 0.0631 mW / -12.00 dBm``.
+
+A module without digital monitoring — a passive copper cable (DAC), or "Alarm/warning flags
+implemented : No" with a 0.0000 V supply — prints zeros ("0.00 degrees C", "0.0000 V",
+"0.000 mA", "0.0000 mW"): missing data, never a reading (``ModuleInfo.dom`` False, the readings
+None). CMIS modules (ethtool's ``cmis.c`` / ``module-common.c``) print per-lane status as
+``Rx loss of signal : [ Yes, No, … ]`` (lane 1 first; ``None`` when no lane is flagged) and the
+module state machine as ``Module State : 0x01 (ModuleLowPwr)`` with ``LowPwrAllowRequestHW`` /
+``LowPwrRequestSW`` On/Off.
 """
 
 from __future__ import annotations
@@ -85,6 +93,13 @@ class ModuleInfo:
     bias_ma: dict[int, float | None] = field(default_factory=dict)
     thresholds: dict[str, float] = field(default_factory=dict)  # e.g. "rx_power_low_warning_dbm"
     flags_on: list[str] = field(default_factory=list)  # alarm/warning flags reported On
+    dom: bool = True  # False: no digital monitoring (a DAC): every reading above is None, not 0
+    copper: bool = False  # a copper cable assembly (Transmitter technology "Copper cable …")
+    module_state: str | None = None  # CMIS: ModuleLowPwr, ModulePwrUp, ModuleReady, ModulePwrDn, ModuleFault
+    low_power_request_sw: bool | None = None  # CMIS LowPwrRequestSW (the host asked for low power)
+    low_power_allow_request_hw: bool | None = None  # CMIS LowPwrAllowRequestHW (the LPMode pin may ask)
+    lanes_flagged: dict[str, list[int]] = field(default_factory=dict)  # "rx_los" → lanes (1-based) saying Yes
+    lane_count: int | None = None  # lanes in the CMIS per-lane lists (None: every list said None)
 
     def rx_low_warning_dbm(self) -> float | None:
         return self.thresholds.get("rx_power_low_warning_dbm")
@@ -96,6 +111,19 @@ def _dbm(v: str) -> float | None:
         return None
     x = float(m.group(1))
     return None if x <= -40.0 else x  # -40 dBm is the SFF-8636 "0.0001 mW" floor: no light
+
+
+#: CMIS per-lane status lists (ethtool module-common.c) → ModuleInfo.lanes_flagged keys.
+LANE_STATUS = {"Rx loss of signal": "rx_los", "Tx loss of signal": "tx_los", "Rx loss of lock": "rx_lol",
+               "Tx loss of lock": "tx_lol", "Tx fault": "tx_fault", "Tx adaptive eq fault": "tx_eq_fault"}
+
+
+def _lanes(v: str) -> list[bool] | None:
+    """``[ Yes, No, … ]`` → per-lane booleans; ``None`` (no lane flagged) → []; else None."""
+    if v.strip() == "None":
+        return []
+    m = re.fullmatch(r"\[\s*((?:Yes|No)(?:\s*,\s*(?:Yes|No))*)\s*\]", v.strip())
+    return [x.strip() == "Yes" for x in m.group(1).split(",")] if m else None
 
 
 def _num(v: str) -> float | None:
@@ -132,6 +160,24 @@ def parse_module(text: str) -> ModuleInfo:
                       temperature_c=_num(kv.get("Module temperature", "")),
                       voltage_v=_num(kv.get("Module voltage", "")))
     for no, k, v in kvs:
+        if k in LANE_STATUS:
+            lanes = _lanes(v)
+            if lanes is None:
+                raise ParseError("ethtool -m", no, "'[ Yes, No, … ]' or 'None'", f"{k} : {v}")
+            info.lanes_flagged[LANE_STATUS[k]] = [i for i, on in enumerate(lanes, 1) if on]
+            info.lane_count = len(lanes) or info.lane_count
+            continue
+        if k == "Module State":
+            st = re.search(r"\((\w+)\)", v)
+            info.module_state = st.group(1) if st else v or None
+            continue
+        if k in ("LowPwrRequestSW", "LowPwrAllowRequestHW"):
+            flag = {"On": True, "Off": False}.get(v)
+            if k == "LowPwrRequestSW":
+                info.low_power_request_sw = flag
+            else:
+                info.low_power_allow_request_hw = flag
+            continue
         ch = _CHAN.search(k)
         base = _CHAN.sub("", k).strip()
         if ch:
@@ -156,7 +202,23 @@ def parse_module(text: str) -> ModuleInfo:
                 info.thresholds[f"{name}_{t.group(2)}_{t.group(3)}_{unit}"] = x
         elif v == "On" and ("alarm" in k or "warning" in k):
             info.flags_on.append(k)
+    _no_dom(info, kv)
     return info
+
+
+def _no_dom(info: ModuleInfo, kv: dict[str, str]) -> None:
+    """A module without monitoring reads 0 °C and 0 V: make its readings missing (see the module
+    docstring). A 0.0000 V supply is never a powered module's reading."""
+    info.copper = "copper" in kv.get("Transmitter technology", "").lower()
+    flags = kv.get("Alarm/warning flags implemented", "").strip().lower()
+    zero = info.voltage_v == 0.0 and (info.temperature_c in (0.0, None))
+    if not (zero or (info.copper and flags == "no")):
+        return
+    info.dom = False
+    info.temperature_c = info.voltage_v = None
+    for d in (info.tx_power_dbm, info.rx_power_dbm, info.bias_ma):
+        for ch in d:
+            d[ch] = None
 
 
 def stats_argv(netdev: str) -> list[str]:

@@ -78,14 +78,43 @@ def judge_module(mod) -> list[tuple]:
     warning flags that no reading explains (a latched flag: the event has passed). A channel
     whose laser is off (bias 0 mA, no Tx power) is unused — the upper channels of a 4-lane
     module in an 8-lane CMIS cage — and not judged; an active channel with no Rx reading is
-    dark: no light arrives (critical). Returns ``(severity, code, channel or None, value,
+    dark: no light arrives (critical). A module without monitoring (a DAC, ``dom`` False) has no
+    reading to judge: nothing is reported. A CMIS module not in ModuleReady is one critical finding
+    naming its state and the cause (LowPwrRequestSW / LowPwrAllowRequestHW), instead of its dark
+    lanes; a ready module's lanes reporting Rx loss of signal without a reading saying so are
+    critical too. Returns ``(severity, code, channel or None, value,
     limit, unit, message)`` tuples."""
     out: list[tuple] = []
     seen: set[tuple] = set()
+    if not getattr(mod, "dom", True):  # a DAC without monitoring: its zeros are missing data, not "no light"
+        return out
+    state = getattr(mod, "module_state", None)
+    if state and state != "ModuleReady":  # CMIS: the lasers are off because of the module's state
+        out.append(("critical", "optics.module_not_ready", None, state, None, None, _not_ready(mod, state)))
+        return out
     unused = _lasers_off(mod, out, seen)
     _readings(mod, unused, out, seen)
+    for ch in getattr(mod, "lanes_flagged", {}).get("rx_los", []):
+        if ch not in unused and ("rx_power", ch, "low") not in seen:
+            out.append(("critical", "optics.rx_los", ch, None, None, None, "the module reports Rx loss of signal"))
     _flags(mod, unused, out, seen)
     return out
+
+
+def _not_ready(mod, state: str) -> str:
+    """Why a CMIS module is not ModuleReady, in the module's own words (CMIS 4/5 module state machine:
+    low power when LowPwrRequestSW is set, or LowPwrAllowRequestHW with the LPMode pin asserted)."""
+    why = {"ModuleLowPwr": "in low power", "ModulePwrUp": "still powering up", "ModulePwrDn": "powering down",
+           "ModuleFault": "in a fault state"}.get(state, "not ready")
+    if state == "ModuleLowPwr":
+        if mod.low_power_request_sw:
+            why += " because the host's software asked for it (LowPwrRequestSW On)"
+        elif mod.low_power_allow_request_hw:
+            why += " (LowPwrAllowRequestHW On: the host's LPMode signal holds it there)"
+    los = mod.lanes_flagged.get("rx_los", [])
+    lanes = ("; every lane reports Rx loss of signal" if los and len(los) == mod.lane_count
+             else f"; lanes {', '.join(map(str, los))} report Rx loss of signal" if los else "")
+    return f"module state {state}: the module is {why}, so its lasers are off{lanes}"
 
 
 def _lit_ocs_lanes(p: Probe) -> dict[str, list[str]]:
