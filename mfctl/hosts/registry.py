@@ -122,6 +122,11 @@ KINDS: list[Kind] = [
     Kind("devlink-port", "mfctl.hosts.mellanox:parse_devlink_ports",
          "devlink -j port show: ports by netdev with flavour, lanes, split group",
          "iproute2 devlink JSON (5.x+)", rx(r'^\s*\{\s*"port"\s*:\s*\{', 80), (), "devlink -j port show"),
+    Kind("devlink-port-text", "mfctl.hosts.devlink:parse_port_show",
+         "devlink port show (plain text): ports by netdev with flavour, port, lanes, PF/VF numbers, nested blocks",
+         "iproute2 devlink 5.x-6.x text (sample: ice in switchdev with 4 VFs, 2024)",
+         rx(r"^[^\s/]+/[^\s/]+/\d+: (?:type \w+ )?(?:netdev \S+ )?flavour \w+", 85),
+         ("tests/data/devlink/*.txt",), "devlink port show"),
     # --- RDMA -------------------------------------------------------------------------------
     Kind("ibstat", "mfctl.hosts.rdma:parse_ibstat", "ibstat: CA blocks, port state, rate, link layer, firmware",
          "infiniband-diags (rdma-core 2x-5x), ConnectX-4..7", rx(r"^CA '[^']+'\s*$", 90),
