@@ -340,9 +340,10 @@ def optics_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HO
         with ctx.ocs() as drv:
             xc = drv.cross_connects()
             power = drv.power(sorted(set(xc.values()))) if xc else {}
+            changed = service.recent_ocs_changes(drv)  # a lane down right after an OCS change: "retry"
         some = inv.model_copy(update={"hosts": [h for h in inv.hosts if h.name in names]})
         with _progress(json_out) as obs:
-            rows = service.check_optics(pool, some, sp, power, xc, observer=obs)
+            rows = service.check_optics(pool, some, sp, power, xc, observer=obs, changed=changed)
     bad = [r for r in rows if r["status"] == "bad"]
     checked = [r for r in rows if r["status"] != "no circuit"]
     if json_out:

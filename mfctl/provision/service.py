@@ -17,11 +17,11 @@ from mfctl.provision.apply import ApplyResult, apply, replanner, verify
 from mfctl.provision.checks import check_paths
 from mfctl.provision.checks import exit_code as checks_exit_code
 from mfctl.provision.firmware import HostFirmware, firmware_check
-from mfctl.provision.optics import check_optics
+from mfctl.provision.optics import check_optics, recent_ocs_changes
 from mfctl.provision.plan import PHASES, Action, HostActual, HostPlan, plan, plan_host, read_actual
 from mfctl.provision.rollout import SlurmDrain, batches
 from mfctl.provision.rollout import roll as rollout
 
 __all__ = ["PHASES", "Action", "ApplyResult", "HostActual", "HostFirmware", "HostPlan", "SlurmDrain", "apply", "batches",
            "check_optics", "check_paths", "checks_exit_code", "firmware_check", "plan", "plan_host", "read_actual",
-           "replanner", "rollout", "verify"]
+           "recent_ocs_changes", "replanner", "rollout", "verify"]
