@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 
 from mfctl.errors import ParseError
+from mfctl.hosts.textin import line_at, normalized
 
 TOOL = "ip -j link"
 
@@ -26,21 +27,32 @@ class Link:
         return self.operstate == "UP" and self.carrier
 
 
-def parse_links(text: str) -> dict[str, Link]:
-    """Parse iproute2's JSON link list. Raises ParseError on non-JSON or wrong shape."""
+def _load(text: str, tool: str) -> list:
+    """The JSON array of ``ip -j`` output; ParseError naming the line json stopped at (which may
+    be just past the last one: whitespace-only output, or JSON cut at a line boundary)."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
-        bad = text.splitlines()[e.lineno - 1] if text.splitlines() else ""
-        raise ParseError(TOOL, e.lineno, "a JSON array of links", bad) from None
+        raise ParseError(tool, e.lineno, "a JSON array of links", line_at(text, e.lineno)) from None
     if not isinstance(doc, list):
-        raise ParseError(TOOL, 1, "a JSON array of links", text[:80])
-    out = {}
+        raise ParseError(tool, 1, "a JSON array of links", text.strip()[:80])
     for k, o in enumerate(doc):
-        if not isinstance(o, dict) or "ifname" not in o:
-            raise ParseError(TOOL, 1, f"link object {k} with 'ifname'", str(o)[:80])
-        flags = o.get("flags") or []
-        out[o["ifname"]] = Link(o["ifname"], str(o.get("operstate", "UNKNOWN")), o.get("mtu"), "LOWER_UP" in flags)
+        if not isinstance(o, dict) or not isinstance(o.get("ifname"), str):
+            raise ParseError(tool, 1, f"link object {k} with 'ifname'", str(o)[:80])
+    return doc
+
+
+def _int(v) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+@normalized
+def parse_links(text: str) -> dict[str, Link]:
+    """Parse iproute2's JSON link list. Raises ParseError on non-JSON or wrong shape."""
+    out = {}
+    for o in _load(text, TOOL):
+        flags = o.get("flags") if isinstance(o.get("flags"), list) else []
+        out[o["ifname"]] = Link(o["ifname"], str(o.get("operstate", "UNKNOWN")), _int(o.get("mtu")), "LOWER_UP" in flags)
     return out
 
 
@@ -56,13 +68,15 @@ class Iface:
     addresses: list[str]  # "198.18.1.1/24"
 
 
+@normalized
 def parse_addrs(text: str) -> dict[str, Iface]:
     """Parse ``ip -j addr show``."""
     links = parse_links(text)
-    doc = json.loads(text)
+    doc = _load(text, "ip -j addr")
     out = {}
     for o in doc:
-        addrs = [f"{a['local']}/{a['prefixlen']}" for a in o.get("addr_info") or [] if "local" in a and "prefixlen" in a]
+        info = o.get("addr_info") if isinstance(o.get("addr_info"), list) else []
+        addrs = [f"{a['local']}/{a['prefixlen']}" for a in info if isinstance(a, dict) and "local" in a and "prefixlen" in a]
         link = links[o["ifname"]]
         out[o["ifname"]] = Iface(o["ifname"], link.mtu, link.up, addrs)
     return out

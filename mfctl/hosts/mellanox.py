@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from mfctl.errors import ParseError
+from mfctl.hosts.textin import line_at, normalized
 
 
 def mlxconfig_query_argv(pci: str) -> list[str]:
@@ -66,6 +67,7 @@ class ResetLevel:
     default: bool = False
 
 
+@normalized
 def parse_mlxfwreset_query(text: str) -> dict[int, ResetLevel]:
     """The ``Reset-levels:`` block of ``mlxfwreset -d PCI query`` as {level: ResetLevel}. mstflint
     prints each row as ``N: <description padded to 62>-<Supported|Not Supported padded to 14>(default)``;
@@ -203,6 +205,7 @@ class MlxconfigDevice:
         return out
 
 
+@normalized
 def parse_mlxconfig(text: str) -> list[MlxconfigDevice]:
     """Parse ``mlxconfig [-e] q`` or ``set`` output (one block per ``Device #N:``)."""
     devs: list[MlxconfigDevice] = []
@@ -269,6 +272,7 @@ class FirmwareDevice:
         return self.fw_running or self.fw_current
 
 
+@normalized
 def parse_mlxfwmanager(text: str) -> list[FirmwareDevice]:
     """Parse ``mlxfwmanager --query``. A ``FW (Running)`` row (burnt image not yet active)
     is kept apart from the ``FW`` row."""
@@ -313,6 +317,7 @@ class QosState:
     pfc_enabled: list[int]  # per priority 0..7
 
 
+@normalized
 def parse_mlnx_qos(text: str) -> QosState:
     """Parse ``mlnx_qos -i IF``: ``Priority trust state: dscp`` and the PFC ``enabled`` row."""
     trust = None
@@ -340,12 +345,13 @@ class DevlinkPort:
     split_group: int | None
 
 
+@normalized
 def parse_devlink_ports(text: str) -> dict[str, DevlinkPort]:
     """Parse ``devlink -j port show`` into ports keyed by netdev (or port name)."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ParseError("devlink -j", e.lineno, "JSON", text.splitlines()[e.lineno - 1][:80] if text.strip() else "") from None
+        raise ParseError("devlink -j", e.lineno, "JSON", line_at(text, e.lineno)[:80]) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("port"), dict):
         raise ParseError("devlink -j", 1, '{"port": {...}}', text[:80])
     out = {}
@@ -362,6 +368,7 @@ def mlxlink_argv(device: str) -> list[str]:
     return ["mlxlink", "-d", device]
 
 
+@normalized
 def parse_mlxlink(text: str) -> dict[str, str]:
     """The ``Operational Info`` block of ``mlxlink`` as {key: value}."""
     out: dict[str, str] = {}

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from mfctl.errors import ParseError
+from mfctl.hosts.textin import normalized
 
 TOOL = "nvidia-smi"
 CLOCK_EVENTS = ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"]
@@ -39,8 +40,42 @@ _MISSING = re.compile(r"^\[?(N/A|Not Supported|Unknown Error|Requested functiona
 _NUM = re.compile(r"^(-?\d+(?:\.\d+)?)(?:\s*(W|%|MiB|MHz|C|us|ms))?$")
 
 
-def query_argv(fields: list[str] = HEALTH_FIELDS) -> list[str]:
-    return ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv"]
+def query_argv(fields: list[str] = HEALTH_FIELDS, *, header: bool = True, units: bool = True) -> list[str]:
+    """``nvidia-smi --query-gpu=F1,F2,… --format=csv[,noheader][,nounits]``."""
+    fmt = ",".join(["csv", *([] if header else ["noheader"]), *([] if units else ["nounits"])])
+    return ["nvidia-smi", f"--query-gpu={','.join(fields)}", f"--format={fmt}"]
+
+
+#: short names nvidia-smi accepts for a field, and the name it prints in its header
+#: (``nvidia-smi --help-query-gpu``: '"clocks.current.sm" or "clocks.sm"', …)
+FIELD_ALIASES = {"clocks.sm": "clocks.current.sm", "clocks.gr": "clocks.current.graphics",
+                 "clocks.mem": "clocks.current.memory", "clocks.video": "clocks.current.video",
+                 "clocks.max.gr": "clocks.max.graphics", "clocks.max.mem": "clocks.max.memory",
+                 "gpu_name": "name", "gpu_bus_id": "pci.bus_id", "gpu_serial": "serial", "gpu_uuid": "uuid",
+                 "persistence-mode": "persistence_mode", "pstate": "pstate"}
+
+
+def query_fields(argv: list[str] | str) -> tuple[list[str], bool]:
+    """The fields a ``--query-gpu`` command asks for, as nvidia-smi names them in its header, and
+    whether its output has a header (``--format=csv`` without ``noheader``): what
+    :func:`parse_query_csv` needs to read the output of a command mfctl (or anyone) sent.
+    ``argv``: the words, or the command line as one string. ValueError without ``--query-gpu``."""
+    words = argv.split() if isinstance(argv, str) else list(argv)
+    fields: list[str] | None = None
+    header = True
+    for i, w in enumerate(words):
+        for opt in ("--query-gpu", "--format"):
+            if w == opt and i + 1 < len(words):
+                w = f"{opt}={words[i + 1]}"
+            if w.startswith(opt + "="):
+                val = w.split("=", 1)[1].strip("'\"")
+                if opt == "--format":
+                    header = "noheader" not in val.split(",")
+                else:
+                    fields = [FIELD_ALIASES.get(f.strip(), f.strip()) for f in val.split(",") if f.strip()]
+    if not fields:
+        raise ValueError(f"not a --query-gpu command: {' '.join(words)!r}")
+    return fields, header
 
 
 def _value(v: str):
@@ -62,28 +97,44 @@ _UNREACHABLE = re.compile(r"^Unable to determine the device handle for GPU"
                           r"\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*:\s*(.*?)\s*$")
 
 
+@normalized
 def unreachable_gpus(text: str) -> list[tuple[str, str]]:
     """The GPUs nvidia-smi could not reach, from its output (either stream): ``(PCI bus id as printed,
     the reason, e.g. "GPU is lost.  Reboot the system to recover this GPU")``, in output order."""
     return [(m[1], m[2]) for ln in text.splitlines() if (m := _UNREACHABLE.match(ln.strip()))]
 
 
-def parse_query_csv(text: str) -> list[dict[str, object]]:
-    """Parse query CSV (with header) into one dict per GPU, keys without units. Lines for GPUs the
-    tool could not reach (:func:`unreachable_gpus`) are not rows: they are left out.
+@normalized
+def parse_query_csv(text: str, fields: list[str] | None = None) -> list[dict[str, object]]:
+    """Parse query CSV into one dict per GPU, keys without units. ``fields``: the queried field
+    names, for output printed with ``--format=csv,noheader`` (take them from the command with
+    :func:`query_fields`); a header line equal to them is then skipped. Values with or without
+    units (``nounits``) read the same. Lines for GPUs the tool could not reach
+    (:func:`unreachable_gpus`) are not rows: they are left out.
 
-    Raises ParseError when there is no header, or a row has the wrong number of values.
+    Raises ParseError when there is no header (and no ``fields``), or a row has the wrong number
+    of values (an output cut inside its last line, too).
     """
-    lines = [ln for ln in text.splitlines() if ln.strip() and not _UNREACHABLE.match(ln.strip())]
-    if not lines:
+    lines = [(n, ln) for n, ln in enumerate(text.split("\n"), 1) if ln.strip() and not _UNREACHABLE.match(ln.strip())]
+    if not lines and fields is None:
         raise ParseError(TOOL, 1, "a CSV header line", "")
-    if lines[0].startswith("Field ") and "not a valid field" in lines[0]:
-        raise ParseError(TOOL, 1, "CSV output", lines[0])
-    header = [h.strip().split(" [")[0] for h in next(csv.reader([lines[0]], skipinitialspace=True))]
-    if not header or any(not re.fullmatch(r"[a-z_][\w.]*", h, re.I) for h in header):
-        raise ParseError(TOOL, 1, "a header of field names (e.g. 'index, name, ...')", lines[0])
+    if lines and lines[0][1].startswith("Field ") and "not a valid field" in lines[0][1]:
+        raise ParseError(TOOL, lines[0][0], "CSV output", lines[0][1])
+    if fields is not None:
+        header = [FIELD_ALIASES.get(f.strip(), f.strip()) for f in fields]
+        if not header or any(not re.fullmatch(r"[a-z_][\w.-]*", h, re.I) for h in header):
+            raise ParseError(TOOL, None, "field names (e.g. 'index,name,...')", ",".join(fields)[:80])
+        if lines and [h.strip().split(" [")[0] for h in next(csv.reader([lines[0][1]], skipinitialspace=True))] == header:
+            lines = lines[1:]
+        body = lines
+    else:
+        first_no, first = lines[0]
+        header = [h.strip().split(" [")[0] for h in next(csv.reader([first], skipinitialspace=True))]
+        if not header or any(not re.fullmatch(r"[a-z_][\w.]*", h, re.I) for h in header):
+            raise ParseError(TOOL, first_no, "a header of field names (e.g. 'index, name, ...')", first)
+        body = lines[1:]
     rows = []
-    for n, ln in enumerate(lines[1:], start=2):
+    for n, ln in body:
         vals = next(csv.reader([ln], skipinitialspace=True))
         if len(vals) != len(header):
             raise ParseError(TOOL, n, f"{len(header)} comma-separated values", ln)
@@ -110,20 +161,36 @@ class GPUStatus:
     mig: bool | None = None  # MIG mode currently enabled (None: not reported, [N/A] on GPUs without MIG)
 
     @classmethod
-    def from_row(cls, row: dict) -> "GPUStatus":
+    def from_row(cls, row: dict, position: int | None = None) -> "GPUStatus":
+        """One :func:`parse_query_csv` row. The GPU's number is its ``index`` value, or, when the
+        query has no ``index`` column or it reads ``[N/A]``, ``position`` (the row's place in the
+        output: nvidia-smi prints GPUs in index order); ParseError when neither is known."""
+        idx = row.get("index")
+        if not isinstance(idx, int) or isinstance(idx, bool):
+            idx = int(idx) if isinstance(idx, str) and idx.strip().isdigit() else position
+        if idx is None:
+            raise ParseError(TOOL, None, "an 'index' value in every row (query the 'index' field)", str(row)[:80])
+
         def flag(key, yes):
             v = row.get(key)
             return None if v is None else str(v).lower() == yes
 
         events = {r: flag(f"clocks_event_reasons.{r}", "active") for r in CLOCK_EVENTS}
-        return cls(index=int(row["index"]), name=row.get("name"), temperature_c=row.get("temperature.gpu"),
+        return cls(index=idx, name=row.get("name"), temperature_c=row.get("temperature.gpu"),
                    power_w=row.get("power.draw"), utilization_pct=row.get("utilization.gpu"),
                    ecc_uncorrected=row.get("ecc.errors.uncorrected.volatile.total"),
                    persistence=flag("persistence_mode", "enabled"), mig=flag("mig.mode.current", "enabled"),
                    remap_pending=flag("remapped_rows.pending", "yes"),
-                   remap_failure=flag("remapped_rows.failure", "yes"), sm_clock_mhz=row.get("clocks.current.sm"),
+                   remap_failure=flag("remapped_rows.failure", "yes"),
+                   sm_clock_mhz=row.get("clocks.current.sm", row.get("clocks.sm")),
                    sm_clock_max_mhz=row.get("clocks.max.sm"), idle=flag("clocks_event_reasons.gpu_idle", "active"),
                    clock_events=None if all(v is None for v in events.values()) else [r for r, v in events.items() if v])
+
+
+def gpu_statuses(rows: list[dict]) -> list[GPUStatus]:
+    """:meth:`GPUStatus.from_row` for every row, each knowing its place (for a query without
+    ``index``, or an ``[N/A]`` one)."""
+    return [GPUStatus.from_row(r, i) for i, r in enumerate(rows)]
 
 
 @dataclass
@@ -139,6 +206,7 @@ def nvlink_argv() -> list[str]:
     return ["nvidia-smi", "nvlink", "-s"]
 
 
+@normalized
 def parse_nvlink_status(text: str) -> NVLinkStatus:
     """Empty output (a GPU without NVLink, e.g. A10) is an empty status, not an error."""
     gpus: dict[int, dict[int, float | None]] = {}
@@ -210,6 +278,18 @@ def _f(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) else None
 
 
+def _d(v) -> dict:
+    """A section as a dict: a section nvidia-smi prints as a scalar ("Temperature : N/A",
+    "ECC Errors : N/A", "MIG Mode : N/A") has no fields."""
+    return v if isinstance(v, dict) else {}
+
+
+def _s(v) -> str | None:
+    """A field's text (None for missing data or for a section where a value was expected)."""
+    return v if isinstance(v, str) and not _MISSING.match(v.strip()) and v.strip() else None
+
+
+@normalized
 def parse_query_text(text: str) -> list[GPUDetail]:
     """``nvidia-smi -q``. Raises ParseError when no ``GPU <bus id>`` section is found."""
     tree = _tree_from_text(text)
@@ -217,28 +297,26 @@ def parse_query_text(text: str) -> list[GPUDetail]:
     for key, sec in tree.items():
         if not (key.startswith("GPU ") and isinstance(sec, dict)):
             continue
-        temp = (sec.get("Temperature") or {}).get("GPU Current Temp")
-        power = (sec.get("GPU Power Readings") or sec.get("Power Readings") or {}).get("Power Draw") \
-            or (sec.get("GPU Power Readings") or sec.get("Power Readings") or {}).get("Average Power Draw")
-        ecc = ((sec.get("ECC Errors") or {}).get("Volatile") or {})
-        unc = ecc.get("DRAM Uncorrectable") or ecc.get("Double Bit", {}).get("Total") if isinstance(ecc, dict) else None
-        rr = sec.get("Remapped Rows")
-        if not isinstance(rr, dict):  # "Remapped Rows : N/A"
-            rr = {}
+        temp = _d(sec.get("Temperature")).get("GPU Current Temp")
+        pw = _d(sec.get("GPU Power Readings")) or _d(sec.get("Power Readings"))
+        power = _s(pw.get("Power Draw")) or _s(pw.get("Average Power Draw")) or _s(pw.get("Instantaneous Power Draw"))
+        vol = _d(_d(sec.get("ECC Errors")).get("Volatile"))
+        unc = _s(vol.get("DRAM Uncorrectable")) or _s(_d(vol.get("Double Bit")).get("Total"))
+        rr = _d(sec.get("Remapped Rows"))  # "Remapped Rows : N/A" too
         unc_n = _f(unc)
-        pm = sec.get("Persistence Mode")
-        out.append(GPUDetail(key[4:], sec.get("Product Name"), _f(temp), _f(power),
-                             None if pm in (None, "N/A") else pm == "Enabled",
-                             (sec.get("MIG Mode") or {}).get("Current"),
+        pm = _s(sec.get("Persistence Mode"))
+        pend, fail = _s(rr.get("Pending")), _s(rr.get("Remapping Failure Occurred"))
+        mig = _d(sec.get("MIG Mode")).get("Current")  # as printed ("N/A" kept, as -q -x gives it)
+        out.append(GPUDetail(key[4:], _s(sec.get("Product Name")), _f(_s(temp)), _f(power),
+                             None if pm is None else pm == "Enabled", mig if isinstance(mig, str) else None,
                              int(unc_n) if unc_n is not None else None,
-                             None if rr.get("Pending") in (None, "N/A") else rr.get("Pending") == "Yes",
-                             None if rr.get("Remapping Failure Occurred") in (None, "N/A")
-                             else rr.get("Remapping Failure Occurred") == "Yes"))
+                             None if pend is None else pend == "Yes", None if fail is None else fail == "Yes"))
     if not out:
         raise ParseError(TOOL + " -q", None, "a 'GPU <bus id>' section", text.strip()[:80])
     return out
 
 
+@normalized
 def parse_query_xml(text: str) -> list[GPUDetail]:
     """``nvidia-smi -q -x`` in both DTD layouts (``power_readings`` up to driver 5xx,
     ``gpu_power_readings`` after; ``remapped_rows`` with ``remapped_row_pending``)."""
@@ -286,24 +364,55 @@ class Topology:
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+_ROW_NAME = re.compile(r"^(?:GPU\d+|NIC\d+|mlx\d+_\d+|CPU\d*|[a-z][\w.-]*\d)$")
+
+
+def _cells(line: str, tabbed: bool) -> list[str]:
+    return [c.strip() for c in line.split("\t")] if tabbed else line.split()
+
+
+@normalized
 def parse_topo(text: str) -> Topology:
-    lines = [_ANSI.sub("", ln).rstrip() for ln in text.splitlines()]
+    """``nvidia-smi topo -m``, tab separated as printed, or with the tabs turned into spaces (a
+    paste). Blank lines inside the matrix are skipped; it ends at ``Legend:`` (or the first line
+    that is not a device row). Raises ParseError without the header, for a row with too few
+    cells, or when a GPU of the header has no row (the output was cut)."""
+    lines = [_ANSI.sub("", ln).rstrip() for ln in text.split("\n")]
     hdr_i = next((i for i, ln in enumerate(lines) if re.match(r"^\s*GPU0\b", ln.strip()) and "Affinity" in ln), None)
     if hdr_i is None:
-        raise ParseError(TOOL + " topo -m", 1, "a header 'GPU0 … CPU Affinity …'", lines[0] if lines else "")
-    cols = [c.strip() for c in lines[hdr_i].strip("\t ").split("\t")]
-    devs = [c for c in cols if not c.endswith("Affinity") and c != "GPU NUMA ID"]
+        first = next((ln.strip() for ln in lines if ln.strip()), "")
+        raise ParseError(TOOL + " topo -m", 1, "a header 'GPU0 … CPU Affinity …'", first)
+    tabbed = "\t" in lines[hdr_i]
+    cols = ([c.strip() for c in lines[hdr_i].strip("\t ").split("\t")] if tabbed
+            else re.split(r"\s{2,}|\t", lines[hdr_i].strip()))
+    if not tabbed and len(cols) > 1 and not any(c.endswith("Affinity") for c in cols):  # single-spaced header
+        cols = re.sub(r"(CPU|NUMA) Affinity", r"\1_Affinity", lines[hdr_i]).replace("GPU NUMA ID", "GPU_NUMA_ID").split()
+        cols = [c.replace("_", " ") for c in cols]
+    devs = [c for c in cols if c and not c.endswith("Affinity") and c != "GPU NUMA ID"]
     topo = Topology(devs, {}, {}, {})
+    last = hdr_i
     for no in range(hdr_i + 1, len(lines)):
         ln = lines[no]
         if not ln.strip():
+            continue
+        if ln.strip().startswith("Legend"):
             break
-        cells = [c.strip() for c in ln.split("\t")]
+        cells = _cells(ln, tabbed)
         name, vals = cells[0], cells[1:]
+        if name not in devs and not _ROW_NAME.match(name):
+            break
         if len(vals) < len(devs):
             raise ParseError(TOOL + " topo -m", no + 1, f"{len(devs)} link columns", ln)
         topo.links[name] = dict(zip(devs, vals[: len(devs)]))
-        rest = vals[len(devs):] + [""] * 2
+        rest = [v for v in vals[len(devs):] if v] if not tabbed else vals[len(devs):]
+        rest += [""] * 2
         topo.cpu_affinity[name] = rest[0] or None if rest[0] != "N/A" else None
         topo.numa_affinity[name] = rest[1] or None if rest[1] != "N/A" else None
+        last = no
+    rows_needed = [d for d in devs if d.startswith("GPU") or (d.startswith("NIC") and any(r.startswith("NIC")
+                                                                                            for r in topo.links))]
+    missing = [d for d in rows_needed if d not in topo.links]
+    if missing:
+        raise ParseError(TOOL + " topo -m", last + 2, f"a row for {missing[0]} (every device of the header; "
+                         "the output may be cut)", lines[last + 1] if last + 1 < len(lines) else "")
     return topo
