@@ -1,12 +1,17 @@
 """Typed errors and the exit-code contract (DESIGN §9).
 
 Every error mfctl raises on purpose derives from :class:`MfctlError` and carries the
-exit code the CLI returns for it, so the CLI maps errors to exit codes in one place.
+exit code the CLI returns for it, so the CLI maps errors to exit codes in one place
+(:func:`mfctl.cli.common.handle_errors`). :data:`EXIT_CODES` is the one table of what each code
+means and which errors give it: ``mfctl --help`` (its epilog), ``mfctl version --exit-codes``
+and docs/exit-codes.md show it, and tests/cli/test_help_and_exit_codes.py checks every command
+against it.
 """
 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 
 class ExitCode(enum.IntEnum):
@@ -14,8 +19,8 @@ class ExitCode(enum.IntEnum):
 
     OK = 0
     FAILED = 1  #: the operation failed on at least one target
-    USAGE = 2
-    CONFIG = 3  #: inventory / playbook / configuration invalid
+    USAGE = 2  #: the command line (or an MFCTL_* variable standing for an option) cannot be right
+    CONFIG = 3  #: inventory / playbook / configuration invalid, or a data file mfctl reads is damaged
     UNREACHABLE = 4  #: a target was unreachable or timed out
     LOCKED = 5  #: the testbed lock is held by someone else
     DRIFT = 6  #: drift found in check / dry-run mode
@@ -50,6 +55,12 @@ class ConfigError(MfctlError):
 
     def to_dict(self) -> dict:
         return super().to_dict() | {"problems": [{"path": self.path, "line": ln, "message": m} for ln, m in self.problems]}
+
+
+class DataError(ConfigError):
+    """A data file mfctl wrote and reads back (a run's ``summary.json`` or ``metrics.db``) is
+    damaged or is not one: exit 3, as an invalid inventory is — the file is wrong, not the command
+    line. The message names the file."""
 
 
 class UsageError(MfctlError):
@@ -101,3 +112,59 @@ class ParseError(MfctlError):
         where = f" line {line_no}" if line_no is not None else ""
         shown = got if len(got) <= 80 else got[:77] + "..."
         super().__init__(f"{tool}: output{where}: expected {expected}" + (f", got {shown!r}" if got else ""))
+
+
+@dataclass(frozen=True)
+class ExitCodeInfo:
+    """One row of :data:`EXIT_CODES`: the code, a few words (``mfctl --help``), what it means, and
+    the error types (of this module, or what else) that give it."""
+
+    code: ExitCode
+    label: str
+    meaning: str
+    raised_by: tuple[str, ...]
+
+
+#: The exit-code table, one row per :class:`ExitCode`, in order (docs/exit-codes.md says the same).
+EXIT_CODES: tuple[ExitCodeInfo, ...] = (
+    ExitCodeInfo(ExitCode.OK, "ok", "done; also a reader leaving early (mfctl ... | head) and mfctl metrics serve "
+                 "stopped by SIGTERM or Ctrl-C, its normal end (it says 'stopped')", ()),
+    ExitCodeInfo(ExitCode.FAILED, "failed on a target",
+                 "the operation ran and failed on at least one target: a host's command, a critical health finding, a "
+                 "refused OCS command, a run that failed, a tool's output not understood, an I/O error, a port "
+                 "already in use, a change not confirmed at the prompt", ("OperationFailed", "ParseError", "MfctlError")),
+    ExitCodeInfo(ExitCode.USAGE, "usage",
+                 "the command line cannot be right: an unknown option, a missing argument, a value of the wrong type "
+                 "or out of range (also from the option's MFCTL_* variable), an unknown host or run, a path given that "
+                 "cannot be written; a change asked for without a terminal and without --yes",
+                 ("UsageError", "click.UsageError")),
+    ExitCodeInfo(ExitCode.CONFIG, "invalid inventory/config/data",
+                 "an inventory, playbook, recipe, topology or traffic file is invalid (the message names file and "
+                 "line), a setting is unusable (the state directory, an SSH key), or a data file mfctl reads back is "
+                 "damaged (a run's summary.json or metrics.db)",
+                 ("ConfigError", "SSHKeyError", "DataError")),
+    ExitCodeInfo(ExitCode.UNREACHABLE, "unreachable/timeout",
+                 "a host or the OCS could not be reached, or an operation on it timed out", ("UnreachableError",)),
+    ExitCodeInfo(ExitCode.LOCKED, "lock held",
+                 "the testbed or device lock is held by someone else (the message says who, since when and why); a "
+                 "mock testbed is already up", ("LockError",)),
+    ExitCodeInfo(ExitCode.DRIFT, "drift in check mode",
+                 "a check or dry run found the testbed differs from what is desired (provision plan/check, firmware "
+                 "check, ocs ... --dry-run)", ()),
+    ExitCodeInfo(ExitCode.INTERRUPTED, "interrupted",
+                 "Ctrl-C, SIGTERM or SIGHUP (mfctl: interrupted ...); at a confirmation prompt nothing was changed; "
+                 "a change under way is finished and read back first", ("Interrupted", "KeyboardInterrupt")),
+)
+
+
+def exit_code_info(code: int) -> ExitCodeInfo:
+    """The :data:`EXIT_CODES` row of ``code``; KeyError for a code mfctl does not use."""
+    for row in EXIT_CODES:
+        if row.code == code:
+            return row
+    raise KeyError(code)
+
+
+def exit_codes_line() -> str:
+    """The table in one line (``0 ok, 1 failed on a target, ...``), as ``mfctl --help`` ends."""
+    return ", ".join(f"{int(r.code)} {r.label}" for r in EXIT_CODES)

@@ -134,7 +134,8 @@ SETTINGS: dict[str, Setting] = {
         Setting("yes", "", "Do not ask for confirmation (--yes/-y).", type=bool),
         Setting("skip_health", "", "mfctl run --skip-health.", type=bool),
         Setting("mock_state_dir", "", "mfctl mock --state-dir (default: <state_dir>/mock).", type=Path),
-        Setting("mock_time_scale", "1", "mfctl mock up --time-scale: simulated seconds per wall second.", type=float),
+        Setting("mock_time_scale", "1", "mfctl mock up --time-scale: simulated seconds per wall second.", type=float,
+                min=0.01, max=10000),
         Setting("mock_torchrun", "mock", "The torchrun the mock's hosts run: mock (mfctl.mock.torchrun: real torchrun's "
                 "ranks, environment, exits and signals, without torch), real (the torchrun installed beside mfctl's "
                 "Python, from torch), or the absolute path of a torchrun."),

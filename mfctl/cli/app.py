@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from mfctl import __version__
-from mfctl.cli.common import JSON_OPT, emit_json
+from mfctl.cli.common import JSON_OPT, Group, emit_json
 from mfctl.settings import SECRET_SHOWN  # noqa: F401 (re-exported: a secret's value in `mfctl version --settings`)
 
 # every top-level command: name → (module, attribute, a group of subcommands?), in the order of `mfctl --help`
@@ -37,11 +37,13 @@ def build(only: str | None = None) -> typer.Typer:
     it holds, so a one-command app starts ~15 ms sooner. Unknown ``only``: the whole app."""
     import importlib
 
+    from mfctl.errors import exit_codes_line
+
     app = typer.Typer(
         name="mfctl",
-        help="Control plane and operator CLI of an mFabric testbed (OCS + EPS) for MoE training.\n\n"
-             "Exit codes: 0 ok, 1 failed on a target, 2 usage, 3 invalid inventory/config, "
-             "4 unreachable/timeout, 5 lock held, 6 drift in check mode, 130 interrupted.",
+        cls=Group,  # every command's --help written the same way (mfctl.cli.common.polish)
+        help="Control plane and operator CLI of an mFabric testbed (OCS + EPS) for MoE training.",
+        epilog=f"Exit codes: {exit_codes_line()} (mfctl version --exit-codes says what each means).",
         no_args_is_help=True,
         pretty_exceptions_enable=False,
         context_settings={"help_option_names": ["-h", "--help"]},
@@ -75,18 +77,27 @@ def _root(_version: bool = typer.Option(False, "--version", "-V", is_eager=True,
 
 def version(json_out: bool = JSON_OPT,
             settings_table: bool = typer.Option(False, "--settings",
-                                                help="List settings and their MFCTL_* variables.")):
+                                                help="List settings and their MFCTL_* variables."),
+            exit_codes: bool = typer.Option(False, "--exit-codes",
+                                            help="List the exit codes, what each means and the errors that give it.")):
     """Print the version (and, with --settings, every setting with its environment variable;
-    a secret's value is never shown, only whether it is set)."""
+    a secret's value is never shown, only whether it is set; with --exit-codes, the exit codes)."""
     from mfctl import settings
+    from mfctl.errors import EXIT_CODES
 
-    data = {"schema": "mfctl.version/v1", "version": __version__}
+    data: dict = {"schema": "mfctl.version/v1", "version": __version__}
     if settings_table:
         data["settings"] = settings.table()
+    if exit_codes:
+        data["exit_codes"] = [{"code": int(r.code), "name": r.code.name, "label": r.label, "meaning": r.meaning,
+                               "raised_by": list(r.raised_by)} for r in EXIT_CODES]
     if json_out:
         emit_json(data)
         return
     typer.echo(f"mfctl {__version__}")
+    for r in EXIT_CODES if exit_codes else ():
+        typer.echo(f"  {int(r.code):>3}  {r.code.name:<12} {r.meaning}"
+                   + (f" ({', '.join(r.raised_by)})" if r.raised_by else ""))
     rows = data.get("settings", [])
     shown = [(f"{s['value']} (set)" if s["value"] else "(not set)") if s["secret"] else str(s["value"]) for s in rows]
     w = max([24] + [len(v) + 1 for v in shown])

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import typer
+from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from mfctl.cli.plain import emit_json, print_error, print_heading, setup_logging, visible  # noqa: F401 (the CLI's helpers)
 
@@ -32,6 +33,9 @@ def option(name: str, *flags: str, default=_DECLARED, help: str | None = None, *
     if default is _DECLARED:
         default = s.parse(s.default)
     kw.setdefault("show_default", s.default if default is None and s.default else True)
+    if s.type is float:  # nan/inf are "not a number", not "greater than or equal to" (number_option)
+        kw.setdefault("callback", _number_check(s.min, s.max))
+        return typer.Option(default, *flags, envvar=s.env, help=help or s.help, **kw)
     if s.min is not None:
         kw.setdefault("min", s.min)
     if s.max is not None:
@@ -39,27 +43,148 @@ def option(name: str, *flags: str, default=_DECLARED, help: str | None = None, *
     return typer.Option(default, *flags, envvar=s.env, help=help or s.help, **kw)
 
 
-def number_option(default: float, *flags: str, min: float | None = None, max: float | None = None, help: str = "",
-                  **kw):
-    """A float ``typer.Option`` whose value must be a number (not nan or ±inf) from ``min`` to
-    ``max`` (either end optional): the range goes into the help, and a bad value is a usage error
-    (exit 2) saying "not a number" for nan/inf and the range otherwise — Typer's own range check
-    says "greater than or equal to 0" of nan."""
-    import math
+def _range_text(min: float | None, max: float | None) -> str:
+    return " ".join(x for x in (f"min {min:g}" if min is not None else "", f"max {max:g}" if max is not None else "") if x)
 
-    rng = " ".join(x for x in (f"min {min:g}" if min is not None else "", f"max {max:g}" if max is not None else "") if x)
+
+def _number_check(min: float | None, max: float | None):
+    """A click callback: the value must be a finite number from ``min`` to ``max`` (either end
+    optional); a usage error (exit 2) naming the option (and its variable) otherwise."""
+    import math
 
     def check(ctx: typer.Context, param: typer.CallbackParam, value: float | None) -> float | None:
         if value is None or ctx.resilient_parsing:
             return value
         name = param.opts[0] if param.opts else param.name
+        source = ctx.get_parameter_source(param.name or "")
+        hint = f"{name} (env var: {param.envvar})" if source is not None and source.name == "ENVIRONMENT" else name
         if not math.isfinite(value):
-            raise typer.BadParameter(f"{value!r} is not a number", param_hint=name)
+            raise typer.BadParameter(f"{value!r} is not a number", param_hint=hint)
         if (min is not None and value < min) or (max is not None and value > max):
-            raise typer.BadParameter(f"{value:g} is out of range ({rng})", param_hint=name)
+            raise typer.BadParameter(f"{value:g} is out of range ({_range_text(min, max)})", param_hint=hint)
         return value
 
-    return typer.Option(default, *flags, callback=check, help=f"{help} ({rng})" if rng else help, **kw)
+    check.limits = (min, max)  # type: ignore[attr-defined]  (shown in --help: HelpOption)
+    return check
+
+
+def number_option(default: float, *flags: str, min: float | None = None, max: float | None = None, help: str = "",
+                  **kw):
+    """A float ``typer.Option`` whose value must be a number (not nan or ±inf) from ``min`` to
+    ``max`` (either end optional): the range is shown in ``--help`` beside the type, and a bad
+    value is a usage error (exit 2) saying "not a number" for nan/inf and the range otherwise —
+    Typer's own range check says "greater than or equal to 0" of nan."""
+    return typer.Option(default, *flags, callback=_number_check(min, max), help=help, **kw)
+
+
+# --- --help as operators read it (the one place: every command of the app goes through polish()) ---
+
+#: the word shown for a value's type in --help, as click has always written them
+_TYPE_WORDS = {int: "INTEGER", float: "FLOAT", str: "TEXT", Path: "PATH"}
+
+
+def _type_word(param) -> str:
+    """``INTEGER``, ``FLOAT``, ``TEXT``, ``PATH`` or ``[a|b|c]`` for ``param``'s value (Typer
+    writes ``<int>``, ``<list[str]>``, ``<path>``)."""
+    import enum
+    import typing
+
+    d = param.type_descriptor
+    if d.is_choice and d.choices:
+        return "[" + "|".join(str(c.value if isinstance(c, enum.Enum) else c) for c in d.choices) + "]"
+    ann = d.annotation
+    if typing.get_origin(ann) in (list, tuple):
+        ann = (typing.get_args(ann) or (str,))[0]
+    if isinstance(ann, type) and issubclass(ann, Path):
+        return "PATH"
+    return _TYPE_WORDS.get(ann, "TEXT") if isinstance(ann, type) else "TEXT"
+
+
+def _limits_text(param) -> str | None:
+    """The range of a float option checked by :func:`_number_check` (``0.05<=x<=86400``), else None."""
+    lo, hi = getattr(param.callback, "limits", (None, None))
+    fmt = lambda v: f"{v:g}"  # noqa: E731
+    if lo is None and hi is None:
+        return None
+    return f"x<={fmt(hi)}" if lo is None else f"x>={fmt(lo)}" if hi is None else f"{fmt(lo)}<=x<={fmt(hi)}"
+
+
+class HelpArgument(TyperArgument):
+    """A Typer argument whose --help is written as click always has: ``PLAYBOOK`` (not
+    ``{playbook}``) in the usage line, its value's type as ``PATH``/``TEXT`` (not ``<path>``)."""
+
+    def display_type_rich(self, ctx):
+        return _type_word(self)
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw if self.required else f"[{self.display_name_raw}]"
+        return name + ("..." if self.nargs != 1 and not name.endswith("...") else "")
+
+
+class HelpOption(TyperOption):
+    """A Typer option whose --help says ``INTEGER``/``PATH`` (not ``<int>``) for its value, nothing
+    for a flag (not ``<bool>``), a default as it is (not ``(32)``), a float's range beside its type."""
+
+    def display_type_rich(self, ctx):
+        if self.is_flag or self.count:
+            return ""
+        return self.metavar if self.metavar is not None else _type_word(self)
+
+    def _get_default_string(self, *, ctx, show_default_is_str, default_value):
+        if show_default_is_str:  # option()'s declared default of a None-default option: the value, as it is
+            return str(self.show_default)
+        return super()._get_default_string(ctx=ctx, show_default_is_str=False, default_value=default_value)
+
+    def _get_number_range_help_str(self):
+        return _limits_text(self) or super()._get_number_range_help_str()
+
+
+def polish(command) -> None:
+    """Make ``command`` and every command under it (a click command tree Typer built) write its
+    --help as :class:`HelpArgument` and :class:`HelpOption` do: each parameter becomes one (the
+    same object, its subclass: parsing is untouched); an argument is named in capitals (``RUN_ID``,
+    also in its errors: "Missing argument 'RUN_ID'"). Called once for the whole app by
+    :class:`Group`, so a new command is covered without a line of its own."""
+    stack = [command]
+    while stack:
+        cmd = stack.pop()
+        stack.extend(getattr(cmd, "commands", {}).values())
+        for p in cmd.params:
+            if type(p) is TyperArgument:
+                p.__class__ = HelpArgument
+                if p.metavar is None and p.name:
+                    p.metavar = p.name.upper() + ("..." if p.nargs != 1 else "")
+            elif type(p) is TyperOption:
+                p.__class__ = HelpOption
+        if not getattr(cmd.get_help_option, "polished", False):  # (-h/--help is made when first asked for)
+            cmd.get_help_option = _help_option_of(cmd.get_help_option)
+
+
+def _help_option_of(get):
+    """``get`` (a command's ``get_help_option``) whose option is a :class:`HelpOption` too."""
+
+    @functools.wraps(get)
+    def get_help_option(ctx):
+        opt = get(ctx)
+        if type(opt) is TyperOption:
+            opt.__class__ = HelpOption
+        return opt
+
+    get_help_option.polished = True  # type: ignore[attr-defined]
+    return get_help_option
+
+
+class Group(TyperGroup):
+    """The ``mfctl`` root group (``typer.Typer(cls=Group)``): :func:`polish`\\ es every command
+    under it as it is built."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        polish(self)
+
+    def main(self, *a, **kw):
+        polish(self)  # (Typer adds --install-completion and --show-completion after it built the group)
+        return super().main(*a, **kw)
 
 
 def argument(name: str, default=..., help: str | None = None, **kw):
@@ -172,10 +297,10 @@ def handle_errors(fn):
             return fn(*args, **kwargs)
         except MfctlError as e:
             raise fail(e) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             from mfctl.cli.plain import report_interrupt
 
-            report_interrupt(bool(kwargs.get("json_out")))
+            report_interrupt(bool(kwargs.get("json_out")), getattr(e, "message", "interrupted"))
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except BrokenPipeError:  # `mfctl ... | head`: the reader left, which is not a failure
             import os
@@ -198,15 +323,33 @@ def handle_errors(fn):
     return wrapper
 
 
+class PromptInterrupted(KeyboardInterrupt):
+    """Ctrl-C at :func:`confirm`'s question: :func:`handle_errors` says ``mfctl: <message>`` and
+    exits 130, as for any interrupt."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
 def confirm(question: str, yes: bool, what: str = "the OCS") -> None:
-    """Ask ``question`` at a terminal (exit 1 when refused); ``--yes`` skips it; without a terminal
-    it is a usage error naming ``what`` the command would change."""
+    """Ask ``question`` at a terminal (exit 1 when refused or at end of input); ``--yes`` skips it;
+    without a terminal it is a usage error naming ``what`` the command would change. Ctrl-C at the
+    question is an interrupt (exit 130, "mfctl: interrupted at the confirmation: nothing was
+    changed"), not click's "Aborted!" and exit 1."""
     from mfctl.errors import ExitCode, UsageError
 
     if yes:
         return
     if not sys.stdin.isatty():
         raise UsageError(f"this changes {what}: confirm with --yes when not at a terminal")
-    if not typer.confirm(question, default=False, err=True):
+    try:
+        agreed = typer.confirm(question, default=False, err=True)
+    except typer.Abort as e:  # click's: Ctrl-C or end of input at the prompt (it would say "Aborted!" and exit 1)
+        if isinstance(e.__context__, KeyboardInterrupt):
+            sys.stderr.write("\n")  # (the prompt's line is left unfinished)
+            raise PromptInterrupted("interrupted at the confirmation: nothing was changed") from None
+        agreed = False  # Ctrl-D: no answer is no
+    if not agreed:
         print_error("not confirmed: nothing was changed", "aborted")
         raise typer.Exit(int(ExitCode.FAILED))

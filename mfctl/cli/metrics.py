@@ -63,18 +63,56 @@ def export(run_id: str = typer.Argument("latest", help="Run id, or latest."),
 
 @app.command("serve")
 @handle_errors
-def serve(run_id: str = typer.Argument("latest"), port: int = typer.Option(9464, min=1, max=65535),
+def serve(run_id: str = typer.Argument("latest", help="Run id, or latest."),
+          port: int = typer.Option(9464, min=1, max=65535, help="TCP port to listen on (9464: Prometheus exporters')."),
           address: str = typer.Option("127.0.0.1", help="Listen address (loopback by default)."),
           runs_dir: Path = RUNS_DIR_OPT):
-    """Serve a run's metrics over HTTP for Prometheus (until Ctrl-C)."""
+    """Serve a run's metrics over HTTP for Prometheus, until Ctrl-C or SIGTERM: either is its normal
+    end (it says "stopped" and exits 0, a clean stop for systemd as for a terminal)."""
     import time
+
+    from mfctl.cli.plain import print_error
+    from mfctl.metrics import export as ex
+    from mfctl.signals import signal_of, sigterm_as_interrupt
+
+    d = _run_dir(run_id, runs_dir)
+    server = _listen(address, port, ex.registry(d))
+    try:
+        with sigterm_as_interrupt():  # (before it says it serves: a stop from then on is a clean one)
+            typer.echo(f"serving {d.name} on http://{_url_host(address)}:{port}/metrics (Ctrl-C or SIGTERM stops it)")
+            while True:
+                time.sleep(3600)
+    except KeyboardInterrupt as e:  # the way it ends: a clean stop, not an interrupted job (exit 0)
+        server.shutdown()
+        server.server_close()
+        print_error(f"stopped serving {d.name} on {_url_host(address)}:{port} ({signal_of(e)})", "mfctl")
+
+
+def _url_host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+def _listen(address: str, port: int, registry):
+    """The HTTP server of ``registry`` on ``address``:``port`` (started, in a thread). Raises
+    OperationFailed naming ``address:port`` when it cannot listen there (in use, not allowed),
+    UsageError when ``address`` is not one of this machine's."""
+    import errno
+    import socket
 
     from prometheus_client import start_http_server
 
-    from mfctl.metrics import export as ex
+    from mfctl.errors import OperationFailed, UsageError
 
-    d = _run_dir(run_id, runs_dir)
-    start_http_server(port, addr=address, registry=ex.registry(d))
-    typer.echo(f"serving {d.name} on http://{address}:{port}/metrics")
-    while True:
-        time.sleep(3600)
+    where = f"{_url_host(address)}:{port}"
+    try:
+        server, _thread = start_http_server(port, addr=address, registry=registry)
+    except socket.gaierror as e:
+        raise UsageError(f"--address {address!r}: not an address ({e.strerror or e})") from None
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise OperationFailed(f"cannot listen on {where}: address already in use "
+                                  "(another mfctl metrics serve or exporter? choose another --port)") from None
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise UsageError(f"--address {address}: not an address of this machine ({e.strerror})") from None
+        raise OperationFailed(f"cannot listen on {where}: {e.strerror or e}") from None
+    return server

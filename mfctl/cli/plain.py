@@ -119,9 +119,9 @@ def begin(*, command: bool = False) -> Invocation:
     return _current
 
 
-def report_interrupt(json_out: bool) -> None:
-    """Say on stderr (and with ``json_out``, as one JSON error object on stdout) that the command
-    was interrupted; once per invocation."""
+def report_interrupt(json_out: bool, message: str = "interrupted") -> None:
+    """Say on stderr (``mfctl: <message>``; and with ``json_out``, as one JSON error object on
+    stdout) that the command was interrupted; once per invocation."""
     inv = current()
     if inv.interrupt_reported:
         return
@@ -132,7 +132,8 @@ def report_interrupt(json_out: bool) -> None:
         try:
             from mfctl.errors import Interrupted
 
-            emit_json({"schema": "mfctl.error/v1", "error": Interrupted("interrupted (Ctrl-C)").to_dict()})
+            emit_json({"schema": "mfctl.error/v1", "error": Interrupted(
+                "interrupted (Ctrl-C)" if message == "interrupted" else message).to_dict()})
         except OSError:
             pass
-    print_error("interrupted", "mfctl")
+    print_error(message, "mfctl")

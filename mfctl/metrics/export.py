@@ -16,9 +16,9 @@ from mfctl.runtime.summary import RunSummary
 
 
 def _db(run_dir: Path) -> sqlite3.Connection:
-    """The run's ``metrics.db``, read-only. Raises UsageError when it is missing, not an SQLite
-    database, or not a run's metrics (no ``iterations`` table)."""
-    from mfctl.errors import UsageError
+    """The run's ``metrics.db``, read-only. Raises UsageError when it is missing, DataError (exit 3)
+    when it is not an SQLite database or not a run's metrics (no ``iterations`` table)."""
+    from mfctl.errors import DataError, UsageError
 
     p = run_dir / "metrics.db"
     if not p.is_file():
@@ -27,9 +27,9 @@ def _db(run_dir: Path) -> sqlite3.Connection:
         db = read_only(p)  # (a run killed with -9 mid-write: its hot journal rolled back aside)
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as e:
-        raise UsageError(f"{p}: not a readable metrics database ({e})") from None
+        raise DataError(f"{p}: not a readable metrics database ({e})") from None
     if "iterations" not in tables:
-        raise UsageError(f"{p}: not a run's metrics database (no iterations table)")
+        raise DataError(f"{p}: not a run's metrics database (no iterations table)")
     return db
 
 

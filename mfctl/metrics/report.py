@@ -26,20 +26,17 @@ def _png(fig) -> str:
 def build(run_dir: Path) -> str:
     """The report's HTML for the run in ``run_dir`` (its metrics.db and summary.json; a run that
     crashed before writing its summary is reported from what :func:`mfctl.runtime.rundir.recover`
-    finds). Raises UsageError when metrics.db is missing or either is unreadable."""
+    finds). Raises UsageError when metrics.db is missing, DataError (exit 3) when either is
+    unreadable (:func:`mfctl.runtime.rundir.read_summary`)."""
     import matplotlib
 
     matplotlib.use("Agg")
 
-    from mfctl.errors import UsageError
     from mfctl.metrics.export import _db
-    from mfctl.runtime.rundir import load_summary
+    from mfctl.runtime.rundir import read_summary
 
     db = _db(run_dir)
-    try:
-        summary = load_summary(run_dir)
-    except (OSError, ValueError, TypeError) as e:  # missing, not UTF-8, not JSON, not a summary
-        raise UsageError(f"{run_dir / 'summary.json'}: not a readable run summary ({e})") from None
+    summary = read_summary(run_dir)
     rows = db.execute("SELECT iteration, seconds, tokens, epoch, paused FROM iterations WHERE host = "
                       "(SELECT MIN(host) FROM iterations) ORDER BY iteration").fetchall()
     recs = db.execute("SELECT epoch, iteration, t_switch_ms, t_linkup_ms, t_runtime_ms, circuits_json, region "

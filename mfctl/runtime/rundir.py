@@ -54,8 +54,23 @@ def load_summary(run_dir: Path) -> RunSummary:
     read), else :func:`recover`."""
     p = run_dir / "summary.json"
     if p.is_file():
-        return RunSummary.from_dict(json.loads(p.read_text()))
+        s = RunSummary.from_dict(json.loads(p.read_text()))
+        s.run_dir = str(run_dir.resolve())  # where it is now: a runs dir copied or moved elsewhere says its new place
+        return s
     return recover(run_dir)
+
+
+def read_summary(run_dir: Path) -> RunSummary:
+    """:func:`load_summary`, its failures one error: DataError (exit 3) naming ``summary.json``
+    when it is there but not a readable run summary (not UTF-8, not JSON, not a summary object) —
+    what ``runs show`` and ``runs report`` say of a damaged one."""
+    from mfctl.errors import DataError
+
+    try:
+        return load_summary(run_dir)
+    except (OSError, ValueError, TypeError) as e:
+        raise DataError(f"not a readable run summary ({e})",
+                        path=str(run_dir / "summary.json")) from None
 
 
 def recover(run_dir: Path) -> RunSummary:
@@ -64,7 +79,7 @@ def recover(run_dir: Path) -> RunSummary:
     ``crashed`` or ``unknown`` (see the module doc) — with an ``error`` saying where the figures
     come from."""
     running = writer_alive(run_dir)
-    kw: dict = {"run_id": run_dir.name, "playbook": "?", "inventory": "?", "run_dir": str(run_dir)}
+    kw: dict = {"run_id": run_dir.name, "playbook": "?", "inventory": "?", "run_dir": str(run_dir.resolve())}
     rows: list[dict] = []
     recs: list[dict] = []
     row = None

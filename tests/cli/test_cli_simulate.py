@@ -46,7 +46,7 @@ def test_usage_errors_exit_2_with_one_json_error(args, says):
 def test_the_gpus_help_names_every_models_multiple():
     from mfctl.fabric import whatif
 
-    text = " ".join(invoke("simulate", "--help").stdout.split())
+    text = " ".join(invoke("simulate", "--help").stdout.replace("│", " ").split())  # (the help's lines, unwrapped)
     for name, p in whatif.PRESETS.items():
         assert f"{name} {p.ep * p.tp * p.pp}" in text
 
