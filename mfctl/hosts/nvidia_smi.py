@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mfctl.errors import ParseError
 from mfctl.hosts.textin import normalized
@@ -416,3 +416,280 @@ def parse_topo(text: str) -> Topology:
         raise ParseError(TOOL + " topo -m", last + 2, f"a row for {missing[0]} (every device of the header; "
                          "the output may be cut)", lines[last + 1] if last + 1 < len(lines) else "")
     return topo
+
+
+# --- nvidia-smi without options: the default table ---------------------------------------------------
+
+@dataclass
+class SmiGPU:
+    """One GPU of the default table (values as the table shows them; missing data None).
+    ``errors``: the fields that read ``ERR!`` (NVML could not read them)."""
+
+    index: int
+    name: str | None  # as printed: long names are cut to "NVIDIA GeForce ..."
+    persistence: bool | None
+    bus_id: str | None
+    display_active: bool | None
+    ecc_uncorrected: int | None  # "Volatile Uncorr. ECC": None for N/A, Off, On (MIG), ERR!
+    fan_pct: float | None
+    temperature_c: float | None
+    perf: str | None  # P0..P12
+    power_w: float | None
+    power_cap_w: float | None
+    memory_used_mib: int | None  # None: "Not Supported" (unified memory, e.g. GB10), N/A
+    memory_total_mib: int | None
+    utilization_pct: float | None
+    compute_mode: str | None  # Default, E. Process, Prohibited
+    mig_mode: str | None  # "MIG M." row: Disabled, Enabled (a trailing * is a pending change); None: no row / N/A
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SmiMigDevice:
+    """A row of the ``MIG devices:`` table (memory and BAR1 in MiB; missing data None)."""
+
+    gpu: int
+    gpu_instance: int
+    compute_instance: int
+    device: int
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+    bar1_used_mib: int | None
+    bar1_total_mib: int | None
+    sm: int | None
+    ecc_uncorrected: int | None
+
+
+@dataclass
+class SmiProcess:
+    gpu: int
+    gpu_instance: int | None  # GI/CI: None on drivers without the columns, or N/A (no MIG)
+    compute_instance: int | None
+    pid: int
+    type: str  # C, G, C+G, M
+    name: str  # as printed (long names start with "...")
+    memory_mib: int | None
+
+
+@dataclass
+class SmiTable:
+    """``nvidia-smi`` without options. ``truncated`` says where the output was cut (a GPU whose
+    rows were cut is left out of ``gpus``; a process table cut is ``processes_complete`` False);
+    ``unreachable``: the GPUs NVML could not reach (:func:`unreachable_gpus`); ``failure``: the
+    line with which nvidia-smi failed as a whole ("No devices were found", "Failed to initialize
+    NVML: …"); ``messages``: every other line that is not the table (kernel messages, GSP
+    timeouts, a container's banner), in order."""
+
+    smi_version: str | None
+    driver_version: str | None
+    cuda_version: str | None
+    timestamp: str | None
+    gpus: list[SmiGPU] = field(default_factory=list)
+    mig_devices: list[SmiMigDevice] = field(default_factory=list)
+    processes: list[SmiProcess] | None = None  # None: no process table in the output
+    processes_complete: bool = False
+    unreachable: list[tuple[str, str]] = field(default_factory=list)
+    failure: str | None = None
+    truncated: str | None = None
+    messages: list[str] = field(default_factory=list)
+
+
+_HDR = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s*(\S+)(?:\s+CUDA Version:\s*(\S+))?")
+_BORDER = re.compile(r"^[+|][-=+|\s]*[-=][-=+|\s]*$")
+_STAMP = re.compile(r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}$")
+_GPU1 = re.compile(r"^(\d+)\s+(.*?)\s+(On|Off|N/A|ERR!)$")
+_BUS = re.compile(r"^([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*(On|Off|N/A|ERR!)?$")
+_GPU2 = re.compile(r"^(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*/\s*(\S+)$")
+_MEM = re.compile(r"^(\d+)MiB\s*/\s*(\d+)MiB$")
+_PROC = re.compile(r"^(\d+)\s+(?:(N/A|\d+)\s+(N/A|\d+)\s+)?(\d+)\s+([CGM](?:\+[CGM])?)\s+(.+?)\s+(\d+MiB|N/A)$")
+_MIG1 = re.compile(r"^(\d+)\s+(\d+)\s+(\d+)\s+(\d+)$")
+_FAILURE = re.compile(r"^(No devices were found|Failed to initialize NVML.*|NVIDIA-SMI has failed.*|"
+                      r"Unable to determine the device handle for GPU.*)$")
+_HEAD_FIRST = re.compile(r"^(?:GPU\s+Name|Fan\s+Temp|GPU\s+GI|GPU\s+PID|ID\s+ID)\b")
+_HEAD_CELL = re.compile(r"^(?:|MIG M\.|ECC|Usage|Vol|SM\s+Unc|CE\s+ENC.*|(?:Shared\s+)?(?:Memory|BAR1)-Usage|Shared)$")
+
+
+def _num_unit(v: str, unit: str) -> float | None:
+    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)\s*" + re.escape(unit), v.strip())
+    return float(m.group(1)) if m else None
+
+
+def _mib(v: str) -> tuple[int | None, int | None]:
+    m = _MEM.match(v.strip())
+    return (int(m.group(1)), int(m.group(2))) if m else (None, None)
+
+
+def _int_or_none(v: str | None) -> int | None:
+    return int(v) if v is not None and v.strip().isdigit() else None
+
+
+@normalized
+def parse_table(text: str) -> SmiTable:
+    """``nvidia-smi`` (no options), the table operators paste: R384-R470 (79 columns, no ``MIG M.``
+    row before R450), R525-R535 (87), R545+ (89; R580 draws ``+`` under the banner). Reads the GPU
+    rows (``ERR!`` fields are None, named in ``errors``), the ``MIG devices:`` and ``Processes:``
+    tables, ``Unable to determine the device handle…`` lines, and keeps every other line (GSP
+    timeouts, kernel messages interleaved with the rows) as ``messages``. An output cut inside a
+    GPU's rows or the process table is flagged in ``truncated``. Raises ParseError naming the line
+    for a table row that is not what its place in the table needs, and when there is neither a GPU
+    row nor a failure line."""
+    t = SmiTable(None, None, None, None)
+    section = "gpus"
+    block: dict | None = None  # the GPU being read: {"line", "cells1", "cells2", "cells3"}
+    proc_open = False
+    mig: dict | None = None
+    lines = text.split("\n")
+    last_no = max((n for n, ln in enumerate(lines, 1) if ln.strip()), default=0)
+
+    def close_gpu() -> None:
+        nonlocal block
+        if block is None:
+            return
+        b, block = block, None
+        if b.get("cells2") is None:
+            t.truncated = t.truncated or f"inside GPU {b['index']}'s rows (line {b['line']})"
+            return
+        c1, c2 = b["cells1"], b["cells2"]
+        m1 = _GPU1.match(c1[0].strip())
+        assert m1 is not None  # checked when the block was opened
+        errs: list[str] = []
+        bus = _BUS.match(c1[1].strip()) if len(c1) > 1 else None
+        ecc_raw = c1[2].strip() if len(c1) > 2 else ""
+        m2 = _GPU2.match(c2[0].strip())
+        if not m2:
+            raise ParseError(TOOL, b["line"] + 1, "'FAN TEMP PERF POWER / CAP' (e.g. 'N/A 27C P0 72W / 700W')", c2[0].strip())
+        fan, temp, perf, pw, cap = m2.groups()
+        mem = c2[1].strip() if len(c2) > 1 else ""
+        util_mode = (c2[2].strip() if len(c2) > 2 else "").split(None, 1)
+        util = util_mode[0] if util_mode else ""
+        for name, raw in (("persistence", m1.group(3)), ("display_active", bus.group(2) if bus else None),
+                          ("ecc_uncorrected", ecc_raw), ("fan", fan), ("temperature", temp), ("perf", perf),
+                          ("power", pw), ("power_cap", cap), ("memory", mem), ("utilization", util)):
+            if raw is not None and raw.startswith("ERR!"):
+                errs.append(name)
+        used, total = _mib(mem)
+        mig_raw = b["cells3"][2].strip() if b.get("cells3") and len(b["cells3"]) > 2 else ""
+        t.gpus.append(SmiGPU(
+            int(m1.group(1)), m1.group(2) or None, {"On": True, "Off": False}.get(m1.group(3)),
+            bus.group(1) if bus else None, {"On": True, "Off": False}.get(bus.group(2) or "") if bus else None,
+            int(ecc_raw) if ecc_raw.isdigit() else None, _num_unit(fan, "%"), _num_unit(temp, "C"),
+            perf if re.fullmatch(r"P\d+", perf) else None, _num_unit(pw, "W"), _num_unit(cap, "W"), used, total,
+            _num_unit(util, "%"), util_mode[1].strip() if len(util_mode) > 1 and util_mode[1].strip() != "N/A" else None,
+            mig_raw if mig_raw and mig_raw != "N/A" else None, errs))
+
+    def close_mig() -> None:
+        nonlocal mig
+        if mig is None:
+            return
+        m, mig = mig, None
+        g, gi, ci, dev = (int(x) for x in m["ids"])
+        used, total = _mib(m["cells"][1]) if len(m["cells"]) > 1 else (None, None)
+        b_used, b_total = _mib(m["bar1"]) if m.get("bar1") else (None, None)
+        sm_ecc = (m["cells"][2].split() if len(m["cells"]) > 2 else []) + [None, None]
+        t.mig_devices.append(SmiMigDevice(g, gi, ci, dev, used, total, b_used, b_total,
+                                          _int_or_none(sm_ecc[0]), _int_or_none(sm_ecc[1])))
+
+    for no, raw in enumerate(lines, 1):
+        s = raw.strip()
+        if not s:
+            continue
+        if t.timestamp is None and _STAMP.match(s):
+            t.timestamp = s
+            continue
+        if (m := _HDR.search(s)) and s.startswith("|"):
+            t.smi_version, t.driver_version, t.cuda_version = m.group(1), m.group(2), m.group(3)
+            continue
+        if _UNREACHABLE.match(s):
+            um = _UNREACHABLE.match(s)
+            assert um is not None
+            t.unreachable.append((um.group(1), um.group(2)))
+            continue
+        if _BORDER.match(s):
+            close_gpu()
+            close_mig()
+            if section == "processes" and proc_open and set(s) <= set("+-"):
+                t.processes_complete = True
+                proc_open = False
+            continue
+        if not s.startswith("|"):
+            if _FAILURE.match(s) and not t.gpus:
+                t.failure = t.failure or s
+            t.messages.append(s)
+            continue
+        cut = not s.endswith("|") or len(s) == 1
+        if cut and no != last_no:
+            raise ParseError(TOOL, no, "a table row ending in '|'", s)
+        cells = s[1:-1].split("|") if not cut else s[1:].split("|")
+        first = cells[0].strip()
+        if first.startswith("Processes:"):
+            close_gpu()
+            section, t.processes, proc_open = "processes", [], True
+            continue
+        if first.startswith("MIG devices:"):
+            close_gpu()
+            section = "mig"
+            continue
+        if _HEAD_FIRST.match(first) or (block is None and mig is None and not first
+                                          and all(_HEAD_CELL.match(c.strip()) for c in cells)):
+            continue
+        if section == "gpus" and block is None and _MIG1.match(first) and len(cells) >= 4:
+            section = "mig"  # an excerpt that starts inside the MIG devices table
+        if section == "gpus":
+            m1 = _GPU1.match(first)
+            if m1 and block is None:
+                if cut or len(cells) < 3:
+                    t.truncated = f"inside GPU {m1.group(1)}'s rows (line {no})"
+                    continue
+                block = {"index": int(m1.group(1)), "line": no, "cells1": cells}
+                continue
+            if block is not None and block.get("cells2") is None:
+                if cut or len(cells) < 3:
+                    t.truncated = f"inside GPU {block['index']}'s rows (line {no})"
+                    block = None
+                    continue
+                block["cells2"] = cells
+                continue
+            if block is not None and not first:
+                if not cut:
+                    block["cells3"] = cells
+                continue
+            raise ParseError(TOOL, no, "a GPU row '| N  NAME  On/Off | BUS-ID  On/Off | ECC |' or its continuation", s)
+        if section == "mig":
+            ids = first.split()
+            if _MIG1.match(first):
+                close_mig()
+                if cut:
+                    t.truncated = f"inside the MIG devices table (line {no})"
+                    continue
+                mig = {"ids": ids, "cells": [c.strip() for c in cells]}
+                continue
+            if mig is not None and not first:
+                if len(cells) > 1 and not cut:
+                    mig["bar1"] = cells[1].strip()
+                continue
+            raise ParseError(TOOL, no, "a MIG device row '| GPU GI CI MIG | MEMORY | SM ECC | CE ENC DEC OFA JPG |'", s)
+        # processes
+        if first.startswith("No running processes found"):
+            continue
+        if cut:
+            t.truncated = f"inside the process table (line {no})"
+            continue
+        pm = _PROC.match(first)
+        if not pm:
+            raise ParseError(TOOL, no, "a process row '| GPU [GI CI] PID TYPE NAME MEMORY |'", s)
+        assert t.processes is not None
+        t.processes.append(SmiProcess(int(pm.group(1)), _int_or_none(pm.group(2)), _int_or_none(pm.group(3)),
+                                      int(pm.group(4)), pm.group(5), pm.group(6), _int_or_none(pm.group(7)[:-3])
+                                      if pm.group(7) != "N/A" else None))
+    if block is not None:  # no border after the last GPU's rows: the output ends there
+        t.truncated = t.truncated or f"after GPU {block['index']}'s rows (line {block['line']}; no closing border)"
+        close_gpu()
+    close_mig()
+    if t.processes is not None and not t.processes_complete:
+        t.truncated = t.truncated or "inside the process table (no closing border)"
+    if not t.gpus and not t.unreachable and t.failure is None and t.truncated is None and not t.mig_devices \
+            and t.processes is None:
+        first = next((ln.strip() for ln in lines if ln.strip()), "")
+        raise ParseError(TOOL, 1 if first else None, "the nvidia-smi table (a GPU row '| N  NAME  On/Off | BUS-ID …')",
+                         first)
+    return t

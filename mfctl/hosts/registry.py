@@ -79,6 +79,15 @@ _CSV_HEAD = r"^\s*[A-Za-z_][A-Za-z0-9_.]*(?: \[[^\]\n]+\])?(?:, ?[A-Za-z_][A-Za-
 
 KINDS: list[Kind] = [
     # --- nvidia-smi ---------------------------------------------------------------------
+    Kind("nvidia-smi", "mfctl.hosts.nvidia_smi:parse_table",
+         "nvidia-smi (no options): the GPU table, MIG devices, processes, ERR! fields, unreachable GPUs",
+         "R384.90, R450.80, R525.85/125, R535, R550.90, R580.126 (79-, 87- and 89-column layouts)",
+         best(rx(r"^\|\s*NVIDIA-SMI \S+\s+Driver Version:", 95),
+              rx(r"^\|\s*\d+\s+.+?\s+(?:On|Off|N/A)\s*\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d", 85),
+              rx(r"^\|\s*(?:Processes|MIG devices):\s*\|", 80), rx(r"^No devices were found\s*$", 50),
+              rx(r"Unable to determine the device handle for GPU", 35)),
+         ("tests/data/nvidia-smi/*default-table*.txt", "tests/data/nvidia-smi/*mig-devices*.txt",
+          "tests/data/nvidia-smi/processes-*.txt", "tests/data/nvidia-smi/unreachable-*.txt"), "nvidia-smi"),
     Kind("nvidia-smi-query-gpu", "mfctl.hosts.nvidia_smi:parse_query_csv",
          "nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits]: one dict per GPU",
          "nvidia-smi R450+ (samples: 590.48.01); header with units, or no header given --fields",
