@@ -35,6 +35,7 @@ class HILSession:
     mock_state_dir: Path | None = None
     mock_start_s: float = 0.0
     lock_wait_s: float = 0.0
+    acquired_ts: float = 0.0  #: when the lock was had (epoch s)
     broken_by: str | None = None  #: the test that left the testbed changed (later tests are told)
     _tmp: object = field(default=None, repr=False)
     _pool: object = field(default=None, repr=False)
@@ -77,7 +78,7 @@ class HILSession:
                 tmp.cleanup()
             raise
         s = cls(str(inventory), inv, lk, mock=mock, mock_state_dir=sd, mock_start_s=started,
-                lock_wait_s=time.monotonic() - t1, _tmp=tmp)
+                lock_wait_s=time.monotonic() - t1, acquired_ts=time.time(), _tmp=tmp)
         log.info("HIL session on %s (%s), lock held after %.3f s", inv.name, "mock" if mock else "hardware", s.lock_wait_s)
         return s
 
