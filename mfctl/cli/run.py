@@ -1,4 +1,4 @@
-"""``mfctl run PLAYBOOK`` and ``mfctl runs list|show``."""
+"""``mfctl run PLAYBOOK`` and ``mfctl runs list|show|import-log|report|delete|prune``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, markup, option, out_console, print_error
+from mfctl.cli.common import JSON_OPT, confirm, emit_json, handle_errors, markup, number_option, option, out_console, print_error
 
 if TYPE_CHECKING:
     from mfctl.runtime.summary import RunSummary
@@ -278,6 +278,9 @@ def show_run(run_id: str = typer.Argument(..., help="Run id (a directory under t
         s = RunSummary.from_dict(d) if d is not None else recover(rd)
     except (OSError, ValueError, TypeError) as e:  # a damaged data file: exit 3, as runs report says (rundir.read_summary)
         raise DataError(f"not a readable run summary ({e})", path=str(p)) from None
+    s.run_dir = str(rd.resolve())  # where the run is now (a copied runs dir), not where it was written
+    if d is not None:
+        d["run_dir"] = s.run_dir
     if json_out:
         emit_json(d if d is not None else s.to_dict())  # as it is on disk (a newer mfctl's keys too)
     else:
@@ -290,16 +293,115 @@ def show_run(run_id: str = typer.Argument(..., help="Run id (a directory under t
 @handle_errors
 def import_log(log: Path = typer.Argument(..., help="A Megatron / Megatron-DeepSpeed training log."),
                seq_len: int = typer.Option(4096, min=1, help="Tokens per sample (when the log has no 'consumed tokens')."),
+               force: bool = typer.Option(False, "--force", help="Import it as a new run even if this content was "
+                                          "imported before."),
                runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
     """Turn a real training log into a run directory (same metrics as a simulated run): runs show,
-    metrics export and reports then work on it."""
+    metrics export and reports then work on it. The same log (same content) imported again is the
+    run it became the first time: nothing is written (--json: already_imported true), unless --force."""
     from mfctl.metrics.imported import import_log as import_training_log
 
-    summary = import_training_log(log, _runs_dir(runs_dir), seq_len=seq_len)
+    summary = import_training_log(log, _runs_dir(runs_dir), seq_len=seq_len, force=force)
+    again = bool(summary.extra.pop("already_imported", False))
     if json_out:
-        emit_json(summary.to_dict())
+        emit_json(summary.to_dict() | {"already_imported": again})
     else:
         render_summary(summary)
+    if again:
+        print_error(f"{log} was imported before (same content) as run {summary.run_id}: nothing written "
+                    "(--force imports it again as a new run)", "note")
+
+
+def _runs_table(runs) -> None:
+    from rich.table import Table
+
+    t = Table("run", "status", "started")
+    t.columns[0].no_wrap = True
+    for e in runs:
+        t.add_row(e.run_id, e.status, e.to_dict()["started"])
+    out_console().print(t)
+
+
+def _delete(base: Path, chosen, running, *, yes: bool, dry_run: bool, json_out: bool, schema: str) -> None:
+    """Show ``chosen`` (text), ask (unless --yes/--dry-run), delete each (:func:`mfctl.runtime.prune.delete`),
+    say what went; exit 1 when a run could not be deleted (it came alive, it is not a directory)."""
+    from mfctl.errors import ExitCode, MfctlError
+    from mfctl.runtime.prune import delete
+
+    doc = {"schema": schema, "runs_dir": str(base.resolve()), "dry_run": dry_run,
+           "kept_running": [e.run_id for e in running]}
+    if running and not json_out:
+        print_error(f"kept {len(running)} running run(s) (a running run is never deleted): "
+                    + ", ".join(e.run_id for e in running), "note")
+    if not chosen or dry_run:
+        doc.update(deleted=[], would_delete=[e.to_dict() for e in chosen])
+        if json_out:
+            emit_json(doc)
+        elif not chosen:
+            print_error(f"no run to delete in {base.resolve()}", "note")
+        else:
+            _runs_table(chosen)
+            print_error(f"--dry-run: {len(chosen)} run(s) would be deleted; nothing was deleted", "note")
+        return
+    if not json_out:
+        _runs_table(chosen)
+    confirm(f"delete {len(chosen)} run(s) from {base.resolve()} (their metrics, journals and logs)?", yes,
+            what=f"the runs in {base.resolve()}")
+    deleted, failed = [], []
+    for e in chosen:
+        try:
+            delete(base, e)
+            deleted.append(e.run_id)
+        except (MfctlError, OSError) as err:
+            failed.append({"run_id": e.run_id, "error": str(err)})
+    doc.update(deleted=deleted, failed=failed)
+    if json_out:
+        emit_json(doc)
+    else:
+        out_console().print(f"deleted {len(deleted)} run(s) from {base.resolve()}", highlight=False)
+        for f in failed:
+            print_error(f"{f['run_id']}: {f['error']}")
+    if failed:
+        raise typer.Exit(int(ExitCode.FAILED))
+
+
+YES_OPT = option("yes", "--yes", "-y", help="Do not ask for confirmation (scripts; without a terminal it is required).")
+
+
+@runs_app.command("delete")
+@handle_errors
+def delete_runs(run_ids: list[str] = typer.Argument(..., help="Run ids (see mfctl runs list).", show_default=False),
+                yes: bool = YES_OPT, runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
+    """Delete runs by id after a confirmation: nothing when one is still running, or is no run, or
+    the answer is no (exit 1) or Ctrl-C."""
+    from mfctl.errors import OperationFailed
+    from mfctl.runtime.prune import named
+
+    base = _runs_dir(runs_dir)
+    chosen = named(base, run_ids)
+    running = [e.run_id for e in chosen if e.running]
+    if running:
+        raise OperationFailed(f"run(s) {', '.join(running)} still running (their mfctl run is alive): "
+                              "nothing was deleted")
+    _delete(base, chosen, [], yes=yes, dry_run=False, json_out=json_out, schema="mfctl.runs.delete/v1")
+
+
+@runs_app.command("prune")
+@handle_errors
+def prune_runs(keep: int = typer.Option(None, "--keep", min=0, help="Keep the N newest runs (running ones count)."),
+               older_than: float = number_option(None, "--older-than", min=0,
+                                                 help="Only runs started more than DAYS days ago (fractions too)."),
+               status: list[str] = typer.Option(None, "--status", help="Only runs with this status (repeat): ok, failed, "
+                                                "interrupted, crashed, unknown.", show_default=False),
+               dry_run: bool = typer.Option(False, "--dry-run", help="List what would be deleted; delete nothing."),
+               yes: bool = YES_OPT, runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
+    """Delete the runs matching every criterion given (at least one), after a confirmation; a
+    running run is never deleted (it is kept and said so)."""
+    from mfctl.runtime.prune import select
+
+    base = _runs_dir(runs_dir)
+    chosen, running = select(base, keep=keep, older_than_days=older_than, statuses=status)
+    _delete(base, chosen, running, yes=yes, dry_run=dry_run, json_out=json_out, schema="mfctl.runs.prune/v1")
 
 
 @runs_app.command("report")

@@ -39,24 +39,55 @@ def _rows(tl, seq_len: int) -> tuple[list[dict], bool]:
     return rows, assumed_seq
 
 
-def import_log(log: Path, runs_dir: Path, *, seq_len: int = 4096) -> RunSummary:
+def find_import(runs_dir: Path, sha256: str, seq_len: int | None) -> Path | None:
+    """The run directory under ``runs_dir`` a log with this content (``sha256`` of its bytes) was
+    imported into with the same ``seq_len`` (None: the log's own token counts were used), or None."""
+    import json
+
+    from mfctl.runtime.rundir import run_dirs
+
+    for rd in run_dirs(runs_dir):
+        try:
+            d = json.loads((rd / "summary.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict) and d.get("source_sha256") == sha256 and d.get("source_seq_len") == seq_len:
+            return rd
+    return None
+
+
+def import_log(log: Path, runs_dir: Path, *, seq_len: int = 4096, force: bool = False) -> RunSummary:
     """Read ``log`` (Megatron / Megatron-DeepSpeed) into a new run under ``runs_dir``; its summary.
-    Raises ConfigError (the file named) when it cannot be read or has no iteration lines."""
+    The same content (its sha256) imported again (with the same ``seq_len`` when tokens come from
+    it) is the run it was imported into, written nothing (:func:`find_import`; the summary's
+    ``already_imported`` says so), unless ``force``: a new run then. Raises ConfigError (the file
+    named) when it cannot be read or has no iteration lines."""
+    import hashlib
+
     try:
-        tl = parse_train_log(log.read_text(errors="replace"))
+        raw = log.read_bytes()
+        tl = parse_train_log(raw.decode(errors="replace"))
     except OSError as e:
         raise ConfigError(f"cannot read: {e.strerror}", path=str(log)) from None
     except ParseError as e:
         raise ConfigError(str(e), path=str(log)) from None
     if not tl.iterations:
         raise ConfigError("no Megatron iteration lines (DeepSpeed step lines alone carry no timing)", path=str(log))
+    rows, assumed_seq = _rows(tl, seq_len)
+    if not rows:
+        raise ConfigError("no iteration line with a number for its elapsed time", path=str(log))
+    sha, key_seq = hashlib.sha256(raw).hexdigest(), (seq_len if assumed_seq else None)
+    prev = None if force else find_import(runs_dir, sha, key_seq)
+    if prev is not None:
+        from mfctl.runtime.rundir import load_summary
+
+        old = load_summary(prev)
+        old.extra["already_imported"] = True
+        return old
     run_id = time.strftime("%Y%m%d-%H%M%S-") + "log" + secrets.token_hex(2)
     d = runs_dir.resolve() / run_id
     store = MetricsStore(d / "metrics.db")
     store.start_run(run_id, str(log.resolve()), TRAINING_LOG, 1.0)
-    rows, assumed_seq = _rows(tl, seq_len)
-    if not rows:
-        raise ConfigError("no iteration line with a number for its elapsed time", path=str(log))
     for m in rows:
         store.iteration("log", m)
     secs = [x["seconds"] for x in rows]
@@ -77,6 +108,7 @@ def import_log(log: Path, runs_dir: Path, *, seq_len: int = 4096) -> RunSummary:
               + (f"; the log starts at iteration {tl.first_iteration}" if (tl.first_iteration or 1) > 1 else "")
               + (f"; iteration lines cut before their end not read (line {', '.join(map(str, tl.cut_lines))})"
                  if tl.cut_lines else "")))
+    summary.extra.update(source_sha256=sha, source_seq_len=key_seq)  # what a second import of it finds
     store.end_run(run_id, "ok", 0, summary)
     store.close()
     (d / "summary.json").write_text(summary.to_json())

@@ -54,7 +54,9 @@ def load_summary(run_dir: Path) -> RunSummary:
     read), else :func:`recover`."""
     p = run_dir / "summary.json"
     if p.is_file():
-        return RunSummary.from_dict(json.loads(p.read_text()))
+        s = RunSummary.from_dict(json.loads(p.read_text()))
+        s.run_dir = str(run_dir.resolve())  # where it is now: a runs dir copied or moved elsewhere says its new place
+        return s
     return recover(run_dir)
 
 
@@ -77,7 +79,7 @@ def recover(run_dir: Path) -> RunSummary:
     ``crashed`` or ``unknown`` (see the module doc) — with an ``error`` saying where the figures
     come from."""
     running = writer_alive(run_dir)
-    kw: dict = {"run_id": run_dir.name, "playbook": "?", "inventory": "?", "run_dir": str(run_dir)}
+    kw: dict = {"run_id": run_dir.name, "playbook": "?", "inventory": "?", "run_dir": str(run_dir.resolve())}
     rows: list[dict] = []
     recs: list[dict] = []
     row = None
