@@ -79,6 +79,17 @@ def _failed(reconfigurations: list["Reconfiguration"]) -> list[dict] | None:
              "ocs_needs_recovery": r.ocs_needs_recovery} for r in failed] or None
 
 
+def _finite(x):
+    """``x`` with every NaN / infinite float replaced by None (JSON has no NaN: issue 19)."""
+    if isinstance(x, float):
+        return x if x == x and x not in (float("inf"), float("-inf")) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
 @dataclass
 class RunRecord:
     """What a run has learnt so far (it outlives a failure: the summary is made of it). The
@@ -205,11 +216,11 @@ class RunSummary:
             out = {k: vals[k] for k in _RUN}
             out.update({k: vals[k] for k in _RUN_OPTIONAL if vals[k] is not None})
         out.update(self.extra)
-        return out
+        return _finite(out)
 
     def to_json(self) -> str:
-        """summary.json's text."""
-        return json.dumps(self.to_dict(), indent=2)
+        """summary.json's text (JSON: a NaN or infinity is null, never a bare ``NaN``)."""
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False)
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunSummary":
