@@ -211,8 +211,9 @@ def judge_dcgm(p: Probe, data: dict) -> None:
     if diag is None:
         return
     for test in diag.failed:
-        p.add("critical", f"DCGM diagnostic (dcgmi diag -r {DCGM_LEVEL}): {test} failed", "gpu.dcgm_diag_failed",
-              component=test)
+        why = getattr(diag, "warnings", {}).get(test.split(" (GPU ")[0], [])  # DCGM's own words, first one
+        p.add("critical", f"DCGM diagnostic (dcgmi diag -r {DCGM_LEVEL}): {test} failed"
+              + (f": {why[0][:200]}" if why else ""), "gpu.dcgm_diag_failed", component=test)
 
 
 DCGM = Check("dcgm", "gpu", f"dcgmi diag -r {DCGM_LEVEL}", "DCGM's deployment diagnostic: every failed test (critical)",

@@ -65,3 +65,14 @@ def test_lane_lists_and_their_errors():
         parse_module(base.replace("Rx loss of signal                         : None",
                                   "Rx loss of signal                         : [ Yes, Maybe ]"))
     assert (e.value.tool, e.value.line_no) == ("ethtool -m", 25)
+
+
+def test_dcgm_failure_message_carries_dcgms_warning():
+    inv = load_inventory(PROTOTYPE)
+    text = (DATA / "dcgm" / "diag-dcgm331-pass-gpu1-fail-gpu0-warnings-excerpt.txt").read_text()
+    [hh] = health.sweep(Answers({("dcgmi", "diag"): text}), inv, ["gpu01"], checks=["dcgm"]).targets
+    msg = {f.component: f.message for f in hh.findings}
+    head, _, why = msg["GPU Memory (GPU 0)"].partition(" failed: ")
+    assert head.endswith("GPU Memory (GPU 0)") and len(why) == 200  # DCGM's warning, cut at 200 characters
+    assert why.startswith("GPU 0 Error using CUDA API cuCtxCreate Check DCGM and system logs for errors. Reset GPU.")
+    assert msg["Targeted Stress"].endswith("Targeted Stress failed")  # no Warning row under it in the excerpt
