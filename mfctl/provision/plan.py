@@ -15,7 +15,7 @@ from mfctl.errors import MfctlError
 from mfctl.hosts import iproute, mellanox, nvidia_smi
 from mfctl.provision.actions import PHASES, Action, HostActual, HostPlan, PlanContext
 from mfctl.provision.models import FirmwareManifest, ProvisionSpec
-from mfctl.provision.steps import READS, STEPS
+from mfctl.provision.steps import READS, READS_NETDEVS, STEPS
 from mfctl.provision.steps import firmware as firmware_step
 
 if TYPE_CHECKING:
@@ -25,8 +25,16 @@ __all__ = ["PHASES", "Action", "HostActual", "HostPlan", "PlanContext", "plan", 
 
 
 def read_actual(pool, inv_host) -> HostActual:
-    """Read one host with the real tools (raises MfctlError/ParseError naming the tool)."""
+    """Read one host with the real tools (raises MfctlError/ParseError naming the tool). The
+    read-only commands known in advance go in two batches (:mod:`mfctl.provision.batch`: one
+    ``sh -c`` each, every command's output and status kept apart): the host-wide ones first, the
+    per-port ones once the lanes' netdevs are known (:func:`mfctl.provision.steps.prefetch`)."""
+    from mfctl.provision import batch
+    from mfctl.provision.steps import prefetch_host, prefetch_ports
+
     h = inv_host.name
+    pool = batch.Prefetched(pool, h)
+    pool.prefetch(prefetch_host(inv_host))
     fw = {d.pci: d for d in mellanox.parse_mlxfwmanager(pool.run_checked(h, mellanox.mlxfwmanager_query_argv()))}
     mlx: dict = {}
     qos: dict = {}  # (QoS is per port: read by the qos step, HostActual.more["roce"])
@@ -40,6 +48,9 @@ def read_actual(pool, inv_host) -> HostActual:
     act.more[firmware_step.MORE_KEY] = firmware_step.read_reset_levels(pool, inv_host, [p for p in fw if p])
     for key, read in READS.items():  # the steps' own reads (RoCE per port, rails, GPUDirect)
         act.more[key] = read(pool, inv_host, act)
+        if key == READS_NETDEVS:  # the lanes' netdevs are known now
+            pool.prefetch(prefetch_ports(inv_host, act))
+    act.more["round_trips"] = pool.round_trips
     return act
 
 

@@ -97,6 +97,8 @@ def sh(cfg, argv, out, err):
     IRQ affinity), and ``sh -c 'echo V | tee PATH… > /dev/null'`` (anything else: None, the shell's job)."""
     from mfctl.mock.nics import tuning
 
+    if len(argv) == 3 and argv[1] == "-c" and argv[2].startswith("printf '@@mfctl-batch 0"):
+        return batch(cfg, argv[2], out, err)
     if len(argv) == 3 and argv[1] == "-c" and (t := re.fullmatch(r"echo (\S+) \| tee ((?:/\S+ )+)> /dev/null", argv[2])):
         return tuning.tee(cfg, t[1], t[2].split(), err)
     m = re.fullmatch(r"echo (\S+) > (/(?:sys|proc)/\S+)", argv[2]) if len(argv) == 3 and argv[1] == "-c" else None
@@ -138,3 +140,48 @@ def sysctl(cfg, args, out, err):
         return 0
     err("sysctl: only -w KEY=VALUE and -n KEY are modelled\n")
     return 255
+
+
+_BATCH = re.compile(r"printf '@@mfctl-batch (\d+)\\n'; printf '@@mfctl-batch \1\\n' >&2; (.*?); "
+                    r"printf '\\n@@mfctl-batch end \1 %d\\n' \$\?; printf '\\n@@mfctl-batch end \1\\n' >&2(?:; |$)")
+
+
+class _Channel:
+    """What :meth:`mfctl.mock.hosts.MockHost.handle` writes to, for one command of a batch."""
+
+    closed = False
+
+    def __init__(self, out, err):
+        self._out, self._err = out, err
+
+    def sendall(self, data: bytes) -> None:
+        self._out(data.decode(errors="replace"))
+
+    def sendall_stderr(self, data: bytes) -> None:
+        self._err(data.decode(errors="replace"))
+
+    def settimeout(self, _t) -> None:
+        pass
+
+    def recv(self, _n: int) -> bytes:
+        return b""  # no stdin in a batch
+
+
+def batch(cfg, script: str, out, err) -> int:
+    """The read batch of :func:`mfctl.provision.batch.script`: each command run as the host runs it
+    (its own exit status, stdout and stderr between its markers), as ``sh`` would."""
+    pos, rc = 0, 0
+    for m in _BATCH.finditer(script):
+        if m.start() != pos:
+            break
+        pos = m.end()
+        i = m[1]
+        out(f"@@mfctl-batch {i}\n")
+        err(f"@@mfctl-batch {i}\n")
+        rc = cfg.host.handle(m[2], _Channel(out, err))
+        out(f"\n@@mfctl-batch end {i} {rc}\n")
+        err(f"\n@@mfctl-batch end {i}\n")
+    if pos != len(script):
+        err("sh: 1: Syntax error: not a read batch the mock knows\n")
+        return 2
+    return 0

@@ -41,3 +41,34 @@ READS: dict[str, Callable] = {
     tos.MORE_KEY: tos.read_tos,  # ibdev2netdev, traffic_class + rdma_cm configfs
     irq.MORE_KEY: irq.read_irq,  # irqbalance, msi_irqs, NUMA node, IRQ affinities
 }
+
+#: the read after which every lane's netdev is known (the parents of ``auxiliary/`` devlink ports)
+READS_NETDEVS = links.MORE_KEY
+
+
+def prefetch_host(inv_host) -> list[list[str]]:
+    """The host-wide read-only commands :func:`mfctl.provision.plan.read_actual` runs for sure (one batch)."""
+    from mfctl.hosts import gpudirect as gd
+    from mfctl.hosts import iproute, mellanox, nvidia_smi
+    from mfctl.hosts import rails as railtools
+    from mfctl.provision import breakout
+
+    pcis = [nic.pci for nic in inv_host.nics if nic.pci]
+    split = [links.split_query_argv(nic.pci) for nic in inv_host.nics
+             if nic.pci and (c := breakout.CARDS.get(nic.model)) is not None and c.split_param]
+    return [mellanox.mlxfwmanager_query_argv(), mellanox.devlink_ports_argv(),
+            *[mellanox.mlxconfig_query_argv(p) for p in pcis], *split, iproute.addr_argv(),
+            nvidia_smi.query_argv(["index", "persistence_mode", "mig.mode.current", "mig.mode.pending"]),
+            *[mellanox.mlxfwreset_query_argv(p) for p in pcis],
+            railtools.rules_argv(), railtools.routes_argv(), gd.lsmod_argv(), gd.lspci_argv(), gd.unit_argv(gpudirect.UNIT),
+            ["ibdev2netdev"], ["systemctl", "show", "-p", "ActiveState,UnitFileState", irq.UNIT]]
+
+
+def prefetch_ports(inv_host, act) -> list[list[str]]:
+    """The per-port read-only commands the reads run for every lane's netdev (one batch)."""
+    from mfctl.hosts import roce as roce_tools
+    from mfctl.provision.steps.ports import host_netdevs
+
+    nds = host_netdevs(inv_host, act)
+    return [a for nd in nds for a in (roce_tools.mlnx_qos_argv(nd), roce_tools.fec_show_argv(nd), ["ethtool", nd])] + (
+        [["ls", "-1", *[irq.dev_path(nd, "msi_irqs") for nd in nds]]] if nds else [])
