@@ -9,6 +9,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from mfctl.hosts.textin import normalized
+
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
 _STAMP = re.compile(r"\s*\[\s*(\d+(?:\.\d+)?)\]")
 
@@ -34,6 +36,7 @@ class XidEvent:
         return (parts[-2], parts[-1].split(".")[0]) if len(parts) >= 3 else None
 
 
+@normalized
 def parse_xids(text: str) -> list[XidEvent]:
     """Every XID line of a kernel log, in order (other lines are not XIDs: no ParseError)."""
     out = []
@@ -45,6 +48,7 @@ def parse_xids(text: str) -> list[XidEvent]:
     return out
 
 
+@normalized
 def parse_uptime(text: str) -> float | None:
     """Seconds since boot from ``/proc/uptime`` (``"350735.47 234388.90"``); None when it is not
     a finite, non-negative number (then no XID has an age, and each is judged as new)."""

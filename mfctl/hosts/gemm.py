@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mfctl.errors import ParseError
+from mfctl.hosts.textin import normalized
 
 TOOL = "mfctl-gemm-bench"
 LAYOUT = "'M N K time_us TFLOP/s'"
@@ -31,6 +32,7 @@ class GemmRow:
         return 2 * self.m * self.n * self.k
 
 
+@normalized
 def parse_gemm(text: str) -> list[GemmRow]:
     """Every non-blank line as a :class:`GemmRow`. Raises ParseError (naming the line) for a line
     that is not ``M N K time_us …`` with whole M, N, K and a numeric time."""

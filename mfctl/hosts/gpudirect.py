@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 from mfctl.errors import ParseError
+from mfctl.hosts.textin import normalized
 
 #: ACS control bits that redirect or validate peer-to-peer requests (PCIe base spec §7.7.8):
 #: on, a GPU↔NIC transfer under one switch goes up to the root complex (NVIDIA GPUDirect RDMA docs:
@@ -28,6 +29,7 @@ def lsmod_argv() -> list[str]:
     return ["lsmod"]
 
 
+@normalized
 def parse_lsmod(text: str) -> set[str]:
     lines = text.splitlines()
     if not lines or not lines[0].startswith("Module"):
@@ -39,6 +41,7 @@ def lspci_argv() -> list[str]:
     return ["lspci", "-D", "-vvv"]
 
 
+@normalized
 def parse_lspci(text: str) -> dict[str, PciDev]:
     """Devices by BDF (``0000:0b:00.0``): ACS control and MaxReadReq where present."""
     devs: dict[str, PciDev] = {}
@@ -76,6 +79,7 @@ def unit_argv(unit: str) -> list[str]:
     return ["systemctl", "show", "-p", "ActiveState,UnitFileState", unit]
 
 
+@normalized
 def parse_unit(text: str) -> tuple[str, str]:
     """(ActiveState, UnitFileState), e.g. ("active", "enabled")."""
     kv = dict(ln.split("=", 1) for ln in text.splitlines() if "=" in ln)

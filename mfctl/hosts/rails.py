@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from mfctl.errors import ParseError
+from mfctl.hosts.textin import normalized
 
 SYSCTLS = ("arp_ignore", "arp_announce", "rp_filter")
 
@@ -29,12 +30,14 @@ def _json_list(tool: str, text: str) -> list[dict]:
     return doc
 
 
+@normalized
 def parse_rules(text: str) -> list[tuple[int, str, str]]:
     """(priority, source as ``A`` or ``A/N``, table) per rule."""
     return [(int(o.get("priority", 0)), o.get("src", "all") + (f"/{o['srclen']}" if "srclen" in o else ""),
              str(o.get("table", ""))) for o in _json_list("ip -j rule", text)]
 
 
+@normalized
 def parse_routes(text: str) -> list[dict]:
     """The routes of every table, each with ``table`` (``main`` when iproute2 leaves it out)."""
     return [dict(o, table=str(o.get("table", "main"))) for o in _json_list("ip -j route", text)]

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from mfctl.errors import ParseError
+from mfctl.hosts.textin import normalized
 
 
 @dataclass
@@ -40,6 +41,7 @@ def mlnx_qos_argv(netdev: str, *, trust: str | None = None, pfc: list[int] | Non
     return argv
 
 
+@normalized
 def parse_mlnx_qos(text: str) -> PortQos:
     """Parse mlnx_qos's report. Raises ParseError without a PFC ``enabled`` row."""
     trust: str | None = None
@@ -75,6 +77,7 @@ def fec_set_argv(netdev: str, encoding: str) -> list[str]:
     return ["ethtool", "--set-fec", netdev, "encoding", encoding]
 
 
+@normalized
 def parse_fec(text: str) -> tuple[str, str]:
     """``ethtool --show-fec``: (configured, active), e.g. ("Auto", "RS"); older ethtool prints
     ``Configured FEC encodings:``, the netlink one ``Supported/Configured FEC encodings:``."""
@@ -102,6 +105,7 @@ def grep_argv(paths: list[str]) -> list[str]:
     return ["grep", "-Hs", ".", *paths]
 
 
+@normalized
 def parse_grep(text: str) -> dict[str, str]:
     """``grep -H`` output → {path: value}. Raises ParseError on a line without ``:``."""
     out = {}
