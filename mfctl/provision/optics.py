@@ -46,11 +46,11 @@ def recent_ocs_changes(drv, now: float | None = None) -> dict[int, float]:
     for r in recs:
         if r.get("op") == "ocs.intent" and isinstance(r.get("diff"), dict):
             pairs = [p for k in ("add", "delete") for p in r["diff"].get(k) or []]
-            ports_of[r.get("apply_id")] = {int(x) for p in pairs for x in p}
+            ports_of[str(r.get("apply_id"))] = {int(x) for p in pairs for x in p}
         elif r.get("op") in ("ocs.outcome", "ocs.recovered") and isinstance(r.get("ts"), (int, float)):
             age = now - r["ts"]
             if 0 <= age <= RECENT_S:
-                for port in ports_of.get(r.get("apply_id"), ()):
+                for port in ports_of.get(str(r.get("apply_id")), ()):
                     out[port] = min(age, out.get(port, age))
     return out
 
