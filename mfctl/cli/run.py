@@ -90,9 +90,9 @@ def _facts_table(s: "RunSummary", show_error: bool):
     if s.ep_share_on_circuits is not None:
         t.add_row("EP bytes on circuits", f"{100 * s.ep_share_on_circuits:.1f}% of "
                                           f"{s.ep_inter_server_bytes / 1e12:.2f} TB inter-server")
-    if s.prediction_rel_error:
-        t.add_row("traffic prediction", ", ".join(f"{k} {100 * v:.1f}%" for k, v in s.prediction_rel_error.items())
-                  + " rel. error")
+    if s.prediction_rel_error:  # (each predictor's mean relative L1 error: docs/metrics.md, "The run summary")
+        t.add_row("traffic prediction", "mean error of each predictor of the EP traffic: "
+                  + ", ".join(f"{k} {100 * v:.1f}%" for k, v in s.prediction_rel_error.items()) + " (docs/metrics.md)")
     if s.health["hosts"]:
         t.add_row("health", f"{s.health['ok']}/{s.health['hosts']} hosts ok (sweep {s.health['sweep_s']:.2f} s)")
     _run_rows(t, s)
@@ -105,9 +105,10 @@ def _run_rows(t, s: "RunSummary") -> None:
 
     if s.fsmoe:
         f = s.fsmoe
-        deg = lambda r: str(r) if r else "best per layer"  # noqa: E731
-        t.add_row("FSMoE", f"pipeline degree fwd {deg(f['pipeline_degree'])}, bwd {deg(f['bp_pipeline_degree'])}; "
-                           f"gradient all-reduce in {f['grad_partitions']} partitions")
+        deg = lambda r: str(r) if r else "best per layer"  # noqa: E731  (degree 0: each layer's best)
+        t.add_row("FSMoE schedule", f"pipeline degree r (each MoE layer's all-to-all and expert compute overlapped in r "
+                                    f"chunks): forward {deg(f['pipeline_degree'])}, backward {deg(f['bp_pipeline_degree'])}"
+                                    f"; gradient all-reduce in {f['grad_partitions']} partitions (docs/metrics.md)")
     if s.slurm_job:
         t.add_row("launch", f"Slurm job {s.slurm_job}")
     wall = "an unknown time" if s.wall_train_s is None else f"{s.wall_train_s:.1f} s"

@@ -134,6 +134,8 @@ def _plot_circuits(summary, rows, recs) -> list[tuple[str, str, str]]:
 
 
 def _plot_predictions(preds):
+    """Each predictor's relative error per iteration: |guess − actual| summed over the EP traffic
+    matrix, over the actual total (:func:`mfctl.fabric.predict.rel_error`), in %."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 3))
@@ -142,37 +144,47 @@ def _plot_predictions(preds):
         ax.plot([a for a, _ in pts], [100 * b for _, b in pts], marker=".", label=name)
     ax.set_ylabel("relative error (%)")
     ax.set_xlabel("iteration")
-    ax.legend(fontsize=8)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, title="predictor", title_fontsize=8)
     fig.tight_layout()
-    return ("prediction", "Traffic prediction: predicted vs. actual", _png(fig))
+    return ("prediction", "Traffic prediction error: relative error of each predictor's EP traffic against the actual, "
+                          "per iteration (last, ewma: from past iterations; crosslayer-A-B: layer B from layer A)",
+            _png(fig))
+
+
+HEALTH_COLOURS = {"ok": "#55a868", "warning": "#dd8452", "critical": "#c44e52"}  #: a health sample's status → colour
 
 
 def _plot_health(health):
+    """One lane per host; each health sample is a dot at its time, coloured by its status, with its
+    number of findings written above it when there are any: a host with nothing found is a row of
+    green dots (lines offset to stay apart, over a single "0" tick, read as findings)."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    fig, ax = plt.subplots(figsize=(9, 2.8))
     t0 = min(h[3] for h in health)
-    top = 0
     hosts_h = sorted({h[0] for h in health})
-    nudge = 0.3 / max(1, len(hosts_h))  # lines apart, all within a third of a finding
-    t_end = 0.0
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.35 * len(hosts_h)))
+    t_end, seen, counted = 0.0, set(), False
     for k, host in enumerate(hosts_h):
         pts = [(h[3] - t0, len(json.loads(h[2] or "[]")), h[1]) for h in health if h[0] == host]
-        top = max([top] + [c for _, c, _ in pts])
         t_end = max([t_end] + [p[0] for p in pts])
-        ys = [p[1] + nudge * k for p in pts]
-        ax.step([p[0] for p in pts], ys, where="post", marker="o", ms=3, label=host)  # (markers: one sweep shows)
-        crit = [(p[0], y) for p, y in zip(pts, ys) if p[2] == "critical"]
-        if crit:
-            ax.plot([c[0] for c in crit], [c[1] for c in crit], "x", color="#c44e52", ms=7)
-    ax.set_yticks(range(top + 1))
-    ax.set_ylim(-0.3, top + 0.6)
+        ax.plot([p[0] for p in pts], [k] * len(pts), color="#d0d0d0", lw=1, zorder=1)
+        for t, n, status in pts:
+            seen.add(status)
+            ax.scatter([t], [k], s=28, color=HEALTH_COLOURS.get(status, "#8172b3"), zorder=2)
+            if n:
+                counted = True
+                ax.annotate(str(n), (t, k), xytext=(0, 5), textcoords="offset points", ha="center", fontsize=7)
+    ax.set_yticks(range(len(hosts_h)), hosts_h, fontsize=8)
+    ax.set_ylim(len(hosts_h) - 0.4, -0.6)  # first host on top
     ax.set_xlim(-0.05 * max(t_end, 1.0), max(t_end, 1.0) * 1.05)
     ax.set_xlabel("seconds since the pre-flight sweep (wall)")
-    ax.set_ylabel("findings")
-    ax.legend(fontsize=7, ncol=min(8, len({h[0] for h in health})))
+    ax.legend(handles=[Line2D([], [], ls="", marker="o", color=c, label=s) for s, c in HEALTH_COLOURS.items()
+                       if s in seen] + ([Line2D([], [], ls="", label="N above a dot: findings")] if counted else []),
+              fontsize=7, ncol=4, loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False)  # (above the lanes)
     fig.tight_layout()
-    return ("health", "Health over the run: findings per host (x: critical)", _png(fig))
+    return ("health", "Health over the run: each host's samples, coloured by status (a number: its findings)", _png(fig))
 
 
 def _page(summary, plots: list[tuple[str, str, str]]) -> str:
