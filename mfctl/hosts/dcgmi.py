@@ -122,6 +122,12 @@ def parse_diag(text: str) -> DiagResult:
             continue
         if last is None:
             raise ParseError("dcgmi diag", no, "a test row before a continuation row", s)
+        note = re.match(r"^(Warning|Info)\s*:\s*(.*)$", result)  # a note in the result column (DCGM 4.x)
+        if note:
+            book = res.warnings if note.group(1) == "Warning" else res.info
+            book.setdefault(last, []).append(note.group(2))
+            target, chunk_len = (book, last), len(result)
+            continue
         g3, g4 = _GPU3.match(result), _GPU4.match(result)
         if target is None and (g3 or g4):
             if g3:

@@ -57,3 +57,15 @@ def test_a_warning_before_any_test_is_a_parse_error_naming_its_line():
     with pytest.raises(ParseError) as e:
         parse_diag("+-----  Hardware  ---+----+\n| Warning | GPU 0 alone |\n")
     assert e.value.tool == "dcgmi diag" and e.value.line_no == 2
+
+
+def test_a_warning_in_the_result_column_is_a_warning():
+    # built to the DCGM 4.x layout of the real 4.2.3 capture (NVIDIA/DCGM#253), whose warnings the excerpt cut off
+    text = (DATA / "dcgm" / "diag-dcgm423-new-layout-per-gpu-truncated.txt").read_text().rstrip("\n") + (
+        "                                           |\n"
+        "|                           | GPU0: Warn                                     |\n"
+        "|                           | Warning: GPU0 Persistence mode for GPU 0 is    |\n"
+        "|                           | disabled.                                      |\n")
+    r = parse_diag(text)
+    assert r.per_gpu["memory"] == {0: "Warn"} and r.warnings == {"memory": ["GPU0 Persistence mode for GPU 0 is disabled."]}
+    assert r.status["memory"] == {"0": "warn"} and r.failed == []
