@@ -47,3 +47,5 @@ def testbed_lock(inv, purpose: str, timeout: float = 0.0, *, ttl: float | None =
         return RedisLease(inv.name, purpose, config=cfg, base_dir=getattr(inv, "base_dir", None), **kw)
     return FileLease(inv.name, purpose, **kw)
 
+
+testbed_lock.__test__ = False  # type: ignore[attr-defined]  # (pytest: not a test, though imported into tests)

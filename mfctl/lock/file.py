@@ -164,6 +164,8 @@ class TestbedLock(FileLease):
     """``with TestbedLock(name, purpose):`` — the file lease on testbed ``name`` (raises LockError,
     exit 5, naming the holder when it is held). New code: :func:`mfctl.lock.testbed_lock`."""
 
+    __test__ = False  # (pytest: not a test class)
+
     def __init__(self, testbed: str, purpose: str, timeout: float = 0.0, **kw):
         super().__init__(testbed, purpose, timeout=timeout, **kw)
         self.testbed = testbed

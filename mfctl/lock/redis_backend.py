@@ -96,10 +96,13 @@ class RedisLease(Lease):
         """The redis-py client (made once), with the lock's timeouts and password."""
         if self._client is None:
             import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
 
-            t = float(self.config.timeout_s)
+            # one try per command, bounded well inside the lease: the renewer decides, in time, when to give up
+            t = min(float(self.config.timeout_s), self.ttl / 4)
             self._client = redis.Redis.from_url(self.url, password=_password(self.config, self._base_dir),
-                                                socket_timeout=t, socket_connect_timeout=t, retry_on_timeout=False,
+                                                socket_timeout=t, socket_connect_timeout=t, retry=Retry(NoBackoff(), 0),
                                                 decode_responses=True, health_check_interval=0)
             self._scripts = {n: self._client.register_script(s) for n, s in
                              (("acquire", _ACQUIRE), ("extend", _EXTEND), ("release", _RELEASE))}
