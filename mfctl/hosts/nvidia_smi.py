@@ -682,7 +682,8 @@ def parse_table(text: str) -> SmiTable:
                                       int(pm.group(4)), pm.group(5), pm.group(6), _int_or_none(pm.group(7)[:-3])
                                       if pm.group(7) != "N/A" else None))
     if block is not None:  # no border after the last GPU's rows: the output ends there
-        t.truncated = t.truncated or f"after GPU {block['index']}'s rows (line {block['line']}; no closing border)"
+        if block.get("cells2") is not None:
+            t.truncated = t.truncated or f"after GPU {block['index']}'s rows (line {block['line']}; no closing border)"
         close_gpu()
     close_mig()
     if t.processes is not None and not t.processes_complete:
