@@ -203,7 +203,7 @@ KINDS: list[Kind] = [
     # --- NCCL, training, GEMM ---------------------------------------------------------------------
     Kind("nccl-tests", "mfctl.hosts.nccl_tests:parse_perf", "nccl-tests *_perf result tables (busbw per size)",
          "nccl-tests 2.x old and new columns; srun/mpirun prefixes",
-         rx(r"#\s+size\s+count\s+type|out-of-place\s+in-place|#\s*Avg bus bandwidth", 85),
+         rx(r"#\s+size\s+count\s+type|out-of-place\s+in-place|#\s*Avg bus bandwidth|^\S*?#\s*nThread \d+ nGpus \d+", 85),
          ("tests/data/nccl-tests/*.txt",), "all_reduce_perf -b 1K -e 256M -f 2 -g 8"),
     Kind("nccl-debug", "mfctl.hosts.nccl_log:parse_debug",
          "NCCL_DEBUG=INFO/WARN logs: init (version, plugin, network, IB/RoCE devices, GID index, ranks), NET/IB "

@@ -21,7 +21,7 @@ def test_parse_recognises_an_nccl_debug_log_and_its_retry_exceeded_errors(cli_en
 
 
 def test_parse_of_nccl_tests_run_without_mpi_says_so_and_exits_3(cli_env):
-    r = _run("parse", "nccl-tests", DATA / "nccl-tests" / "allreduce-v100-2host-no-mpi-repeated-header.txt", env=cli_env)
+    r = _run("parse", DATA / "nccl-tests" / "allreduce-v100-2host-no-mpi-repeated-header.txt", env=cli_env)  # recognised
     assert r.returncode == 3 and "line 4" in r.stderr and "each process ran alone" in r.stderr and "MPI=1" in r.stderr
 
 
