@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from mfctl.errors import ParseError
 from mfctl.provision import breakout
-from mfctl.provision.actions import Action, PlanContext
+from mfctl.provision.actions import OUTCOME_UNSUPPORTED, Action, PlanContext
 from mfctl.provision.steps.ports import host_netdevs, lane_ports
 
 MORE_KEY = "speed"
@@ -86,7 +86,7 @@ def wanted_mode(nic) -> tuple[int, int] | None:
         b = breakout.parse(nic.breakout)
     except ValueError:
         return None
-    card = breakout.CARDS.get(nic.model)
+    card = breakout.CARDS.get(nic.model) or breakout.CARDS.get(nic.model.split(" (")[0])  # an OEM variant: the card's
     if card is None or b.ports > card.serdes_lanes:
         return None
     return int(round(b.speed_gbps * 1000)), card.serdes_lanes // b.ports
@@ -114,8 +114,13 @@ def plan_speed(ctx: PlanContext) -> list[Action]:
     more = ctx.act.more.get(MORE_KEY, {})
     acts = []
     for lp in lane_ports(ctx):
+        if lp.fresh:  # a re-split port: planned after its reset
+            continue
         want = wanted_mode(lp.nic)
-        if want is None or lp.fresh:  # (fresh: a re-split port, planned after its reset)
+        if want is None:  # a card the breakout table does not know: its lanes per sub-port are unknown
+            acts.append(Action("links", lp.netdev, "link mode", f"model {lp.nic.model!r}: lanes per sub-port unknown",
+                               "left as it is (link.force needs the card in mfctl.provision.breakout.CARDS)", [],
+                               outcome=OUTCOME_UNSUPPORTED))
             continue
         speed, lanes = want
         lm = more.get(lp.netdev)

@@ -245,3 +245,9 @@ def test_speed_plan_forces_the_breakouts_mode_and_refuses_one_the_port_lacks():
     spec = load_spec(SPEC)
     spec.link.force = False
     assert speed_step.plan_speed(_ctx(more, spec)) == []
+    # a card the breakout table does not know: said, not silently left alone; an OEM variant is its card
+    ctx = _ctx({"speed": {nd: ok for nd in ("ens1f0np0", "ens2f0np0", "ens3f0np0", "ens4f0np0")}})
+    ctx.host.nics[0].model, ctx.host.nics[1].model = "ConnectX-4 Lx", "ConnectX-6 Dx (Dell OEM)"
+    [a] = speed_step.plan_speed(ctx)
+    assert (a.target, a.outcome, a.argvs) == ("ens1f0np0", OUTCOME_UNSUPPORTED, [])
+    assert a.before == "model 'ConnectX-4 Lx': lanes per sub-port unknown"
