@@ -74,7 +74,14 @@ def _fields(text: str | None) -> list[str] | None:
 
     if text is None:
         return None
-    out = [f.strip() for f in text.replace("--query-gpu=", "").split(",") if f.strip()]
+    if "--query-gpu" in text:  # the command that printed it, e.g. from a script or a log
+        from mfctl.hosts.nvidia_smi import query_fields
+
+        try:
+            return query_fields(text)[0]
+        except ValueError as e:
+            raise UsageError(f"--fields: {e}") from None
+    out = [f.strip() for f in text.split(",") if f.strip()]
     if not out:
         raise UsageError("--fields needs the queried field names, e.g. index,name,temperature.gpu")
     return out
@@ -159,9 +166,13 @@ def _records(v: Any) -> bool:
 def _show(title: str, data: Any) -> None:
     """Print ``data`` (JSON data) as tables: records as rows, a dict of records with a key column,
     an object's scalar fields as one key/value table and its record lists as tables of their own."""
+    import sys
+
     from rich.table import Table
 
     con = out_console()
+    if not sys.stdout.isatty():
+        con.width = 1000  # a file or a pipe: whole rows, never folded (grep sees each value on its row)
 
     def records(name: str, rows: list[dict], keys: list[str] | None = None) -> None:
         cols = list(dict.fromkeys(c for r in rows for c in r))
