@@ -32,10 +32,12 @@ def _ms(seconds: float, unit: bool = True) -> str:
 def _setup(traffic, kind, inventory, region, ports, lane_gbps, eps_gbps, tp, gps, hidden, bpe):
     import numpy as np
 
-    from mfctl.errors import ConfigError
+    from mfctl.errors import ConfigError, UsageError
     from mfctl.fabric.matrixio import TrafficSpec, load_traffic
     from mfctl.fabric.planner import link_rates
 
+    if kind not in ("server-bytes", "tokens"):  # the option's value: a usage error (a file's own kind: exit 3)
+        raise UsageError(f"--kind must be server-bytes or tokens, got {kind!r}")
     B = load_traffic(traffic, TrafficSpec(kind=kind, tp=tp, gpus_per_server=gps, hidden=hidden, bytes_per_element=bpe))
     n = B.shape[-1]
     inv = hosts = lanes = None

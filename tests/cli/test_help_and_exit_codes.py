@@ -89,6 +89,61 @@ def test_an_unknown_option_and_a_value_of_the_wrong_type_are_usage_errors(path, 
             assert r.exit_code == ExitCode.USAGE and "nan is not a number" in r.stderr, (p.opts, r.output)
 
 
+def test_help_reads_cleanly_without_rich_and_at_narrow_widths(tmp_path):
+    """The same checks on click's plain formatter (TYPER_USE_RICH=0, read when Typer is imported:
+    a process of its own) and on 60/80-column terminals, where wrapping could strand a '.'."""
+    script = tmp_path / "walk.py"
+    script.write_text(
+        "import re, sys\n"
+        "from typer.main import get_command\n"
+        "from typer.testing import CliRunner\n"
+        "from mfctl.cli.app import build\n"
+        "def walk(cmd, path=()):\n"
+        "    yield path\n"
+        "    for n, sub in sorted(getattr(cmd, 'commands', {}).items()):\n"
+        "        yield from walk(sub, (*path, n))\n"
+        f"bad = re.compile({ARTEFACTS.pattern!r} + '|' + {SPACE_BEFORE_PUNCT.pattern!r})\n"
+        "n = 0\n"
+        "for width in ('60', '80'):\n"
+        "    for path in walk(get_command(build())):\n"
+        "        r = CliRunner().invoke(build(), [*path, '-h'], env={'COLUMNS': width})\n"
+        "        m = bad.search(r.stdout)\n"
+        "        n += 1\n"
+        "        if r.exit_code or m:\n"
+        "            print(width, ' '.join(path), r.exit_code, repr(m.group() if m else ''))\n"
+        "print('checked', n)\n")
+    for rich in ("0", "1"):
+        r = subprocess.run([mfctl_cmd()[0], str(script)], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "TYPER_USE_RICH": rich})
+        assert r.returncode == 0 and r.stdout.startswith("checked ") and int(r.stdout.split()[1]) == 2 * len(ALL), \
+            (rich, r.stdout, r.stderr[-2000:])
+
+
+@pytest.mark.parametrize("args, said", [
+    (["topo", "plan", "t.npy", "--kind", "bogus"], "--kind must be server-bytes or tokens, got 'bogus'"),
+    (["topo", "plan", "t.npy", "--method", "bogus"], "--method must be one of"),
+    (["simulate", "--model", "bogus"], "--model must be one of"),
+    (["health", "-i", "PROTOTYPE", "--checks", "bogus"], "--checks 'bogus': unknown check 'bogus'"),
+    (["health", "-i", "PROTOTYPE", "--threshold", "bogus"], "--threshold 'bogus': expected NAME=NUMBER"),
+    (["bench", "nccl", "-i", "PROTOTYPE", "--max-bytes", "lots"], "--max-bytes must be a size"),
+    (["mock", "up", "--sshd", "bogus"], "--sshd (MFCTL_MOCK_SSHD) must be one of"),
+    (["metrics", "export", "RUN", "--format", "bogus"], "--format must be prometheus, csv or json"),
+])
+def test_a_text_option_the_command_checks_itself_is_a_usage_error_too(args, said, tmp_path, monkeypatch):
+    """Values only the command can judge (a kind, a method, a check's name) are usage errors as
+    well (``topo plan --kind`` was a ConfigError, exit 3, from the traffic loader)."""
+    import numpy as np
+
+    from support import PROTOTYPE
+
+    monkeypatch.chdir(tmp_path)
+    np.save(tmp_path / "t.npy", np.ones((4, 4)) - np.eye(4))
+    MetricsStore(tmp_path / "runs" / "20261201-120000-abcdef" / "metrics.db").close()
+    args = [{"PROTOTYPE": str(PROTOTYPE), "RUN": "20261201-120000-abcdef"}.get(a, a) for a in args]
+    r = CliRunner().invoke(build(), args)
+    assert r.exit_code == ExitCode.USAGE and said in r.stderr, r.output
+
+
 def test_help_shows_types_ranges_and_defaults_as_they_are():
     text = _help(("exec",))
     assert "Usage: mfctl exec [OPTIONS] HOSTS COMMAND..." in text
