@@ -81,8 +81,15 @@ class _Opener:
         return self.session
 
     def _say(self, text: str) -> None:
+        """One line on pytest's terminal, outside the test's captured output."""
+        import contextlib
+
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
-        if tr is not None and self.config.getoption("verbose") >= 0:
+        if tr is None or self.config.getoption("verbose") < 0:
+            return
+        cap = self.config.pluginmanager.get_plugin("capturemanager")
+        with cap.global_and_fixture_disabled() if cap is not None else contextlib.nullcontext():
+            tr.ensure_newline()
             tr.write_line(text)
 
     def close(self) -> None:

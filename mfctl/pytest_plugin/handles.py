@@ -170,8 +170,9 @@ class Runner:
         from mfctl.pytest_plugin import lease
         from mfctl.runtime.job import Job
         from mfctl.runtime.playbook import load_playbook
-        from mfctl.runtime.testbed import Hardware
+        from mfctl.runtime.testbed import Hardware, Testbed
 
+        testbed: Testbed
         pb = load_playbook(playbook)
         if iterations is not None:
             pb.training.iterations = int(iterations)

@@ -12,6 +12,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mfctl.pytest_plugin import lease
 
@@ -29,8 +30,8 @@ class HILSession:
     took to start the mock (``mock_start_s``) and to get the lock (``lock_wait_s``)."""
 
     inventory_path: str
-    inventory: object
-    lock: object
+    inventory: Any  #: mfctl.inventory.models.Inventory
+    lock: Any  #: mfctl.lock.lease.Lease (or the older TestbedLock): a context manager, held
     mock: dict | None = None
     mock_state_dir: Path | None = None
     mock_start_s: float = 0.0

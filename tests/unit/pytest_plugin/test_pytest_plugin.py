@@ -58,10 +58,9 @@ def test_the_plugin_is_inert_for_tests_that_do_not_use_it(pytester):
             assert not any(m in sys.modules for m in ("mfctl.pytest_plugin.session", "mfctl.mockctl", "mfctl.lock",
                                                       "mfctl.inventory"))
     """)
-    t0 = time.monotonic()
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     r.assert_outcomes(passed=1)
-    assert "mfctl: testbed" not in r.stdout.str() and time.monotonic() - t0 < 20
+    assert "mfctl: testbed" not in r.stdout.str()
     # the options are there all the same
     r = pytester.runpytest_subprocess("--help")
     assert "--mfctl-inventory=INV" in r.stdout.str() and "--mfctl-health={off,before,around}" in r.stdout.str()
