@@ -97,7 +97,7 @@ KINDS: list[Kind] = [
          "nvidia-smi -q (text): per GPU temperature, power, persistence, MIG, ECC, remapped rows",
          "nvidia-smi 535.129.03, 535.161.08, 590.48.01",
          rx(r"^=+\s*NVSMI LOG\s*=+\s*$|^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d\s*$", 90),
-         ("tests/data/nvidia-smi/*-q-*.txt",), "nvidia-smi -q"),
+         ("tests/data/nvidia-smi/*-q-[!x]*.txt",), "nvidia-smi -q"),
     Kind("nvidia-smi-q-x", "mfctl.hosts.nvidia_smi:parse_query_xml",
          "nvidia-smi -q -x (XML, DTD v11 and v12): the same fields as nvidia-smi-q",
          "nvidia-smi 515.105.01 (nvsmi_device_v11), 535.54.03 (v12)",
