@@ -53,32 +53,83 @@ def up(inventory: Path = typer.Argument(Path("inventory/mfabric-prototype.yaml")
 
 @app.command()
 @handle_errors
-def down(state_dir: Path = STATE_OPT, json_out: bool = JSON_OPT):
-    """Stop the mock testbed."""
+def down(names: list[str] = typer.Argument(None, metavar="[NAME]...", show_default=False,
+                                          help="The mocks to stop, by the names mfctl mock status gives "
+                                               "(default: the one in --state-dir, or the default mock)."),
+         all_mocks: bool = typer.Option(False, "--all", help="Stop every mock this state directory started."),
+         force: bool = typer.Option(False, "--force",
+                                    help="Stop a mock that a run (or a provisioning) is using: it fails, its hosts gone."),
+         state_dir: Path = STATE_OPT, json_out: bool = JSON_OPT):
+    """Stop the mock testbed (or those named, or --all). Exit 5, stopping nothing, when a live run
+    or another locking command uses one (it is named with its pid), unless --force."""
     from mfctl import mockctl
 
-    was = mockctl.stop(state_dir)
+    if (names or all_mocks) and state_dir is not None:
+        raise UsageError("--state-dir names one mock: give it without NAME or --all")
+    if names and all_mocks:
+        raise UsageError("give NAME or --all, not both")
+    done = mockctl.down(names or [], state_dir, all_mocks=all_mocks, force=force)
     if json_out:
-        emit_json({"schema": "mfctl.mock.down/v1", "stopped": was})
+        emit_json({"schema": "mfctl.mock.down/v1", "stopped": bool(done), "mocks": done})
         return
-    typer.echo("mock testbed stopped" if was else "no mock testbed was running")
+    if not done:
+        typer.echo("no mock testbed was running")
+    for m in done:
+        typer.echo(f"mock testbed {m['name']} stopped (pid {m['pid']})")
 
 
 @app.command()
 @handle_errors
-def status(state_dir: Path = STATE_OPT, json_out: bool = JSON_OPT):
-    """Show whether the mock is running and where. Exit 1 when it is not."""
+def status(name: str = typer.Argument(None, metavar="[NAME]", show_default=False,
+                                      help="One mock, by name (default: every mock this state directory started)."),
+           state_dir: Path = STATE_OPT, json_out: bool = JSON_OPT):
+    """List the mocks this state directory started — a run's own ones too — with their pid, inventory,
+    ports, owner (alive or not), start time and who uses them; with NAME or --state-dir, that one.
+    Exit 1 when none is up. --json: the default mock's status (else the latest one's) and "mocks"."""
     from mfctl import mockctl
 
-    st = mockctl.status(state_dir)
-    if json_out:
-        emit_json({"schema": "mfctl.mock.status/v1", "running": bool(st), **(st or {})})
-    elif st:
-        typer.echo(f"running (pid {st['pid']}, hosts on {st.get('sshd', 'paramiko')}), inventory {st['inventory']}")
-        for h, e in st["hosts"].items():
-            typer.echo(f"  {h:<10} ssh 127.0.0.1:{e['port']}")
-        typer.echo(f"  OCS        serial {st['ocs']['serial']}, tcp {st['ocs']['tcp']}, ssh {st['ocs']['ssh']}")
+    if name is not None and state_dir is not None:
+        raise UsageError("give NAME or --state-dir, not both")
+    if state_dir is not None:
+        st = mockctl.status(state_dir)
+        mocks = [{**st, "name": Path(state_dir).name, "state": "up", "owner": None}] if st else []
+        for m in mocks:
+            m["in_use_by"] = mockctl.users(m)
     else:
-        typer.echo("not running")
-    if not st:
+        mocks = mockctl.listing()
+        if name is not None:
+            mocks = [m for m in mocks if m["name"] == name]
+    up_ = [m for m in mocks if m["state"] == "up"]
+    first = next((m for m in up_ if m["name"] == mockctl.DEFAULT_NAME), up_[-1] if up_ else None)
+    if json_out:
+        emit_json({"schema": "mfctl.mock.status/v1", "running": bool(up_), **(first or {}), "mocks": mocks})
+    elif not mocks:
+        typer.echo("not running" if name is None else f"no mock testbed named {name} is running")
+    for m in mocks if not json_out else []:
+        _show(m)
+    if not up_:
         raise typer.Exit(ExitCode.FAILED)
+
+
+def _show(m: dict) -> None:
+    """One mock, as ``mfctl mock status`` prints it."""
+    import time
+
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m["started"])) if m.get("started") else "?"
+    state = (f"up since {since}, hosts on {m.get('sshd', 'paramiko')}, time scale {m.get('time_scale', 1):g}"
+             if m["state"] == "up" else f"starting since {since}")
+    typer.echo(f"{m['name']}: {state} (pid {m['pid']})")
+    o = m.get("owner")
+    owner = (f"pid {o['pid']} ({o.get('what') or '?'}), {'alive' if o['alive'] else 'gone: the mock is stopping'}"
+             if o else "none (it runs until mfctl mock down)")
+    typer.echo(f"  {'owner':<10} {owner}")
+    typer.echo(f"  {'directory':<10} {m['state_dir']}")
+    if m["state"] == "up":
+        typer.echo(f"  {'inventory':<10} {m['inventory']}")
+        for h, e in m["hosts"].items():
+            typer.echo(f"  {h:<10} ssh 127.0.0.1:{e['port']}")
+        typer.echo(f"  {'OCS':<10} serial {m['ocs']['serial']}, tcp {m['ocs']['tcp']}, ssh {m['ocs']['ssh']}")
+    from mfctl import mockctl
+
+    for u in m.get("in_use_by") or []:
+        typer.echo(f"  {'in use by':<10} {mockctl.who(u)}")

@@ -63,10 +63,17 @@ def generate_host_keys(directories: list[Path], types=openssh.HOST_KEY_TYPES) ->
                 procs.append((t, subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                                   stderr=subprocess.PIPE)))
         out.append(keys)
-    for t, p in procs:
-        _, err = p.communicate(timeout=KEYGEN_TIMEOUT_S)
-        if p.returncode != 0:
-            raise RuntimeError(f"ssh-keygen -t {t} failed ({p.returncode}): {err.decode().strip()}")
+    try:
+        for t, p in procs:
+            _, err = p.communicate(timeout=KEYGEN_TIMEOUT_S)
+            if p.returncode != 0:
+                raise RuntimeError(f"ssh-keygen -t {t} failed ({p.returncode}): {err.decode().strip()}")
+    except BaseException:  # a failure, a timeout, the mock stopped while starting: no ssh-keygen outlives it
+        for _, p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        raise
     return out
 
 
@@ -159,7 +166,12 @@ def start_all(hosts: list[OpenSSHHost]) -> None:
     threads = [threading.Thread(target=one, args=(h,)) for h in hosts]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException:  # the mock stopped while starting: every sshd started is known before it closes them
+        for t in threads:
+            t.join()
+        raise
     if errors:
         raise errors[0]

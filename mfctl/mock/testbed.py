@@ -210,6 +210,8 @@ class MockTestbed:
                             + yaml.safe_dump(doc, sort_keys=False))
         status = {
             "pid": os.getpid(), "faults": self.inject, "started": time.time(), "source": inv.source, "inventory": str(inv_path),
+            "start_ticks": start_ticks(os.getpid()),  # (a later process given the same pid is not this mock)
+            "testbed": doc["name"],  # the inventory's name: its testbed lock says which run uses the mock
             "time_scale": self.time_scale, "factory": self.factory, "sshd": self.sshd,
             "hosts": {n: {"address": "127.0.0.1", "port": s.port,
                           **({"sshd_log": str(s.log_path)} if isinstance(s, hostsshd.OpenSSHHost) else {})}
@@ -240,30 +242,46 @@ class MockTestbed:
             pass
 
 
+class _Stopped(BaseException):
+    """SIGTERM/SIGINT/SIGHUP while the mock is still starting: the start is abandoned (what it had
+    started is stopped by :meth:`MockTestbed.stop`) instead of coming up for nobody."""
+
+
 def serve(inventory_path: str, state_dir: str, time_scale: float, factory: bool = False, inject: list[str] = (),
-          sshd: str = "auto", owner_pid: int | None = None) -> int:
-    """Run the mock in the foreground until SIGTERM/SIGINT/SIGHUP, or until process ``owner_pid``
-    (the ``mfctl run`` that started it) is gone — checked every 0.5 s, by its start time too, so a
-    run killed with -9 does not leave its mock (and the mock's sshds and host processes) behind."""
+          sshd: str = "auto") -> int:
+    """Run the mock in the foreground until SIGTERM/SIGINT/SIGHUP (the watch on the process that
+    started it, :mod:`mfctl.mock.owner`, sends SIGTERM once that process is gone). A signal while
+    the mock is still starting abandons the start: what was started is stopped and the mock exits
+    0 without saying it is up."""
     state = Path(state_dir)
     state.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(filename=str(state / "mock.log"), level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("paramiko").setLevel(logging.WARNING)  # not 5 lines per SSH connection
-    tb = MockTestbed(inventory_path, state, time_scale=time_scale, factory=factory, inject=inject, sshd=sshd)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *a: stop.set())
-    signal.signal(signal.SIGINT, lambda *a: stop.set())
-    signal.signal(signal.SIGHUP, lambda *a: stop.set())
-    owner = start_ticks(owner_pid) if owner_pid else None
+    starting = [True]  # the first signal while starting raises _Stopped (once: the clean-up is not cut short)
+
+    def on_signal(signum, frame):
+        stop.set()
+        if starting[0]:
+            starting[0] = False
+            raise _Stopped(signum)
+
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, on_signal)
+    tb = None
     try:
+        tb = MockTestbed(inventory_path, state, time_scale=time_scale, factory=factory, inject=inject, sshd=sshd)
         tb.start()
+        starting[0] = False
         log.info("mock testbed up")
         while not stop.wait(0.5):
-            if owner is not None and start_ticks(owner_pid) != owner:
-                log.info("the process that started the mock (pid %s) is gone: stopping", owner_pid)
-                break
+            pass
+    except _Stopped:
+        log.info("stopped while starting: the start is abandoned")
     finally:
-        tb.stop()
+        starting[0] = False
+        if tb is not None:
+            tb.stop()
         log.info("mock testbed down")
     return 0

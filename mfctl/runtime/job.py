@@ -176,8 +176,8 @@ class Job:
     # ---------------------------------------------------------------------------------
     def _run(self) -> None:
         pb, stack = self.pb, self._stack
+        stack.callback(self.testbed.stop)  # first: a mock interrupted while it starts is stopped too
         inv_path = self.testbed.start(self.run_dir, self.obs)
-        stack.callback(self.testbed.stop)
         self.inv = inv = load_inventory(inv_path)
         self.testbed.check(inv)
         self.plan = plan_run(pb, inv)
