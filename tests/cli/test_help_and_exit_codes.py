@@ -320,3 +320,12 @@ def test_ctrl_c_at_a_confirmation_is_an_interrupt_and_changes_nothing(mock_testb
                                                          capture_output=True, text=True, env=cli_env,
                                                          timeout=60).stdout or "null"), what="ocs show")
     assert after["cross_connects"] == before["cross_connects"]
+
+
+def test_the_cli_exits_with_the_table_s_codes_never_a_literal_number():
+    """Every exit of the CLI layer goes through ExitCode (a typed error, typer.Exit(ExitCode.X)),
+    so the table is the whole story: no typer.Exit(1) or sys.exit(130) written as a number."""
+    literal = re.compile(r"\b(?:typer\.Exit|Exit|sys\.exit|SystemExit)\(\s*\d")
+    found = [f"{p.name}:{n}: {line.strip()}" for p in sorted((ROOT / "mfctl" / "cli").glob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1) if literal.search(line)]
+    assert found == []
