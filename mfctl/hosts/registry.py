@@ -111,7 +111,7 @@ KINDS: list[Kind] = [
          ("tests/data/nvidia-smi/*nvlink*.txt",), "nvidia-smi nvlink -s"),
     Kind("nvidia-smi-topo-m", "mfctl.hosts.nvidia_smi:parse_topo",
          "nvidia-smi topo -m: the GPU/NIC connection matrix and CPU/NUMA affinity",
-         "nvidia-smi 590.48.01 (ANSI header); legend-terminated matrices",
+         "nvidia-smi 590.48.01 (ANSI header), R5xx with GPU NUMA ID; tab separated or pasted with spaces",
          rx(r"^\s*(?:\x1b\[[0-9;]*m)?\s*GPU0\b.*Affinity", 90), ("tests/data/nvidia-smi/*topo*.txt",),
          "nvidia-smi topo -m"),
     Kind("nvidia-smi-unreachable", "mfctl.hosts.nvidia_smi:unreachable_gpus",
@@ -150,7 +150,8 @@ KINDS: list[Kind] = [
          "MLNX_OFED show_gids", rx(r"^DEV\s+PORT\s+INDEX\s+GID|^\S+\s+\d+\s+\d+\s+[0-9a-f]{4}(?::[0-9a-f]{4}){7}\s", 90),
          ("tests/data/mellanox/show_gids-*.txt",), "show_gids"),
     Kind("ibv_devinfo", "mfctl.hosts.rdma:parse_ibv_devinfo", "ibv_devinfo: HCAs, firmware, port state and link layer",
-         "rdma-core ibv_devinfo (documented format)", rx(r"^\s*hca_id:\s*\S+", 90), (), "ibv_devinfo"),
+         "rdma-core ibv_devinfo (ConnectX-4 Lx..7 fw 14.25-28.39, Azure-renamed devices; tabs or pasted spaces)",
+         rx(r"^\s*hca_id:\s*\S+", 90), ("tests/data/rdma/ibv_devinfo-*.txt",), "ibv_devinfo"),
     # --- Mellanox / NVIDIA networking tools ---------------------------------------------------
     Kind("mlxconfig", "mfctl.hosts.mellanox:parse_mlxconfig", "mlxconfig [-e] q / set: parameters per column, pending",
          "MFT 4.x mlxconfig (ConnectX-6 VPI, ConnectX-7 OSFP)",

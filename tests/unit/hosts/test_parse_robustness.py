@@ -153,3 +153,40 @@ def test_noheader_output_parses_with_its_field_list():
         nvidia_smi.parse_query_csv("0, 45, 71.23\n1, 4", ["index", "temperature.gpu", "power.draw"])
     assert (e.value.line_no, e.value.expected) == (2, "3 comma-separated values")
     assert nvidia_smi.parse_query_csv("", ["index"]) == []
+
+
+# --- the same findings on real pastes (tests/data/nvidia-smi, tests/data/rdma PROVENANCE.md) ---------
+
+def test_real_ibv_devinfo_pastes_cut_inside_the_second_device_are_parse_errors():
+    for name, dev in (("ibv_devinfo-cx7-roce-cut-inside-second-device.txt", "mlx5_13"),
+                      ("ibv_devinfo-azure-hbv2-cut-at-board-id.txt", "ibP57247p0s2")):
+        text = (DATA / "rdma" / name).read_text()
+        with pytest.raises(ParseError) as e:
+            rdma.parse_ibv_devinfo(text)
+        assert (e.value.line_no, e.value.got) == (20, f"hca_id: {dev}") and "cut" in e.value.expected
+        first = rdma.parse_ibv_devinfo(text.split("\n\nhca_id")[0])  # the complete first device
+        assert [(p.device, p.port, p.link_layer) for p in first.ports] == [(text.split()[1], 1, "Ethernet")]
+    first = rdma.parse_ibv_devinfo((DATA / "rdma" / "ibv_devinfo-cx7-roce-cut-inside-second-device.txt").read_text()
+                                   .split("\n\nhca_id")[0])
+    assert (first.ports[0].state, first.firmware) == ("Down", {"mlx5_12": "22.38.1900"})
+
+
+def test_real_topo_pastes_blank_line_inside_and_spaces_for_tabs():
+    real = (DATA / "nvidia-smi" / "rtx5090x2-topo-m-tabs-legend.txt").read_text()
+    t = nvidia_smi.parse_topo(real)
+    assert t.links == {"GPU0": {"GPU0": "X", "GPU1": "PHB"}, "GPU1": {"GPU0": "PHB", "GPU1": "X"}}
+    assert t.cpu_affinity == {"GPU0": "0-63", "GPU1": "0-63"} and t.numa_affinity == {"GPU0": "0", "GPU1": "0"}
+    assert nvidia_smi.parse_topo(real.replace("\nGPU1", "\n\nGPU1")) == t  # a blank line no longer ends it
+    assert nvidia_smi.parse_topo(real.replace("\t", "    ")) == t
+    spaced = (DATA / "nvidia-smi" / "h100x8-topo-m-spaces-9nics-cut-in-gpu7.txt").read_text()
+    with pytest.raises(ParseError) as e:
+        nvidia_smi.parse_topo(spaced)
+    assert (e.value.line_no, e.value.expected) == (9, "17 link columns")
+    with pytest.raises(ParseError) as e:
+        nvidia_smi.parse_topo(spaced.rsplit("\nGPU7", 1)[0])
+    assert "a row for GPU7" in e.value.expected
+    rows = spaced.split("\n")
+    t8 = nvidia_smi.parse_topo("\n".join(rows[:8] + [rows[7].replace("GPU6", "GPU7", 1)]))
+    assert (t8.links["GPU0"]["NIC2"], t8.links["GPU4"]["NIC1"], t8.cpu_affinity["GPU4"], t8.numa_affinity["GPU4"]) == \
+        ("PIX", "PIX", "48-95,144-191", "1")
+    assert t8.devices[-1] == "NIC8" and len(t8.devices) == 17
