@@ -223,9 +223,11 @@ def parse_ibv_devinfo(text: str) -> RdmaReport:
             flush()
             port = {"n": int(m.group(1)), "line": no}
             continue
-        m = re.match(r"^([a-z_]+):\s*(.*)$", s)
-        if not m or dev is None:
+        m = re.match(r"^([A-Za-z_][\w \[\].-]*?):\s*(.*)$", s)
+        if dev is None:
             raise ParseError("ibv_devinfo", no, "'hca_id: DEV', 'port: N' or 'key: value'", s)
+        if not m:  # ibv_devinfo -v: a flag list continues the key above it (device_cap_flags, …)
+            continue
         if port is not None:
             port[m.group(1)] = m.group(2)
         elif m.group(1) == "fw_ver":

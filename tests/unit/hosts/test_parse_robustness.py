@@ -190,3 +190,15 @@ def test_real_topo_pastes_blank_line_inside_and_spaces_for_tabs():
     assert (t8.links["GPU0"]["NIC2"], t8.links["GPU4"]["NIC1"], t8.cpu_affinity["GPU4"], t8.numa_affinity["GPU4"]) == \
         ("PIX", "PIX", "48-95,144-191", "1")
     assert t8.devices[-1] == "NIC8" and len(t8.devices) == 17
+
+
+def test_ibv_devinfo_v_flag_lists_are_continuations_and_the_missing_port_still_an_error():
+    text = (DATA / "rdma" / "ibv_devinfo-v-cx5-cap-flags-excerpt.txt").read_text()
+    with pytest.raises(ParseError) as e:
+        rdma.parse_ibv_devinfo(text)
+    assert (e.value.line_no, e.value.got) == (1, "hca_id: mlx5_1") and "'port: N' block" in e.value.expected
+    port = ("\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n\t\t\tmax_mtu:\t\t4096 (5)\n"
+            "\t\t\tlink_layer:\t\tEthernet\n\t\t\tGID[  0]:\t\tfe80:0000:0000:0000:ee0d:9aff:fe7d:7d1b\n")
+    rep = rdma.parse_ibv_devinfo(text + port)  # the documented -v port block after it
+    assert [(p.device, p.port, p.state, p.link_layer) for p in rep.ports] == [("mlx5_1", 1, "Active", "Ethernet")]
+    assert rep.firmware == {"mlx5_1": "16.23.1020"}
