@@ -78,7 +78,8 @@ class ProgressObserver(NullObserver):
         self._progress: Progress | None = None
         self._task: TaskID | None = None
         self._console = None
-        self._name, self._total, self._done = "", None, 0.0
+        self._name, self._done = "", 0.0
+        self._total: float | None = None
         self._parts: dict[str, float] = {}  # a host's share done, 0..1 (its steps)
         self._t0 = self._last = time.monotonic()
 
