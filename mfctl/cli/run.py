@@ -18,7 +18,7 @@ runs_app = typer.Typer(help="List and show past runs (runs/<run-id>/).", no_args
 RUNS_DIR_OPT = option("runs_dir", "--runs-dir", default=None, help="Where run directories go.")
 
 
-def _observer(json_out: bool, total: int, show_logs: bool = False):
+def _observer(json_out: bool, planned: int, show_logs: bool = False):
     """The run's progress on stderr (:class:`mfctl.cli.progress.ProgressObserver`): each phase's
     line, then the training's bar with its ETA on a terminal, else a count line at most every
     MFCTL_PROGRESS_INTERVAL seconds (and the last iteration's); reconfigurations, warnings and
@@ -30,9 +30,14 @@ def _observer(json_out: bool, total: int, show_logs: bool = False):
         def phase(self, name, detail="", total=None):
             self.say(markup("[cyan]{:>8}[/] {}", name, detail))
             if name == "train":
-                self.begin("training", total, announce=False)
+                self._training(total or planned)
+
+        def _training(self, n):  # (the first iterations may come before the train phase: the runtimes' hello)
+            if self._name != "training":
+                self.begin("training", n, announce=False)
 
         def iteration(self, done, total_, m):
+            self._training(total_)
             self.advance(done, total_, info=f"{m['seconds']:.2f} s/it (testbed time)  epoch {m['epoch']}"
                                             + ("  (reconfiguring)" if m.get("paused") else ""))
 

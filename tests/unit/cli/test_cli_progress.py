@@ -118,3 +118,17 @@ def test_the_run_s_bar_at_a_terminal(monkeypatch):
     shown = buf.getvalue()
     assert "training 100 iterations" in shown and "40/100" in shown and "ETA" in shown
     assert "0.25 s/it (testbed time)  epoch 1  (reconfiguring)" in shown and "━" in shown
+
+
+def test_iterations_before_the_train_phase_count_as_training(capsys, monkeypatch):
+    from mfctl.cli.run import _observer
+
+    monkeypatch.setenv("MFCTL_PROGRESS_INTERVAL", "0")
+    obs = _observer(False, 12)
+    obs.iteration(1, 12, {"seconds": 8.5, "epoch": 0})  # (a runtime's first iteration, before the loop's phase)
+    obs.phase("train", "training 12 iterations")
+    obs.iteration(2, 12, {"seconds": 8.5, "epoch": 0})
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("training 1/12 (8%), 0 s elapsed") and err[1].split() == ["train", "training", "12",
+                                                                                      "iterations"]
+    assert err[2].startswith("training 2/12 (17%), ")
