@@ -48,11 +48,22 @@ def print_heading(text: str) -> None:
     sys.stdout.write(f"{sgr}{text}\033[0m\n" if sgr else f"{text}\n")
 
 
+def _finite(x):
+    """``x`` with NaN / infinite floats as None: JSON has no NaN (a tool's "nan" is missing data)."""
+    if isinstance(x, float) and (x != x or x in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
 def emit_json(obj) -> None:
-    """``obj`` as one indented JSON object on stdout (what ``--json`` prints), noted in this
-    invocation (:class:`Invocation`: an interrupt after it adds no second object)."""
+    """``obj`` as one indented JSON object on stdout (what ``--json`` prints; NaN and infinities
+    as null), noted in this invocation (:class:`Invocation`: an interrupt after it adds no second object)."""
     current().json_emitted = True
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    sys.stdout.write(json.dumps(_finite(obj), indent=2, default=str, allow_nan=False) + "\n")
     sys.stdout.flush()
 
 

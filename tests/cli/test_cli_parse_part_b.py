@@ -55,3 +55,13 @@ def test_import_log_json_has_no_bare_nan_and_a_mid_run_log_is_not_extrapolated(t
              "--json", env=cli_env)
     s = json.loads(r.stdout)
     assert r.returncode == 0 and s["iterations"] == 4 and "line 5" in s["note"]
+
+
+def test_json_output_writes_nan_and_infinity_as_null(capsys):
+    from mfctl.cli import plain
+
+    plain.begin()
+    plain.emit_json({"schema": "x/v1", "loss": float("nan"), "rows": [1.5, float("inf"), (float("-inf"),)]})
+    out = capsys.readouterr().out
+    assert "NaN" not in out and "Infinity" not in out
+    assert json.loads(out) == {"schema": "x/v1", "loss": None, "rows": [1.5, None, [None]]}
