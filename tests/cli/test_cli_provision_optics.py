@@ -49,12 +49,13 @@ def test_lanes_down_right_after_an_ocs_change_say_retry_then_are_ok(real_time):
     inv, run = real_time
     r = run("ocs", "connect", "gpu01/nic0", "gpu02/nic0", "-i", inv, "--yes")
     assert r.returncode == 0, r.stderr[-2000:]
-    t_change = time.monotonic()
+    t_change = time.monotonic()  # (the change itself ended a little earlier: the CLI's exit came after it)
+    t0 = time.monotonic()
     changed, lanes = _optics_in_process(inv)
-    took = time.monotonic() - t_change
-    if took >= 5.0:  # the link-up time is 5.0 s at the least: later than that the lanes may be up already
-        pytest.skip(f"the optics check took {took:.1f} s after the change on this loaded machine: nothing left to hint")
-    assert sorted(changed) == [1, 4, 385, 388] and all(0 <= v < took + 1 for v in changed.values())
+    assert sorted(changed) == [1, 4, 385, 388] and all(0 <= v <= optics.RECENT_S for v in changed.values())
+    age = min(changed.values()) + (time.monotonic() - t0)  # how long after the change the lanes were read, at most
+    if age >= 5.0:  # the link-up time is 5.0 s at the least: later than that the lanes may be up already
+        pytest.skip(f"the lanes were read {age:.1f} s after the change on this loaded machine: nothing left to hint")
     rows = [x for x in lanes if x["status"] != "no circuit"]
     assert [(x["host"], x["lane"], x["status"]) for x in rows] == [("gpu01", "nic0.0", "bad"), ("gpu02", "nic0.0", "bad")]
     for x in rows:
