@@ -15,7 +15,8 @@ implemented : No" with a 0.0000 V supply — prints zeros ("0.00 degrees C", "0.
 None). CMIS modules (ethtool's ``cmis.c`` / ``module-common.c``) print per-lane status as
 ``Rx loss of signal : [ Yes, No, … ]`` (lane 1 first; ``None`` when no lane is flagged) and the
 module state machine as ``Module State : 0x01 (ModuleLowPwr)`` with ``LowPwrAllowRequestHW`` /
-``LowPwrRequestSW`` On/Off.
+``LowPwrRequestSW`` On/Off. A ``| grep`` excerpt that starts at those status lines is read too
+(its identifier is "").
 """
 
 from __future__ import annotations
@@ -150,11 +151,12 @@ def parse_module(text: str) -> ModuleInfo:
         if not m:
             raise ParseError("ethtool -m", no, "'Key : value'", ln)
         kvs.append((no, m.group(1), m.group(2)))
-    if not kvs or kvs[0][1] != "Identifier":
+    excerpt = bool(kvs) and kvs[0][1] in (*LANE_STATUS, "Module State")  # a `| grep` of a CMIS module's status
+    if not kvs or (kvs[0][1] != "Identifier" and not excerpt):
         raise ParseError("ethtool -m", kvs[0][0] if kvs else 1, "an 'Identifier' line first",
                          f"{kvs[0][1]} : {kvs[0][2]}" if kvs else "")
-    ident = kvs[0][2]
-    layout = "CMIS" if re.search(r"0x1[89]|QSFP-DD|OSFP|CMIS", ident) else "SFF-8636"
+    ident = "" if excerpt else kvs[0][2]  # "": an excerpt without the Identifier line
+    layout = "CMIS" if excerpt or re.search(r"0x1[89]|QSFP-DD|OSFP|CMIS", ident) else "SFF-8636"
     kv = {k: v for _, k, v in kvs}
     info = ModuleInfo(layout=layout, identifier=ident, vendor=kv.get("Vendor name"), part_number=kv.get("Vendor PN"),
                       temperature_c=_num(kv.get("Module temperature", "")),

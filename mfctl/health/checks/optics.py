@@ -94,11 +94,25 @@ def judge_module(mod) -> list[tuple]:
         return out
     unused = _lasers_off(mod, out, seen)
     _readings(mod, unused, out, seen)
-    for ch in getattr(mod, "lanes_flagged", {}).get("rx_los", []):
-        if ch not in unused and ("rx_power", ch, "low") not in seen:
-            out.append(("critical", "optics.rx_los", ch, None, None, None, "the module reports Rx loss of signal"))
+    los = [ch for ch in getattr(mod, "lanes_flagged", {}).get("rx_los", [])
+           if ch not in unused and ("rx_power", ch, "low") not in seen]
+    if len(los) == 1:
+        out.append(("critical", "optics.rx_los", los[0], None, None, None, "the module reports Rx loss of signal"))
+    elif los:  # one finding for the module, its lanes as the value
+        out.append(("critical", "optics.rx_los", None, los, None, None,
+                    f"the module reports Rx loss of signal on {len(los)} lanes ({_span(los)})"))
     _flags(mod, unused, out, seen)
     return out
+
+
+def _span(lanes: list[int]) -> str:
+    """1,2,3,5 → "1-3, 5"."""
+    parts, start = [], lanes[0]
+    for a, b in zip(lanes, lanes[1:] + [None]):
+        if b is None or b != a + 1:
+            parts.append(f"{start}-{a}" if a != start else f"{a}")
+            start = b
+    return ", ".join(parts)
 
 
 def _not_ready(mod, state: str) -> str:

@@ -76,3 +76,16 @@ def test_dcgm_failure_message_carries_dcgms_warning():
     assert head.endswith("GPU Memory (GPU 0)") and len(why) == 200  # DCGM's warning, cut at 200 characters
     assert why.startswith("GPU 0 Error using CUDA API cuCtxCreate Check DCGM and system logs for errors. Reset GPU.")
     assert msg["Targeted Stress"].endswith("Targeted Stress failed")  # no Warning row under it in the excerpt
+
+
+def test_a_real_cmis_lane_status_excerpt_is_read_and_its_dark_lanes_are_one_finding():
+    from mfctl.health.checks.optics import judge_module
+    from mfctl.hosts.ethtool import parse_module
+
+    # netdev list, Ido Schimmel testing ethtool's LOS/LOL report (a 16-lane module, the port itself down)
+    m = parse_module((DATA / "ethtool" / "m-cmis-grep-lane-status-16-lanes-port-down.txt").read_text())
+    assert (m.layout, m.identifier, m.module_state, m.lane_count) == ("CMIS", "", "ModuleReady", 16)
+    assert m.lanes_flagged == {"rx_los": list(range(1, 17)), "tx_los": list(range(1, 9)),
+                               "rx_lol": list(range(1, 9)), "tx_lol": list(range(1, 9))}
+    assert judge_module(m) == [("critical", "optics.rx_los", None, list(range(1, 17)), None, None,
+                                "the module reports Rx loss of signal on 16 lanes (1-16)")]
