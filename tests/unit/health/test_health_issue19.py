@@ -89,3 +89,14 @@ def test_a_real_cmis_lane_status_excerpt_is_read_and_its_dark_lanes_are_one_find
                                "rx_lol": list(range(1, 9)), "tx_lol": list(range(1, 9))}
     assert judge_module(m) == [("critical", "optics.rx_los", None, list(range(1, 17)), None, None,
                                 "the module reports Rx loss of signal on 16 lanes (1-16)")]
+
+
+def test_a_real_dac_without_dom_reads_missing_data():
+    from mfctl.health.checks.optics import judge_module
+    from mfctl.hosts.ethtool import parse_module
+
+    # NVIDIA SONiC 202012 docs (Management Utilities, "ethtool"): a 10Gtek 40G QSFP+ DAC on a Spectrum switch
+    m = parse_module((DATA / "ethtool" / "m-sff8636-qsfp-40g-dac-10gtek-no-dom.txt").read_text())
+    assert (m.identifier, m.vendor, m.part_number) == ("0x0d (QSFP+)", "10Gtek", "CAB-Q10/Q10-P1M")
+    assert (m.dom, m.copper, m.temperature_c, m.voltage_v) == (False, True, None, None)  # "0.00 degrees C", "0.0000 V"
+    assert judge_module(m) == []
