@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import string
 import sys
 from pathlib import Path
@@ -143,12 +144,18 @@ def polish(command) -> None:
     """Make ``command`` and every command under it (a click command tree Typer built) write its
     --help as :class:`HelpArgument` and :class:`HelpOption` do: each parameter becomes one (the
     same object, its subclass: parsing is untouched); an argument is named in capitals (``RUN_ID``,
-    also in its errors: "Missing argument 'RUN_ID'"). Called once for the whole app by
+    also in its errors: "Missing argument 'RUN_ID'"); a command's line in its group's list is the
+    first sentence of its help, the docstring's line breaks joined. Called once for the whole app by
     :class:`Group`, so a new command is covered without a line of its own."""
+    import inspect
+
     stack = [command]
     while stack:
         cmd = stack.pop()
         stack.extend(getattr(cmd, "commands", {}).values())
+        if cmd.short_help is None and cmd.help:  # a group's list of commands: the first sentence, its lines joined
+            first = " ".join(inspect.cleandoc(cmd.help).split("\n\n")[0].split())
+            cmd.short_help = re.split(r"(?<=[a-z0-9)]\.)\s+(?=[A-Z])", first, maxsplit=1)[0]
         for p in cmd.params:
             if type(p) is TyperArgument:
                 p.__class__ = HelpArgument
