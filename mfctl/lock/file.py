@@ -19,7 +19,7 @@ from filelock import FileLock, Timeout
 
 from mfctl.errors import LockError
 from mfctl.lock.files import lock_path, write_replacing
-from mfctl.lock.lease import Lease, describe, iso, token_id
+from mfctl.lock.lease import Lease, describe, iso, same_host_pid_alive, token_id
 
 GUARD_TIMEOUT_S = 5.0  #: waiting for another's short change of the record (never a holder's whole lease)
 
@@ -117,16 +117,24 @@ class FileLease(Lease):
             if not ok or self.detached:
                 self._flock.release()
 
-    def _extend(self, token: str, ttl: float) -> dict | None:
+    def _extend(self, token: str, ttl: float, keep_longer: bool = False) -> dict | None:
+        if not self._flock.is_locked:
+            rec = self._read()
+            if rec is None or rec.get("token_id") != token_id(token):
+                return None
+            if not rec.get("detached"):  # a borrower: its owner (a live process holding the flock) renews it
+                return rec if same_host_pid_alive(rec) is not False and self._locked_in_process() else None
         with self._guard():
             rec = self._read()
             if rec is None or rec.get("token_id") != token_id(token):
                 return None
             now = time.time()
-            if rec.get("detached") and now >= float(rec.get("expires_ts") or 0):
+            old = float(rec.get("expires_ts") or 0)
+            if rec.get("detached") and now >= old:
                 return None  # expired: another may have seen it free
-            rec.update(ttl_s=ttl, expires_ts=now + ttl, expires=iso(now + ttl))
-            self._write(rec)
+            if not (keep_longer and old >= now + ttl):
+                rec.update(ttl_s=ttl, expires_ts=now + ttl, expires=iso(now + ttl))
+                self._write(rec)
             return rec
 
     def _release(self, token: str) -> bool:

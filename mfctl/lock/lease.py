@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
-from mfctl.errors import LockError, UnreachableError
+from mfctl.errors import LockError, MfctlError, UnreachableError
 from mfctl.procs import start_ticks
 
 log = logging.getLogger("mfctl.lock")
@@ -224,9 +224,11 @@ class Lease:
     ``timeout``: seconds to wait for it (0: try once). ``ttl``: lease seconds. ``detached``: no
     renewer, and the lease outlives this process (``mfctl lock acquire``). ``token``: a token
     already holding the lock (``MFCTL_LOCK_TOKEN``: a script's ``mfctl lock acquire``, or the
-    process that started this one): the lease is then *borrowed* — not taken, renewed nor
-    released here. ``on_lost(message)``: called in the renewer thread when the lease cannot be
-    renewed in time; the default interrupts the main thread (KeyboardInterrupt, as Ctrl-C) so
+    process that started this one): the lease is then *borrowed* — not taken nor released
+    here, but kept alive while this process lives (never shortened: a borrower extends it to at
+    least ``ttl`` s from now), and lost here too when its owner's lease ends.
+    ``on_lost(message)``: called in the renewer thread (after ``lost`` is set) when the lease
+    cannot be renewed in time; the default interrupts the main thread (KeyboardInterrupt, as Ctrl-C) so
     the holder stops rather than carry on without the lock."""
 
     what = "testbed"
@@ -239,7 +241,7 @@ class Lease:
         self.reason, self.detached = reason, detached
         self.token: str | None = None  #: the holder's token while held (secret: never log it)
         self._offered = token
-        self.borrowed = False  #: held through another's token (not renewed nor released here)
+        self.borrowed = False  #: held through another's token (kept alive, never released here)
         self.held = False
         self.expires_ts: float | None = None  #: when the lease ends unless renewed (epoch seconds)
         self.lost = threading.Event()  #: set when the renewer could not keep the lease
@@ -259,9 +261,10 @@ class Lease:
         """Take the lock for ``token`` if it is free (or its holder stale); atomically."""
         raise NotImplementedError
 
-    def _extend(self, token: str, ttl: float) -> dict | None:
-        """Extend the lease held by ``token`` to ``ttl`` s from now; the holder record updated, or
-        None when ``token`` does not hold it. Raises UnreachableError when it cannot tell."""
+    def _extend(self, token: str, ttl: float, keep_longer: bool = False) -> dict | None:
+        """Extend the lease held by ``token`` to ``ttl`` s from now (``keep_longer``: or leave it
+        if it ends later); the holder record updated, or None when ``token`` does not hold it.
+        Raises UnreachableError when it cannot tell."""
         raise NotImplementedError
 
     def _release(self, token: str) -> bool:
@@ -293,6 +296,9 @@ class Lease:
         holder, UnreachableError (exit 4) when the lock service cannot be reached."""
         if self._offered and self.owns(self._offered):
             self.token, self.borrowed, self.held = self._offered, True, True
+            self._start_renewer()
+            log.info("%s %r: working under the lease of token %s (borrowed)", self.what, self.name,
+                     token_id(self._offered))
             return self
         token = new_token()
         deadline = time.monotonic() + self.timeout
@@ -307,25 +313,29 @@ class Lease:
             time.sleep(min(self.poll_s, max(0.0, deadline - time.monotonic())) or self.poll_s)
         self.token, self.held, self._record = token, True, record
         self.expires_ts = record["expires_ts"]
+        self._start_renewer()
+        log.info("%s %r locked at %s for %r (token %s, lease %g s)", self.what, self.name, self.where(),
+                 self.purpose, token_id(token), self.ttl)
+        return self
+
+    def _start_renewer(self) -> None:
         self.lost.clear()
         self.lost_reason = None
         if not self.detached:
             self._stop.clear()
             self._renewer = threading.Thread(target=self._renew_loop, name=f"mfctl-lease-{self.name}", daemon=True)
             self._renewer.start()
-        log.info("%s %r locked at %s for %r (token %s, lease %g s)", self.what, self.name, self.where(),
-                 self.purpose, token_id(token), self.ttl)
-        return self
 
     def renew(self, token: str | None = None, ttl: float | None = None) -> float:
         """Extend the lease held by ``token`` (default: this holder's) to ``ttl`` s (default: its
         own) from now; the new expiry (epoch s). Raises LockLost when that token does not hold
         the lock (any more), UnreachableError when the lock service cannot be reached."""
-        token = token or (None if self.borrowed else self.token)
+        own = token is None or token == self.token
+        token = token or self.token
         if not token:
             raise LockError(f"{self.what} {self.name!r}: not held here: nothing to renew")
         ttl = float(ttl or self.ttl)
-        rec = self._extend(token, ttl)
+        rec = self._extend(token, ttl, keep_longer=self.borrowed and own)
         if rec is None:
             raise LockLost(f"{self.what} {self.name!r}: the lease (token {token_id(token)}) is no longer held "
                            f"at {self.where()}: it expired or was released by force")
@@ -437,7 +447,7 @@ class Lease:
             except LockLost as e:
                 self._lose(str(e))
                 return
-            except (UnreachableError, OSError) as e:
+            except (MfctlError, OSError) as e:  # unreachable, or the record cannot be written: retried
                 left = self.ttl - (time.monotonic() - last_ok)
                 if left <= self.ttl / 3:  # stop before the lease ends: nobody may take it while we still act
                     self._lose(f"{self.what} {self.name!r}: cannot renew the lease at {self.where()} ({e}); "

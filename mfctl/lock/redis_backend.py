@@ -37,9 +37,10 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[3]) then
 end
 return 0
 """
-# KEYS: lock, holder, last — ARGV: token, lease ms, new holder JSON, last-kept ms
+# KEYS: lock, holder, last — ARGV: token, lease ms, new holder JSON, last-kept ms, "1" to never shorten it
 _EXTEND = """
 if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[5] == '1' and redis.call('pttl', KEYS[1]) >= tonumber(ARGV[2]) then return 1 end
 redis.call('pexpire', KEYS[1], ARGV[2])
 redis.call('set', KEYS[2], ARGV[3], 'PX', ARGV[2])
 redis.call('set', KEYS[3], ARGV[3], 'PX', ARGV[4])
@@ -128,7 +129,7 @@ class RedisLease(Lease):
         return bool(self._call("take the lock", lambda: self._scripts["acquire"](
             keys=self.keys, args=[token, json.dumps(record), ms, LAST_KEPT_MS])))
 
-    def _extend(self, token: str, ttl: float) -> dict | None:
+    def _extend(self, token: str, ttl: float, keep_longer: bool = False) -> dict | None:
         c = self.client()
         rec = self._call("read the holder", lambda: c.get(self.keys[1]))
         try:
@@ -138,7 +139,7 @@ class RedisLease(Lease):
         now = time.time()
         h.update(ttl_s=ttl, expires_ts=now + ttl, expires=iso(now + ttl))
         ok = self._call("renew the lease", lambda: self._scripts["extend"](
-            keys=self.keys, args=[token, int(ttl * 1000), json.dumps(h), LAST_KEPT_MS]))
+            keys=self.keys, args=[token, int(ttl * 1000), json.dumps(h), LAST_KEPT_MS, "1" if keep_longer else "0"]))
         return h if ok else None
 
     def _release(self, token: str) -> bool:

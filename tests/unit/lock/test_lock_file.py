@@ -98,7 +98,7 @@ def test_a_holder_killed_with_9_frees_the_file_lock_at_once_and_status_says_stal
 
 
 def test_a_detached_lease_outlives_its_process_until_it_expires():
-    p = subprocess.run([sys.executable, "-c", holder_code({}, "tb", "a script", ttl=1.0, detached=True).replace(
+    p = subprocess.run([sys.executable, "-c", holder_code({}, "tb", "a script", ttl=10.0, detached=True).replace(
         "time.sleep(120)", "")], capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert p.returncode == 0, p.stderr
     token = p.stdout.split()[1]
@@ -107,7 +107,7 @@ def test_a_detached_lease_outlives_its_process_until_it_expires():
     with pytest.raises(Refused, match="for 'a script'"):
         lk.acquire()
     assert lk.owns(token)
-    lk.renew(token, 1.0)  # renewed by the script: another second
+    lk.renew(token, 1.0)  # renewed by the script (`mfctl lock renew --ttl 1`): a second from now
     time.sleep(1.1)
     st = lk.status()
     assert st["state"] == "stale" and st["available"] and "expired" in st["stale"]
@@ -118,17 +118,44 @@ def test_a_detached_lease_outlives_its_process_until_it_expires():
     assert not lk.release(token)  # the old token holds nothing
 
 
-def test_the_renewer_extends_the_record_and_a_borrower_neither_renews_nor_releases():
+def test_the_renewer_extends_the_record_and_a_borrower_never_releases():
     with testbed_lock(INV, "long", ttl=1.0, token="") as lk:
         first = lk.holder()["expires_ts"]
         time.sleep(0.8)
         assert lk.holder()["expires_ts"] > first + 0.3
         b = testbed_lock(INV, "a child", token=lk.token).acquire()
         assert b.borrowed and b.token == lk.token
-        assert b.release() is False and lk.holder()["purpose"] == "long"
-        with pytest.raises(LockError, match="not held here"):
-            b.renew()
+        assert b.renew() >= lk.holder()["expires_ts"] - 0.01  # its owner (holding the flock) renews it
+        time.sleep(0.5)
+        assert b.release() is False and lk.holder()["purpose"] == "long" and not b.lost.is_set()
     assert testbed_lock(INV, "after", token="").status()["state"] == "free"
+
+
+def test_a_borrower_keeps_a_scripts_lease_alive_while_it_runs_and_loses_it_with_its_owner():
+    """``TOKEN=$(mfctl lock acquire --ttl 1)``, then a long ``MFCTL_LOCK_TOKEN=$TOKEN mfctl run``:
+    the run keeps the lease alive (never shorter than it was); released by force, the run loses it."""
+    owner = testbed_lock(INV, "a script", ttl=1.0, detached=True, token="").acquire()
+    lost = []
+    run = testbed_lock(INV, "a run under it", ttl=1.0, token=owner.token, on_lost=lost.append).acquire()
+    assert run.borrowed
+    time.sleep(2.0)
+    st = testbed_lock(INV, "status", token="").status()
+    assert st["state"] == "held" and st["holder"]["purpose"] == "a script" and st["expires_in_s"] > 0.3
+    assert not run.lost.is_set()
+    testbed_lock(INV, "force", token="").force_release()
+    assert run.lost.wait(2)
+    time.sleep(0.2)  # (on_lost is called just after lost is set)
+    assert "no longer held" in lost[0]
+    run.release()
+
+
+def test_a_borrower_never_shortens_the_lease():
+    owner = testbed_lock(INV, "a script", ttl=30, detached=True, token="").acquire()
+    run = testbed_lock(INV, "short borrower", ttl=1.0, token=owner.token).acquire()
+    run.renew()
+    assert testbed_lock(INV, "status", token="").status()["expires_in_s"] > 25
+    run.release()
+    assert owner.release(owner.token)
 
 
 def test_force_release_refuses_a_live_in_process_holder_and_removes_a_detached_one():

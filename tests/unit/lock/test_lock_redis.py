@@ -81,6 +81,9 @@ def test_a_partition_makes_the_holder_stop_before_its_lease_ends(redis_server):
     paused = time.monotonic()
     try:
         assert lk.lost.wait(ttl + 1), "the holder never noticed"
+        deadline = time.monotonic() + 2
+        while not lost and time.monotonic() < deadline:  # (on_lost is called just after lost is set)
+            time.sleep(0.01)
         t, msg = lost[0]
         print(f"redis partition: lease declared lost {t - paused:.3f} s after the server stopped answering (ttl {ttl} s)")
         assert "cannot renew the lease" in msg and "redis://127.0.0.1" in msg and "stopping" in msg
@@ -180,6 +183,28 @@ def test_a_token_borrows_the_lease_in_another_process(redis_server):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd=ROOT,
                            env={**__import__("os").environ, "MFCTL_LOCK_TOKEN": "not-the-token"})
         assert r.returncode != 0 and "is locked by pid" in r.stderr and "a pytest session" in r.stderr
+
+
+def test_a_borrower_keeps_the_lease_alive_never_shorter_and_loses_it_with_its_owner(redis_server):
+    owner = testbed_lock(_inv(redis_server), "a script", ttl=1.0, detached=True, token="").acquire()
+    lost = []
+    run = testbed_lock(_inv(redis_server), "a run under it", ttl=1.0, token=owner.token, on_lost=lost.append).acquire()
+    assert run.borrowed
+    time.sleep(2.0)
+    st = testbed_lock(_inv(redis_server), "status", token="").status()
+    assert st["state"] == "held" and st["holder"]["purpose"] == "a script" and not run.lost.is_set()
+    run.release()
+    assert testbed_lock(_inv(redis_server), "status", token="").status()["state"] == "held"  # not released by it
+    assert owner.release(owner.token)
+    long = testbed_lock(_inv(redis_server), "a long script", ttl=30, detached=True, token="").acquire()
+    short = testbed_lock(_inv(redis_server), "short borrower", ttl=1.0, token=long.token, on_lost=lost.append).acquire()
+    short.renew()
+    assert testbed_lock(_inv(redis_server), "status", token="").status()["expires_in_s"] > 25
+    testbed_lock(_inv(redis_server), "force", token="").force_release()
+    assert short.lost.wait(2)
+    time.sleep(0.2)
+    assert "no longer held" in lost[-1]
+    short.release()
 
 
 def test_release_by_force_and_a_refusal_names_the_holder(redis_server):
