@@ -12,9 +12,9 @@ the previous state put back afterwards, verified), ``runner`` (run a playbook, g
 
 Marker: ``@pytest.mark.mfctl(circuits=[(LANE, LANE), ...], health="+gpu,-optics", hosts="gpu[01-02]")``.
 
-Inert unless used: nothing is imported, started or locked for a test that asks for none of these
-fixtures and carries no ``mfctl`` marker (the plugin is in every pytest run of an environment that
-has mfctl installed).
+Inert unless used: nothing is imported, started or locked, and no fixture added, for a test that
+asks for none of these fixtures and carries no ``mfctl`` marker (the plugin is in every pytest run
+of an environment that has mfctl installed).
 """
 
 from __future__ import annotations
@@ -44,6 +44,13 @@ def pytest_configure(config) -> None:
                             "on the OCS for it (pairs of lanes), the health checks that gate it (mfctl health --checks "
                             "syntax, or False for none), the hosts they run on (a host set; default all).")
     config.stash[_SESSION] = _Opener(config)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session) -> None:
+    """The testbed is let go as soon as the last test is done (before the reports are written): the
+    next CI job waiting for the lock starts that much sooner."""
+    pytest_unconfigure(session.config)
 
 
 def pytest_unconfigure(config) -> None:
@@ -176,14 +183,20 @@ def runner(request, mfctl_session, tmp_path):
     return Runner(mfctl_session, _record(item), tmp_path / "runs", _ocs_handle(item, mfctl_session))
 
 
-@pytest.fixture(autouse=True)
+def pytest_collection_modifyitems(items) -> None:
+    """Put the gate first among the fixtures of every testbed test (set up first, torn down last:
+    after the test's own topology is put back), and of no other test: an autouse fixture would cost
+    every test of every suite in the environment its setup."""
+    for item in items:
+        names = getattr(item, "fixturenames", None)
+        if isinstance(names, list) and uses_testbed(item) and "_mfctl_gate" not in names:
+            names.insert(0, "_mfctl_gate")
+
+
+@pytest.fixture
 def _mfctl_gate(request):
-    """The health gate of a testbed test (nothing at all for any other test)."""
-    item = request.node
-    if not uses_testbed(item):
-        yield
-        return
-    yield from _gate(request, item)
+    """The health gate of a testbed test (:mod:`mfctl.pytest_plugin.gate`)."""
+    yield from _gate(request, request.node)
 
 
 def _gate(request, item):

@@ -84,13 +84,14 @@ class HILSession:
         return s
 
     def close(self) -> None:
-        """Close the SSH pool, release the lock, then stop the mock this session started."""
-        if self._pool is not None:
-            self._pool.close()  # type: ignore[attr-defined]
-            self._pool = None
+        """Release the lock (the next holder need not wait for the rest), close the SSH pool, then stop
+        the mock this session started."""
         try:
             self.lock.__exit__(None, None, None)
         finally:
+            if self._pool is not None:
+                self._pool.close()  # type: ignore[attr-defined]
+                self._pool = None
             if self.mock_state_dir is not None:
                 from mfctl import mockctl
 

@@ -54,7 +54,7 @@ def test_the_plugin_is_inert_for_tests_that_do_not_use_it(pytester):
         import sys
 
         def test_plain(request):
-            assert "_mfctl_gate" in request.fixturenames  # (the autouse gate is there, and does nothing)
+            assert "_mfctl_gate" not in request.fixturenames  # (the gate is added to testbed tests only)
             assert not any(m in sys.modules for m in ("mfctl.pytest_plugin.session", "mfctl.mockctl", "mfctl.lock",
                                                       "mfctl.inventory"))
     """)
@@ -256,11 +256,13 @@ def test_two_sessions_share_the_testbed_through_a_redis_lease(tmp_path, mock_inv
            "--mfctl-health", "before"]
     procs = [subprocess.Popen(cmd, env={**env, "HIL_JOB": j}, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True) for j in ("a", "b")]
-    outs = [p.communicate(timeout=120)[0] for p in procs]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     runs = sorted((json.loads(ln) for ln in log.read_text().splitlines()), key=lambda r: r["start"])
     assert len(runs) == 2 and runs[0]["end"] <= runs[1]["start"], runs  # one after the other, never both
     handover = runs[1]["locked"] - runs[0]["end"]  # the first job's last test done -> the second job holds the lease
     print(f"handover between the two sessions: {handover:.3f} s from the first's last test to the second's lease; "
           f"{runs[1]['start'] - runs[0]['end']:.3f} s to the second's first test (its health gate between)")
-    assert 0 < handover < 10  # the waiter polls every 50 ms: the rest is the first session's teardown
+    # the waiter polls every 50 ms: the rest is the first session's teardown (its topology put back, the
+    # lease released) — 0.13 s on a quiet machine, a few seconds on a loaded one
+    assert 0 < handover < 60
