@@ -143,7 +143,7 @@ def parse_query_csv(text: str, fields: list[str] | None = None) -> list[dict[str
     return rows
 
 
-def parse_query(text: str, argv: list[str] | str) -> list[dict[str, object]]:
+def read_query(text: str, argv: list[str] | str) -> list[dict[str, object]]:
     """The output of the ``--query-gpu`` command ``argv`` (what mfctl sent, or the command line an
     operator ran): with a header as :func:`parse_query_csv` reads it, with ``noheader`` by the
     fields :func:`query_fields` takes from ``argv``."""

@@ -204,11 +204,11 @@ def test_ibv_devinfo_v_flag_lists_are_continuations_and_the_missing_port_still_a
     assert rep.firmware == {"mlx5_1": "16.23.1020"}
 
 
-def test_parse_query_reads_the_output_of_the_command_it_was_given():
+def test_read_query_reads_the_output_of_the_command_it_was_given():
     argv = nvidia_smi.query_argv(["index", "name", "memory.total"], header=False)
-    assert nvidia_smi.parse_query("0, NVIDIA GB10, [N/A]\n", argv) == [
+    assert nvidia_smi.read_query("0, NVIDIA GB10, [N/A]\n", argv) == [
         {"index": 0, "name": "NVIDIA GB10", "memory.total": None}]
     # unsloth#10703: the same query with a header (GB10 prints no memory total)
     out = "index, name, memory.total [MiB], memory.free [MiB]\n0, NVIDIA GB10, [N/A], [N/A]\n"
-    assert nvidia_smi.parse_query(out, "nvidia-smi --query-gpu=index,name,memory.total,memory.free --format=csv") == [
+    assert nvidia_smi.read_query(out, "nvidia-smi --query-gpu=index,name,memory.total,memory.free --format=csv") == [
         {"index": 0, "name": "NVIDIA GB10", "memory.total": None, "memory.free": None}]
