@@ -266,3 +266,33 @@ def test_two_sessions_share_the_testbed_through_a_redis_lease(tmp_path, mock_inv
     # the waiter polls every 50 ms: the rest is the first session's teardown (its topology put back, the
     # lease released) — 0.13 s on a quiet machine, a few seconds on a loaded one
     assert 0 < handover < 60
+
+
+def test_a_test_that_leaves_a_host_unhealthy_is_named_and_the_next_one_is_told(pytester, tmp_path, monkeypatch):
+    """nvidia-smi on gpu02 hangs at its 2nd call (the gate's sweep after the first test), on gpu03 at its
+    1st (the sweep before the second test): the first test broke gpu02, the second found gpu03 unhealthy."""
+    monkeypatch.setenv("MFCTL_COMMAND_TIMEOUT", "1")
+    st = mockctl.start(PROTOTYPE, tmp_path / "mock", time_scale=100,
+                       inject=["gpu02:nvidia-smi=hang:2", "gpu03:nvidia-smi=hang:1"])
+    try:
+        pytester.makepyfile(test_gpus="""
+            import pytest
+
+            @pytest.mark.mfctl(health="gpu", hosts="gpu02")
+            def test_first(hosts):
+                pass
+
+            @pytest.mark.mfctl(health="gpu", hosts="gpu03")
+            def test_second(hosts):
+                pass
+        """)
+        r = pytester.runpytest("--mfctl-inventory", st["inventory"], "-p", "no:cacheprovider")
+    finally:
+        mockctl.stop(tmp_path / "mock")
+    r.assert_outcomes(passed=1, errors=2)  # the first passed, then broke the testbed at teardown; the second errs at setup
+    out = r.stdout.str()
+    # (a host whose every command hung is one that cannot be reached: the sweep's ssh.unreachable)
+    assert ("mfctl: this test broke the testbed: gpu02 is unhealthy: timeout: command did not finish within 1 s "
+            "(ssh.unreachable)") in out
+    assert "mfctl: the testbed was unhealthy before this test (left so by " in out
+    assert "test_gpus.py::test_first): gpu03: timeout: command did not finish within 1 s" in out
