@@ -54,11 +54,11 @@ class SessionMock:
         return int(self.status["pid"])
 
     def alive(self) -> bool:
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
+        """Whether the mock's process still runs (a zombie does not: a stopped mock is reparented to
+        PID 1, which may reap it seconds later)."""
+        from mfctl.procs import start_ticks
+
+        return start_ticks(self.pid) is not None
 
 
 def wait_until(probe, *, timeout: float = 15.0, interval: float = 0.05, what: str = "the condition"):
