@@ -1,6 +1,7 @@
 """Helpers of the lock tests (tests/unit/lock, ``from peers_redis import ...``): a real
-``redis-server`` on 127.0.0.1 on a free port (Debian's redis-server; .ci/run installs it; the test
-skips, saying so, without it), and processes that hold or race for a testbed lock."""
+``redis-server`` (Debian's redis-server) or ``etcd`` (etcd-server) on 127.0.0.1 on free ports
+(.ci/run installs both; a test skips, saying so, without them), and processes that hold or race
+for a testbed lock."""
 
 import json
 import os
@@ -145,3 +146,54 @@ def answer(p: subprocess.Popen) -> tuple[str, float]:
     out = p.stdout.readline().split()
     assert out, f"the worker died: {p.stderr.read()[-2000:]}"
     return out[0], float(out[1]) if len(out) > 1 else 0.0
+
+
+@dataclass
+class EtcdServer:
+    proc: subprocess.Popen
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def start_etcd(tmp_path: Path) -> EtcdServer:
+    """A one-member etcd (Debian's etcd-server) on two free 127.0.0.1 ports, its data in ``tmp_path``."""
+    import urllib.request
+
+    exe = shutil.which("etcd")
+    if exe is None:
+        pytest.skip("etcd is not installed (Debian package etcd-server; .ci/run installs it): "
+                    "the etcd lock backend is tested against a real server only")
+    d = tmp_path / f"etcd-{time.monotonic_ns()}"
+    d.mkdir()
+    for _ in range(5):
+        port, peer = free_port(), free_port()
+        args = [exe, "--name", "t", "--data-dir", str(d / "data"), "--listen-client-urls", f"http://127.0.0.1:{port}",
+                "--advertise-client-urls", f"http://127.0.0.1:{port}", "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                "--initial-cluster", f"t=http://127.0.0.1:{peer}", "--log-level", "warn"]
+        with open(d / "etcd.log", "ab") as log:
+            p = subprocess.Popen(args, stdout=log, stderr=log)
+        srv = EtcdServer(p, port)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and p.poll() is None:
+            try:
+                req = urllib.request.Request(f"{srv.url}/v3/kv/range", data=b'{"key": "eA=="}', method="POST")
+                with urllib.request.urlopen(req, timeout=1):
+                    return srv
+            except OSError:
+                time.sleep(0.1)
+        srv.stop()
+    pytest.fail(f"etcd did not start: {(d / 'etcd.log').read_text()[-2000:]}")

@@ -254,8 +254,9 @@ class LockBackend(_Strict):
     directory) or ``redis`` (one server shared by every machine that drives the testbed). The
     Redis password comes from ``password_env`` or ``password_file``, never from the URL."""
 
-    backend: Literal["file", "redis"] = "file"
-    url: str | None = Field(None, description="redis://HOST:PORT/DB, rediss:// (TLS) or unix:///PATH (redis only)")
+    backend: Literal["file", "redis", "etcd"] = "file"
+    url: str | None = Field(None, description="redis://HOST:PORT/DB, rediss:// (TLS) or unix:///PATH (redis); "
+                            "http(s)://HOST:PORT (etcd's v3 JSON gateway)")
     password_env: str | None = Field(SETTINGS["lock_password"].env, pattern=r"^[A-Z_][A-Z0-9_]*$")  # MFCTL_LOCK_PASSWORD
     password_file: str | None = None
     ttl_s: float = Field(60.0, ge=1.0, le=86400.0, description="Lease of an in-process holder, s (renewed every ttl/3)")
@@ -270,8 +271,9 @@ class LockBackend(_Strict):
         if v is None:
             return v
         u = urlsplit(v)
-        if u.scheme not in ("redis", "rediss", "unix"):
-            raise ValueError("lock.url must be redis://HOST:PORT/DB, rediss://… or unix:///PATH")
+        if u.scheme not in ("redis", "rediss", "unix", "http", "https"):
+            raise ValueError("lock.url must be redis://HOST:PORT/DB, rediss://… or unix:///PATH (redis), "
+                             "http(s)://HOST:PORT (etcd)")
         if "@" in u.netloc:
             raise ValueError("lock.url must not hold a user or password: use lock.password_env or lock.password_file")
         if u.scheme != "unix" and not u.hostname:
@@ -284,8 +286,13 @@ class LockBackend(_Strict):
     def _backend_needs(self):
         if self.backend == "redis" and not self.url:
             raise ValueError("lock.backend redis needs lock.url (redis://HOST:PORT/DB)")
+        if self.backend == "etcd" and not self.url:
+            raise ValueError("lock.backend etcd needs lock.url (http://HOST:2379)")
         if self.backend == "file" and self.url:
-            raise ValueError("lock.url is for backend redis (lock.backend is file)")
+            raise ValueError("lock.url is for backend redis or etcd (lock.backend is file)")
+        scheme = (self.url or "").split(":", 1)[0]
+        if self.url and (self.backend == "etcd") != (scheme in ("http", "https")):
+            raise ValueError(f"lock.url {scheme}:// is not for lock.backend {self.backend}")
         return self
 
 

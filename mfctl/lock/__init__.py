@@ -2,9 +2,10 @@
 
 - :func:`testbed_lock` — the testbed lock of an inventory, a lease (:class:`~mfctl.lock.lease.Lease`)
   kept where the inventory's ``lock:`` section says: this machine's lock directory (the default,
-  :mod:`mfctl.lock.file`) or a Redis server shared by several machines
-  (:mod:`mfctl.lock.redis_backend`). Every mutating command (``run``, ``ocs`` changes,
-  ``provision apply``) and a pytest session take it; ``mfctl lock`` shows and manages it.
+  :mod:`mfctl.lock.file`), or a Redis server (:mod:`mfctl.lock.redis_backend`) or an etcd cluster
+  (:mod:`mfctl.lock.etcd_backend`) shared by several machines. Every mutating command (``run``,
+  ``ocs`` changes, ``provision apply``) and a pytest session take it; ``mfctl lock`` shows and
+  manages it.
 - :class:`DeviceLock` — one writer per OCS on this machine, keyed by the device's identity
   (:mod:`mfctl.lock.files`).
 """
@@ -45,6 +46,10 @@ def testbed_lock(inv, purpose: str, timeout: float = 0.0, *, ttl: float | None =
         from mfctl.lock.redis_backend import RedisLease
 
         return RedisLease(inv.name, purpose, config=cfg, base_dir=getattr(inv, "base_dir", None), **kw)
+    if cfg is not None and cfg.backend == "etcd":
+        from mfctl.lock.etcd_backend import EtcdLease
+
+        return EtcdLease(inv.name, purpose, config=cfg, base_dir=getattr(inv, "base_dir", None), **kw)
     return FileLease(inv.name, purpose, **kw)
 
 

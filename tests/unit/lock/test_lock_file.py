@@ -178,7 +178,9 @@ def _inv_file(tmp_path, lock_yaml: str):
 @pytest.mark.parametrize("lock_yaml, problem", [
     ("lock:\n  backend: redis\n", "needs lock.url"),
     ("lock:\n  backend: redis\n  url: redis://:pw@127.0.0.1:6379/0\n", "must not hold a user or password"),
-    ("lock:\n  backend: redis\n  url: http://127.0.0.1:6379/0\n", "must be redis://"),
+    ("lock:\n  backend: redis\n  url: ftp://127.0.0.1:6379/0\n", "must be redis://"),
+    ("lock:\n  backend: redis\n  url: http://127.0.0.1:2379\n", "http:// is not for lock.backend redis"),
+    ("lock:\n  backend: etcd\n  url: redis://127.0.0.1:6379/0\n", "redis:// is not for lock.backend etcd"),
     ("lock:\n  backend: zookeeper\n", "backend"),
     ("lock:\n  url: redis://127.0.0.1:6379/0\n", "is for backend redis"),
     ("lock:\n  backend: redis\n  url: redis://127.0.0.1:6379/0\n  ttl: 5\n", "ttl"),

@@ -1,20 +1,20 @@
 """Two acquirers racing (exactly one wins, 100 of 100 trials) and the handover between two waiting
-processes, on both backends: the machine's lock directory and a real redis-server."""
+processes, on every backend: the machine's lock directory, a real redis-server, a real etcd."""
 
 import statistics
 import time
 
 import pytest
-from peers_redis import answer, ask, spawn, start_redis, worker_code
+from peers_redis import answer, ask, spawn, start_etcd, start_redis, worker_code
 
 
-@pytest.fixture(params=["file", "redis"])
+@pytest.fixture(params=["file", "redis", "etcd"])
 def lock_cfg(request, tmp_path):
     if request.param == "file":
         yield {}
         return
-    srv = start_redis(tmp_path)
-    yield {"backend": "redis", "url": srv.url}
+    srv = start_redis(tmp_path) if request.param == "redis" else start_etcd(tmp_path)
+    yield {"backend": request.param, "url": srv.url}
     srv.stop()
 
 
