@@ -89,6 +89,8 @@ class EtcdLease(Lease):
         return [{"key": _b64(self.keys[0]), "target": "VALUE", "result": "EQUAL", "value": _b64(token)}]
 
     def _try_acquire(self, record: dict, token: str) -> bool:
+        if self._get(self.keys[0]) is not None:  # held: a read, not a lease granted and revoked per poll
+            return False
         lease = self._grant(self.ttl)
         free = [{"key": _b64(self.keys[0]), "target": "CREATE", "result": "EQUAL", "createRevision": "0"}]
         if not self._txn_put(free, token, record, lease, "take the lock"):

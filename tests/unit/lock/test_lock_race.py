@@ -87,7 +87,9 @@ def test_handover_between_two_waiting_processes(lock_cfg):
                 _, released = answer(w)
         print(f"handover {lock_cfg.get('backend', 'file')}: n={len(gaps)} median {statistics.median(gaps) * 1000:.1f} ms, "
               f"max {max(gaps) * 1000:.1f} ms, min {min(gaps) * 1000:.1f} ms")
-        assert max(gaps) < 0.5, gaps
-        assert statistics.median(gaps) < 0.15, gaps
+        # etcd: taking it is two raft writes (a lease, a transaction), each an fsync on a loaded disk
+        slow = 3 if lock_cfg.get("backend") == "etcd" else 1
+        assert max(gaps) < 0.5 * slow, gaps
+        assert statistics.median(gaps) < 0.15 * slow, gaps
     finally:
         _end(ws)
