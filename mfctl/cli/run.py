@@ -376,7 +376,8 @@ YES_OPT = option("yes", "--yes", "-y", help="Do not ask for confirmation (script
 
 @runs_app.command("delete")
 @handle_errors
-def delete_runs(run_ids: list[str] = typer.Argument(..., help="Run ids (see mfctl runs list).", show_default=False),
+def delete_runs(run_ids: list[str] = typer.Argument(..., help="Run ids (see mfctl runs list).", show_default=False,
+                                                    metavar="RUN..."),
                 yes: bool = YES_OPT, runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
     """Delete runs by id after a confirmation: nothing when one is still running, or is no run, or
     the answer is no (exit 1) or Ctrl-C."""
@@ -394,11 +395,13 @@ def delete_runs(run_ids: list[str] = typer.Argument(..., help="Run ids (see mfct
 
 @runs_app.command("prune")
 @handle_errors
-def prune_runs(keep: int = typer.Option(None, "--keep", min=0, help="Keep the N newest runs (running ones count)."),
-               older_than: float = number_option(None, "--older-than", min=0,
+def prune_runs(keep: int = typer.Option(None, "--keep", min=0, metavar="N",
+                                                help="Keep the N newest runs (running ones count)."),
+               older_than: float = number_option(None, "--older-than", min=0, metavar="DAYS",
                                                  help="Only runs started more than DAYS days ago (fractions too)."),
-               status: list[str] = typer.Option(None, "--status", help="Only runs with this status (repeat): ok, failed, "
-                                                "interrupted, crashed, unknown.", show_default=False),
+               status: list[str] = typer.Option(None, "--status", metavar="STATUS", show_default=False,
+                                                help="Only runs with this status (repeat): ok, failed, interrupted, "
+                                                     "crashed, unknown."),
                dry_run: bool = typer.Option(False, "--dry-run", help="List what would be deleted; delete nothing."),
                yes: bool = YES_OPT, runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
     """Delete the runs matching every criterion given (at least one), after a confirmation; a
