@@ -22,7 +22,7 @@ def test_simulate_compares_fabrics_against_the_fat_tree():
     assert list(fabrics) == ["fat-tree", "mfabric"]  # the reference is always there, first
     assert fabrics["fat-tree"]["relative_perf_per_dollar"] == pytest.approx(1.0)
     sc = whatif.Scenario(whatif.PRESETS["mixtral-8x7b"], gpus=128, link_gbps=400, alpha=6, reconfig_latency_s=0.025,
-                         micro_batches=16)
+                         micro_batches=8)
     want = {r.fabric: r.iteration_s for r in whatif.simulate(sc, ["fat-tree", "mfabric"])}
     assert {k: v["iteration_s"] for k, v in fabrics.items()} == pytest.approx(want)
 
@@ -34,7 +34,8 @@ def test_simulate_compares_fabrics_against_the_fat_tree():
     (["--plot", "out.txt"], "--plot needs a .png"),
     (["--gpus", "64"], "--gpus must be a multiple of 128 for mixtral-8x7b (EP 8 x TP 4 x PP 4"),
     (["--gpus", "8"], "got 8"),
-    (["--model", "qwen-moe", "--gpus", "96"], "--gpus must be a multiple of 64 for qwen-moe"),
+    (["--model", "qwen-moe", "--gpus", "96"], "--gpus must be a multiple of 128 for qwen-moe"),
+    (["--model", "llama-moe", "--gpus", "96"], "--gpus must be a multiple of 64 for llama-moe (EP 16 x TP 1 x PP 4"),
 ])
 def test_usage_errors_exit_2_with_one_json_error(args, says):
     r = invoke("simulate", *args, "--json")
@@ -62,3 +63,27 @@ def test_the_gpus_help_names_every_models_multiple():
 def test_a_float_option_given_nan_says_not_a_number_and_exits_2(cmd, value, says):
     r = invoke(*cmd, value)
     assert r.exit_code == 2 and says in " ".join(r.stderr.split()), r.stderr
+
+
+def test_reproduce_paper_prints_ours_vs_the_paper_and_writes_the_figure(tmp_path):
+    png = tmp_path / "fig12.png"
+    r = invoke("simulate", "--reproduce-paper", "--plot", png, "--json")
+    out = json.loads(r.stdout)
+    assert r.exit_code == 0 and out["schema"] == "mfctl.simulate.reproduce/v1" and out["plot"] == str(png)
+    assert png.stat().st_size > 10_000
+    assert out["summary"]["all"]["cells"] == 32 and out["summary"]["all"]["mean_error"] < 0.15
+    assert out["orderings"]["topoopt_slower_than_mixnet"] and out["orderings"]["mixnet_within_0_30pct_of_fat_tree"]
+    cell = {(c["model"], c["gbps"], c["fabric"]): c for c in out["cells"]}
+    c = cell[("mixtral-8x7b", 400, "fat-tree")]
+    assert c["paper"] == pytest.approx(1.030224) and c["ours"] == pytest.approx(1.03, abs=0.05)
+    assert cell[("qwen-moe", 800, "topoopt")]["paper"] is None  # 200/800G: ours only
+    text = invoke("simulate", "--reproduce-paper")
+    lines = text.stdout
+    assert text.exit_code == 0 and "normalized iteration time" in lines
+    assert "all: mean error" in lines and "topoopt_slower_than_mixnet held" in lines
+    assert "MixNet / fat-tree by reconfiguration latency" in lines
+
+
+def test_reproduce_paper_refuses_a_plot_that_is_not_a_png():
+    r = invoke("simulate", "--reproduce-paper", "--plot", "fig.txt", "--json")
+    assert r.exit_code == 2 and "--plot needs a .png" in json.loads(r.stdout)["error"]["message"]

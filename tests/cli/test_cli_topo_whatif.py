@@ -81,9 +81,10 @@ def test_topo_eval_and_min_change(tokens_json, tmp_path, cli_env):
 def test_simulate_shape_matches_the_paper(cli_env, tmp_path):
     res = {g: {r.fabric: r for r in whatif.simulate(whatif.Scenario(whatif.PRESETS["mixtral-8x7b"], gpus=1024, link_gbps=g))}
            for g in (100, 400)}
-    for g, lo, hi in ((100, 1.2, 1.6), (400, 1.9, 2.5)):
-        mf, ft = res[g]["mfabric"], res[g]["fat-tree"]
-        assert mf.iteration_s / ft.iteration_s < 1.05  # close to fat-tree in speed
+    for g, lo, hi in ((100, 1.2, 1.5), (400, 1.9, 2.3)):  # the paper's perf/$ bands (§7.4)
+        mf, ft, so = res[g]["mfabric"], res[g]["fat-tree"], res[g]["static-optical"]
+        assert 1.0 <= mf.iteration_s / ft.iteration_s < 1.30  # the paper: MixNet within 0-30 % of the fat-tree
+        assert so.iteration_s > 1.15 * mf.iteration_s  # TopoOpt slower than MixNet
         assert lo <= mf.relative_perf_per_dollar <= hi, (g, mf.relative_perf_per_dollar)
     sweep = whatif.latency_sweep(whatif.Scenario(whatif.PRESETS["mixtral-8x7b"]), [1e-6, 0.025, 1.0, 10.0])
     rel = [x["relative_to_fat_tree"] for x in sweep]
