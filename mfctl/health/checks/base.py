@@ -106,3 +106,10 @@ class Probe:
         """A finding of the check being judged (its group and name)."""
         self.health.findings.append(Finding(self.name, severity, kw.pop("group", self.group), message, code,
                                             source=self.source, **kw))
+
+
+def fold_numbers(numbers: list[int]) -> str:
+    """``397-768,800`` for those ports or lanes (ClusterShell's range syntax, as host sets are written)."""
+    from ClusterShell.RangeSet import RangeSet
+
+    return str(RangeSet.fromlist([str(n) for n in numbers]))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from mfctl.health.checks.base import fold_numbers
 from mfctl.health.findings import Finding, HostHealth
 
 NAME, GROUP = "ocs", "ocs"
@@ -29,13 +30,6 @@ def read_state(ctx) -> dict:
     except MfctlError as e:
         return {"error": str(e)}
     return {"standing": al["standing"], "dark_outputs": [p for p, v in power.items() if v is None]}
-
-
-def _ports(ports: list[int]) -> str:
-    """``397-768,800`` for those ports (ClusterShell's range syntax, as host sets are written)."""
-    from ClusterShell.RangeSet import RangeSet
-
-    return str(RangeSet.fromlist([str(p) for p in ports]))
 
 
 def _alarms(host: str, standing: list) -> list[Finding]:
@@ -65,7 +59,7 @@ def _alarms(host: str, standing: list) -> list[Finding]:
             out.append(Finding(host, "critical", GROUP, f"standing alarm port {ports[0]}: {what}", "ocs.alarm",
                                component=f"port{ports[0]}", value=items[0][1], source=NAME))
         else:
-            r = _ports(ports)
+            r = fold_numbers(ports)
             out.append(Finding(host, "critical", GROUP, f"standing alarm ports {r}: {what} ({len(ports)} ports)",
                                "ocs.alarm", component=f"port[{r}]", value=[a for _, a in items], source=NAME))
     return out
@@ -78,7 +72,7 @@ def _dark(host: str, ports: list[int]) -> list[Finding]:
                         component=f"port{ports[0]}", value=ports[0], source=NAME)]
     if not ports:
         return []
-    r = _ports(sorted(ports))
+    r = fold_numbers(sorted(ports))
     return [Finding(host, "critical", GROUP, f"output ports {r} are connected but dark ({len(ports)} ports)",
                     "ocs.dark_port", component=f"port[{r}]", value=sorted(ports), source=NAME)]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from mfctl.health.checks.base import Check, Probe
+from mfctl.health.checks.base import Check, Probe, fold_numbers
 from mfctl.hosts import ethtool
 
 #: The DOM quantities of ``ethtool -m`` judged against the module's own thresholds (SFF-8636 /
@@ -100,19 +100,9 @@ def judge_module(mod) -> list[tuple]:
         out.append(("critical", "optics.rx_los", los[0], None, None, None, "the module reports Rx loss of signal"))
     elif los:  # one finding for the module, its lanes as the value
         out.append(("critical", "optics.rx_los", None, los, None, None,
-                    f"the module reports Rx loss of signal on {len(los)} lanes ({_span(los)})"))
+                    f"the module reports Rx loss of signal on {len(los)} lanes ({fold_numbers(los)})"))
     _flags(mod, unused, out, seen)
     return out
-
-
-def _span(lanes: list[int]) -> str:
-    """1,2,3,5 → "1-3, 5"."""
-    parts, start = [], lanes[0]
-    for a, b in zip(lanes, lanes[1:] + [None]):
-        if b is None or b != a + 1:
-            parts.append(f"{start}-{a}" if a != start else f"{a}")
-            start = b
-    return ", ".join(parts)
 
 
 def _not_ready(mod, state: str) -> str:
