@@ -397,6 +397,7 @@ def step(m: Model, fabric: str, gbps: float, ph: Physics = Physics()) -> StepTim
             elif fabric == "rail-optimized":
                 t = rail_time(Wd, m, Ba, ph.nvswitch_Bps)
             elif fabric == "topoopt":
+                assert C_static is not None  # (planned above: the region has servers to connect)
                 t = multihop_time(Bs, C_static, Ba)
             else:
                 rates = LinkRates(circuit_Bps=Ba, eps_Bps=(NICS_PER_SERVER - ph.alpha) * Ba)
