@@ -60,8 +60,20 @@ def pytest_unconfigure(config) -> None:
 
 
 def uses_testbed(item) -> bool:
-    """Whether ``item`` is a testbed test: it asks for a testbed fixture or carries the marker."""
-    return bool(TESTBED_FIXTURES & set(getattr(item, "fixturenames", ()))) or item.get_closest_marker("mfctl") is not None
+    """Whether ``item`` is a testbed test: it carries the marker, or one of its fixtures is one of this
+    plugin's — not a parameter or a fixture of the test's own that happens to share the name (a
+    ``@pytest.mark.parametrize("hosts", ...)`` is no testbed test)."""
+    if item.get_closest_marker("mfctl") is not None:
+        return True
+    names = TESTBED_FIXTURES & set(getattr(item, "fixturenames", ()))
+    if not names:
+        return False
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    for name in names:
+        d = defs.get(name)
+        if d and getattr(d[-1], "func", None) is not None and getattr(d[-1].func, "__module__", "") == __name__:
+            return True
+    return False
 
 
 class _Opener:

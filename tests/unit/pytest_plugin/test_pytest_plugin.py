@@ -53,13 +53,27 @@ def test_the_plugin_is_inert_for_tests_that_do_not_use_it(pytester):
     pytester.makepyfile(test_plain="""
         import sys
 
-        def test_plain(request):
+        import pytest
+
+        def _untouched(request):
             assert "_mfctl_gate" not in request.fixturenames  # (the gate is added to testbed tests only)
             assert not any(m in sys.modules for m in ("mfctl.pytest_plugin.session", "mfctl.mockctl", "mfctl.lock",
                                                       "mfctl.inventory"))
+
+        def test_plain(request):
+            _untouched(request)
+
+        @pytest.fixture
+        def ocs():
+            return "a fixture of the suite's own"
+
+        @pytest.mark.parametrize("hosts", ["gpu01", "gpu[01-02]"])  # parameters named as the plugin's fixtures
+        def test_same_names(request, hosts, ocs):
+            _untouched(request)
+            assert ocs == "a fixture of the suite's own"
     """)
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    r.assert_outcomes(passed=1)
+    r.assert_outcomes(passed=3)
     assert "mfctl: testbed" not in r.stdout.str()
     # the options are there all the same
     r = pytester.runpytest_subprocess("--help")
