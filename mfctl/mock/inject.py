@@ -19,6 +19,8 @@
 ``ocs:port7=deny``           the OCS denies cross-connects touching port 7 (``DENY SROF``)
 ``ocs:patch2=deny``          the OCS denies its 2nd ``ENT-PATCH`` (``DENY SROF``, nothing made), once;
                              ``deny:3`` that one and the 2 after it (the initial topology is the 1st)
+``mock:start=slow:5``        the mock's start takes 5 s more, its hosts and OCS already listening
+                             (a loaded machine: what a Ctrl-C during ``mfctl mock up`` meets)
 ==========================  ==============================================================
 
 Raises ValueError with the spec and what was expected.
@@ -27,6 +29,7 @@ Raises ValueError with the spec and what was expected.
 from __future__ import annotations
 
 import re
+import time
 
 from mfctl.mock.gputools import NVLINKS, SLOWDOWNS, SM_MAX_MHZ
 
@@ -55,6 +58,12 @@ def apply(testbed, spec: str) -> str:
             raise ValueError(f"bad fault spec {spec!r}: {what} must be an integer from {lo} to {hi}")
         return int(v)
 
+    if target == "mock":
+        if part == "start" and idx is None and fault == "slow":
+            seconds = number(arg, 1, 600, "the seconds")
+            time.sleep(seconds)  # (a signal meanwhile abandons the start: mfctl.mock.testbed.serve)
+            return f"the start took {seconds} s more"
+        raise ValueError(f"bad fault spec {spec!r}: the mock takes start=slow:SECONDS")
     if target == "ocs":
         ports = testbed.ocs.inputs + testbed.ocs.outputs
         if part == "port" and idx is not None and fault == "deny":
