@@ -22,15 +22,17 @@ starts from the greedy result. :func:`plan` returns the best under the objective
 
 from __future__ import annotations
 
+import functools
 import heapq
-import itertools
+import os
 import time
+from collections.abc import Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 EXACT_MAX_CANDIDATES = 50_000
-OBJECTIVE_GREEDY_MAX_SERVERS = 10  # beyond this its O(n^3 α) evaluations cost more than they gain
 
 
 @dataclass
@@ -160,9 +162,11 @@ def greedy(S: np.ndarray, ports: np.ndarray) -> np.ndarray:
 
 def enumerate_topologies(ports: np.ndarray, limit: int = EXACT_MAX_CANDIDATES) -> np.ndarray | None:
     """Every multigraph with ``deg(i) <= ports[i]`` as ``[K, n, n]``; None if more than ``limit``."""
+    ports = np.asarray(ports, dtype=int)
     n = len(ports)
     pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
-    log_bound = sum(np.log(min(ports[i], ports[j]) + 1.0) for i, j in pairs)
+    iu, ju = _pairs(n)
+    log_bound = float(np.log(np.minimum(ports[iu], ports[ju]) + 1.0).sum())
     if log_bound > np.log(40.0 * limit):  # certainly too many: do not even start
         return None
     out: list[np.ndarray] = []
@@ -195,26 +199,24 @@ def enumerate_topologies(ports: np.ndarray, limit: int = EXACT_MAX_CANDIDATES) -
     return np.stack(out)
 
 
-def _bottlenecks(B: np.ndarray, C: np.ndarray, rates: LinkRates, top: int = 3) -> list[tuple[int, int]]:
+def _bottlenecks(S2: np.ndarray, C: np.ndarray, rates: LinkRates, top: int = 3) -> list[tuple[int, int]]:
     """Server pairs that set the completion time: the slowest circuit pairs, and for the
-    servers whose EPS egress/ingress is slowest, their largest EPS partners."""
+    servers whose EPS egress/ingress is slowest, their largest EPS partners. ``S2`` is
+    ``Σ_l (B_l + B_lᵀ)`` with a zero diagonal (both directions of every all-to-all)."""
     n = C.shape[0]
-    Bt = B + np.swapaxes(B, -1, -2)  # both directions of every all-to-all
     circ = C > 0
-    off = ~np.eye(n, dtype=bool)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tc = np.where(circ, Bt / np.where(circ, C, 1), 0.0).sum(axis=0) / rates.circuit_Bps
-    eps_b = np.where(~circ & off, Bt, 0.0).sum(axis=0)
+    tc = np.divide(S2, C, out=np.zeros(S2.shape), where=circ) / rates.circuit_Bps
+    eps_b = np.where(circ, 0.0, S2)
     eps_t = eps_b.sum(axis=1) / np.broadcast_to(np.asarray(rates.eps_Bps, float), (n,))
     out: list[tuple[int, int]] = []
-    for flat in np.argsort(tc, axis=None)[::-1][: 2 * top]:
-        i, j = divmod(int(flat), n)
+    for flat in np.argsort(tc, axis=None)[::-1][: 2 * top].tolist():
+        i, j = divmod(flat, n)
         if i < j and tc[i, j] > 0:
             out.append((i, j))
-    for i in np.argsort(eps_t)[::-1][:top]:
-        for j in np.argsort(eps_b[i])[::-1][:top]:
+    for i in np.argsort(eps_t)[::-1][:top].tolist():
+        for j in np.argsort(eps_b[i])[::-1][:top].tolist():
             if eps_b[i, j] > 0:
-                out.append((min(int(i), int(j)), max(int(i), int(j))))
+                out.append((min(i, j), max(i, j)))
     return list(dict.fromkeys(out))
 
 
@@ -231,48 +233,166 @@ def _with_circuit(C: np.ndarray, i: int, j: int) -> np.ndarray:
     return D
 
 
+def _prepare(B: np.ndarray, rates: LinkRates) -> tuple[np.ndarray, np.ndarray]:
+    """``B`` ``[L, n, n]`` with its intra-server diagonal zeroed, and 1 / each server's EPS rate."""
+    Bo = np.array(B, dtype=float)
+    idx = np.arange(Bo.shape[-1])
+    Bo[:, idx, idx] = 0.0
+    return Bo, 1.0 / np.broadcast_to(np.asarray(rates.eps_Bps, float), (Bo.shape[-1],))
+
+
+def _objective_sym(Bo: np.ndarray, C: np.ndarray, rates: LinkRates, eps_inv: np.ndarray) -> np.ndarray:
+    """:func:`objective` for *symmetric* candidates ``C`` ``[K, n, n]``, ``Bo`` from :func:`_prepare`.
+
+    With C symmetric, the combine all-to-all ``Bᵀ`` takes exactly as long as the dispatch
+    ``B`` (its egress is B's ingress and vice versa, its circuits are the same), so
+    T = 4 Σ_l t(B_l, C): half the work of :func:`objective`, in a dozen array operations."""
+    K, n, _ = C.shape
+    L = Bo.shape[0]
+    Ci = np.asarray(C, dtype=np.intp).reshape(K, 1, n * n)
+    inv = 1.0 / np.arange(1, max(int(Ci.max(initial=0)), 1) + 1)
+    inv = np.concatenate([[0.0], inv])[Ci]  # 1 / C_ij, 0 where no circuit
+    Bf = Bo.reshape(1, L, n * n)
+    t_circ = (Bf * inv).max(axis=-1) / rates.circuit_Bps
+    eps_b = (Bf * (Ci == 0)).reshape(K, L, n, n)
+    egress = (eps_b.sum(axis=-1) * eps_inv).max(axis=-1)
+    ingress = (eps_b.sum(axis=-2) * eps_inv).max(axis=-1)
+    return 4.0 * np.maximum(t_circ, np.maximum(egress, ingress)).sum(axis=-1)
+
+
+def _bottlenecks(S2: np.ndarray, C: np.ndarray, rates: LinkRates, top: int = 3) -> list[tuple[int, int]]:
+    """Server pairs that set the completion time: the slowest circuit pairs, and for the
+    servers whose EPS egress/ingress is slowest, their largest EPS partners. ``S2`` is
+    ``Σ_l (B_l + B_lᵀ)`` with a zero diagonal (both directions of every all-to-all)."""
+    n = C.shape[0]
+    circ = C > 0
+    tc = np.divide(S2, C, out=np.zeros(S2.shape), where=circ) / rates.circuit_Bps
+    eps_b = np.where(circ, 0.0, S2)
+    eps_t = eps_b.sum(axis=1) / np.broadcast_to(np.asarray(rates.eps_Bps, float), (n,))
+    out: list[tuple[int, int]] = []
+    for flat in np.argsort(tc, axis=None)[::-1][: 2 * top].tolist():
+        i, j = divmod(flat, n)
+        if i < j and tc[i, j] > 0:
+            out.append((i, j))
+    for i in np.argsort(eps_t)[::-1][:top].tolist():
+        for j in np.argsort(eps_b[i])[::-1][:top].tolist():
+            if eps_b[i, j] > 0:
+                out.append((min(i, j), max(i, j)))
+    return list(dict.fromkeys(out))
+
+
+def _add_circuits(D: np.ndarray, i: int, j: int, k: int) -> None:
+    """Add ``k`` circuits (negative: remove) between servers i and j of the symmetric matrix D, in place."""
+    D[i, j] += k
+    D[j, i] += k
+
+
+def _with_circuit(C: np.ndarray, i: int, j: int) -> np.ndarray:
+    """A copy of the circuit matrix C with one more circuit between servers i and j."""
+    D = C.copy()
+    _add_circuits(D, i, j, 1)
+    return D
+
+
+def _prepare(B: np.ndarray, rates: LinkRates) -> tuple[np.ndarray, np.ndarray]:
+    """``B`` ``[L, n, n]`` with its intra-server diagonal zeroed, and 1 / each server's EPS rate."""
+    Bo = np.array(B, dtype=float)
+    idx = np.arange(Bo.shape[-1])
+    Bo[:, idx, idx] = 0.0
+    return Bo, 1.0 / np.broadcast_to(np.asarray(rates.eps_Bps, float), (Bo.shape[-1],))
+
+
+def _objective_sym(Bo: np.ndarray, C: np.ndarray, rates: LinkRates, eps_inv: np.ndarray) -> np.ndarray:
+    """:func:`objective` for *symmetric* candidates ``C`` ``[K, n, n]``, ``Bo`` from :func:`_prepare`.
+
+    With C symmetric, the combine all-to-all ``Bᵀ`` takes exactly as long as the dispatch
+    ``B`` (its egress is B's ingress and vice versa, its circuits are the same), so
+    T = 4 Σ_l t(B_l, C): half the work of :func:`objective`, in a few array operations."""
+    inv = np.divide(1.0, C, out=np.zeros(C.shape), where=C > 0)[:, None]  # [K, 1, n, n]
+    t_circ = (Bo[None] * inv).max(axis=(-1, -2)) / rates.circuit_Bps
+    eps_b = Bo[None] * (C == 0)[:, None]
+    egress = (eps_b.sum(axis=-1) * eps_inv).max(axis=-1)
+    ingress = (eps_b.sum(axis=-2) * eps_inv).max(axis=-1)
+    return 4.0 * np.maximum(t_circ, np.maximum(egress, ingress)).sum(axis=-1)
+
+
+#: sign of each of a move's eight updates (see :func:`_moves`)
+_MOVE_SIGNS = np.array([1, 1, -1, -1, -1, -1, 1, 1])
+
+
+def _moves(C: np.ndarray, free: np.ndarray, pairs: list[tuple[int, int]]) -> np.ndarray:
+    """The local search's neighbourhood of ``C`` as ``[K, n, n]``: each bottleneck pair (i, j)
+    gets one more circuit, on free ports or on ports taken from one circuit (i, k) and one
+    (j, m) (whose freed far ends k, m are then joined); and every pair with a free port at
+    both ends gets one more circuit.
+
+    Every move is four symmetric updates +(i, j) −(i, k) −(j, m) +(k, m) on C padded with a
+    dummy server n: "no k" (i has a free port) is k = n, whose updates land in the padding;
+    k = m puts its +1 on the diagonal, which is cleared. One indexed add builds them all."""
+    n = C.shape[0]
+    ii, jj, kk, mm = [], [], [], []
+    if pairs:
+        pi, pj = np.array(pairs).T
+        rows = np.arange(len(pi))
+        # options per pair: take a port from partner k (k < n) of i, or "none" (k = n) if i has a free port
+        opt_k = np.zeros((len(pi), n + 1), dtype=bool)
+        opt_m = np.zeros((len(pi), n + 1), dtype=bool)
+        for opt, a, b in ((opt_k, pi, pj), (opt_m, pj, pi)):
+            full = free[a] <= 0
+            opt[:, :n] = (C[a] > 0) & full[:, None]
+            opt[rows, a] = opt[rows, b] = False
+            opt[:, n] = ~full
+        p, k, m = np.nonzero(opt_k[:, :, None] & opt_m[:, None, :])
+        ii, jj, kk, mm = [pi[p]], [pj[p]], [k], [m]
+    iu, ju = _pairs(n)
+    ok = (free[iu] > 0) & (free[ju] > 0)  # fill any ports left free
+    ii.append(iu[ok])
+    jj.append(ju[ok])
+    none = np.full(int(ok.sum()), n)
+    kk.append(none)
+    mm.append(none)
+    i, j, k, m = (np.concatenate(x) for x in (ii, jj, kk, mm))
+    N = n + 1
+    flat = np.stack([i * N + j, j * N + i, i * N + k, k * N + i, j * N + m, m * N + j, k * N + m, m * N + k], axis=1)
+    D = np.zeros((len(i), N, N), dtype=C.dtype)
+    D[:, :n, :n] = C
+    D.reshape(len(i), N * N)[np.arange(len(i))[:, None], flat] += _MOVE_SIGNS
+    D = D[:, :n, :n]
+    D[:, np.arange(n), np.arange(n)] = 0
+    return D
+
+
+@functools.lru_cache(maxsize=64)
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.triu_indices(n, 1)``, cached (read-only)."""
+    iu, ju = np.triu_indices(n, 1)
+    iu.setflags(write=False)
+    ju.setflags(write=False)
+    return iu, ju
+
+
 def local_search(B: np.ndarray, C0: np.ndarray, ports: np.ndarray, rates: LinkRates, max_rounds: int | None = None,
                  stop_below: float | None = None) -> np.ndarray:
-    """Improve ``C0`` by best-improvement moves aimed at the bottleneck pairs: give a
-    bottleneck pair one more circuit, on free ports or on ports taken from one circuit
-    at each end (whose two freed far ends are then joined). Stops at a local optimum,
-    after ``max_rounds``, or once the objective is at most ``stop_below``."""
+    """Improve ``C0`` by best-improvement moves aimed at the bottleneck pairs (:func:`_moves`),
+    each round's whole neighbourhood judged in one vectorised evaluation. Stops at a local
+    optimum, after ``max_rounds``, or once the objective is at most ``stop_below``."""
     B = np.asarray(B, dtype=float)
     if B.ndim == 2:
         B = B[None]
+    Bo, eps_inv = _prepare(B, rates)
+    S2 = (Bo + np.swapaxes(Bo, -1, -2)).sum(axis=0)
     C = np.array(C0, dtype=int).copy()
     n = C.shape[0]
     ports = np.asarray(ports, dtype=int)
-    best = float(objective(B, C, rates)[0])
+    best = float(_objective_sym(Bo, C[None], rates, eps_inv)[0])
     rounds = max_rounds if max_rounds is not None else 4 * n * int(ports.max(initial=1))
     for _ in range(rounds):
         if stop_below is not None and best <= stop_below:
             break
-        free = ports - C.sum(axis=1)
-        cands = []
-        for i, j in _bottlenecks(B, C, rates):
-            if free[i] > 0 and free[j] > 0:
-                cands.append(_with_circuit(C, i, j))
-                continue
-            ks = [k for k in range(n) if k not in (i, j) and C[i, k] > 0] if free[i] <= 0 else [None]
-            ms = [m for m in range(n) if m not in (i, j) and C[j, m] > 0] if free[j] <= 0 else [None]
-            for k in ks:
-                for m in ms:
-                    D = _with_circuit(C, i, j)
-                    if k is not None:
-                        _add_circuits(D, i, k, -1)
-                    if m is not None:
-                        _add_circuits(D, j, m, -1)
-                    if k is not None and m is not None and k != m:
-                        _add_circuits(D, k, m, 1)
-                    cands.append(D)
-            # also: move one circuit from the busiest other pair of i to (i, j)
-        for i, j in itertools.combinations(range(n), 2):  # fill any ports left free
-            if free[i] > 0 and free[j] > 0:
-                cands.append(_with_circuit(C, i, j))
-        if not cands:
+        cands = _moves(C, ports - C.sum(axis=1), _bottlenecks(S2, C, rates))
+        if not len(cands):
             break
-        vals = objective(B, np.stack(cands), rates)
+        vals = _objective_sym(Bo, cands, rates, eps_inv)
         k = int(np.argmin(vals))
         if vals[k] >= best * (1 - 1e-9):
             break
@@ -415,14 +535,18 @@ def plan(B: np.ndarray, ports, rates: LinkRates | None = None, *, method: str = 
     S = S + S.T
     np.fill_diagonal(S, 0.0)
     Cg = greedy(S, ports)
-    g_obj = float(objective(B, Cg, rates)[0])
-    eps_obj = float(objective(B, np.zeros((n, n), dtype=int), rates)[0])
+    Bo, eps_inv = _prepare(B, rates)
+
+    def obj(Cs: np.ndarray) -> np.ndarray:  # every plan is symmetric: the fast path of objective()
+        return _objective_sym(Bo, Cs, rates, eps_inv)
+
+    g_obj, eps_obj = (float(v) for v in obj(np.stack([Cg, np.zeros((n, n), dtype=int)])))
     best_C, best_obj, used, ncand = Cg, g_obj, "greedy", 1
     allc = vals = None
     if method in ("exact", "best"):
         allc = enumerate_topologies(ports)
         if allc is not None:
-            vals = objective(B, allc, rates)
+            vals = obj(allc)
             # among (near-)ties prefer the topology that lights more circuits
             near = np.flatnonzero(vals <= vals.min() * (1 + 1e-9))
             k = int(near[np.argmax(allc[near].sum(axis=(1, 2)))])
@@ -433,18 +557,13 @@ def plan(B: np.ndarray, ports, rates: LinkRates | None = None, *, method: str = 
     if method == "ilp":
         Ci = ilp(B, ports, rates)
         if Ci is not None:
-            io = float(objective(B, Ci, rates)[0])
+            io = float(obj(Ci[None])[0])
             if io < best_obj * (1 - 1e-12):
                 best_C, best_obj = Ci, io
             used = "ilp"
     if method == "local" or (method in ("best", "exact", "ilp") and used not in ("exact", "ilp")):
-        start = Cg
-        if n <= OBJECTIVE_GREEDY_MAX_SERVERS:
-            Co = objective_greedy(B, ports, rates)
-            if float(objective(B, Co, rates)[0]) < g_obj:
-                start = Co
-        Cl = local_search(B, start, ports, rates)
-        lo = float(objective(B, Cl, rates)[0])
+        Cl = local_search(B, Cg, ports, rates)
+        lo = float(obj(Cl[None])[0])
         if lo < best_obj * (1 - 1e-12):
             best_C, best_obj = Cl, lo
         used = "local"
@@ -472,3 +591,29 @@ def plan(B: np.ndarray, ports, rates: LinkRates | None = None, *, method: str = 
         best_C, best_obj, used = C, obj, how
     return Plan(circuits=np.asarray(best_C, dtype=int), method=used, objective_s=best_obj, greedy_objective_s=g_obj,
                 eps_only_objective_s=eps_obj, candidates=ncand, elapsed_ms=(time.perf_counter() - t0) * 1000, extra=extra)
+
+
+def _plan_one(args: tuple) -> Plan:
+    """:func:`plan` of one region (a picklable top-level function for the process pool)."""
+    B, ports, rates, method = args
+    return plan(B, ports, rates, method=method)
+
+
+def plan_regions(regions: Sequence[tuple[np.ndarray, np.ndarray]], rates: LinkRates | None = None, *,
+                 method: str = "best", workers: int | None = None, executor: Executor | None = None) -> list[Plan]:
+    """Plan many independent regions (``(B, ports)`` each, as :func:`plan`), in order.
+
+    Regions share nothing, so they are planned in parallel: on ``executor`` if given (keep
+    one process pool alive across iterations to avoid its start-up), else on a fresh
+    process pool of ``workers`` processes (default: every core, ``os.cpu_count()``);
+    ``workers=1`` plans serially in this process. The plans are the same either way."""
+    rates = rates or LinkRates()
+    jobs = [(np.asarray(B, dtype=float), np.asarray(p, dtype=int), rates, method) for B, p in regions]
+    workers = workers or os.cpu_count() or 1
+    if executor is None and (workers <= 1 or len(jobs) <= 1):
+        return [_plan_one(j) for j in jobs]
+    chunk = max(1, len(jobs) // (4 * workers))
+    if executor is not None:
+        return list(executor.map(_plan_one, jobs, chunksize=chunk))
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+        return list(pool.map(_plan_one, jobs, chunksize=chunk))
