@@ -228,24 +228,42 @@ def oversub_time(Bs: np.ndarray, host_Bps: float, edge: int, oversub: float) -> 
     return max(t, up.max() / cap, down.max() / cap)
 
 
-def mixnet_time(Bs: np.ndarray, C: np.ndarray, circuit_Bps: float, eps_Bps: float) -> float:
-    """All-to-all time on circuits ``C`` plus ``eps_Bps`` of EPS per server, the inter-host step
-    running over both OCS and EPS NICs (paper §5.3): a pair's bytes beyond what its circuits carry
-    in time t spill onto the EPS; the smallest feasible t (bisection)."""
+def mixnet_time(Bs: np.ndarray, C: np.ndarray, circuit_Bps: float, eps_Bps) -> float:
+    """All-to-all time on circuits ``C`` plus ``eps_Bps`` of EPS per server (a number, or one per
+    server), the inter-host step running over both OCS and EPS NICs (paper §5.3): a pair's bytes
+    beyond what its circuits carry in time t spill onto the EPS; the smallest feasible t (bisection)."""
     n = Bs.shape[0]
     off = ~np.eye(n, dtype=bool)
     D = np.where(off, Bs, 0.0)
+    if not D.any():
+        return 0.0
     cap = C.astype(float) * circuit_Bps
+    eps = np.broadcast_to(np.asarray(eps_Bps, dtype=float), (n,))
 
     def feasible(t: float) -> bool:
         rest = np.maximum(0.0, D - cap * t)
-        return bool(rest.sum(axis=1).max() <= eps_Bps * t and rest.sum(axis=0).max() <= eps_Bps * t)
+        return bool((rest.sum(axis=1) <= eps * t).all() and (rest.sum(axis=0) <= eps * t).all())
 
-    lo, hi = 0.0, float(D.sum()) / eps_Bps + 1e-12
+    lo, hi = 0.0, float(D.sum()) / max(float(eps.min()), 1e-9) + 1e-12
     for _ in range(60):
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if feasible(mid) else (mid, hi)
     return hi
+
+
+def region_objective(B: np.ndarray, C: np.ndarray, rates: LinkRates) -> np.ndarray:
+    """The planner objective's quantity (:func:`mfctl.fabric.planner.objective`: the 4 all-to-alls
+    per layer, ``2 Σ_l [t(B_l) + t(B_lᵀ)]``, seconds) with this model's all-to-all time
+    (:func:`mixnet_time`: circuits and EPS together); ``[K]`` for candidates ``C`` ``[K, n, n]``.
+    The controller's reconfiguration policy prices a change with it."""
+    B = np.asarray(B, dtype=float)
+    if B.ndim == 2:
+        B = B[None]
+    C = np.asarray(C)
+    if C.ndim == 2:
+        C = C[None]
+    return np.array([2.0 * sum(mixnet_time(b, c, rates.circuit_Bps, rates.eps_Bps) +
+                               mixnet_time(b.T, c, rates.circuit_Bps, rates.eps_Bps) for b in B) for c in C])
 
 
 def _paths(C: np.ndarray, i: int, j: int) -> list[list[tuple[int, int]]]:

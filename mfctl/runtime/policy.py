@@ -6,6 +6,8 @@ Per region: every predictor's guess of an iteration's dispatch bytes is scored a
 gives the next prediction, and :func:`consider` plans circuits for it with minimum change. A
 change is proposed when the predicted gain over the window (``policy.window_iterations``
 iterations, testbed s) minus the expected cost of reconfiguring exceeds ``policy.min_gain_s``.
+Gain and cost are priced with the what-if step model's all-to-all time
+(:func:`mfctl.fabric.itermodel.region_objective`: circuits and EPS together, as in ``mfctl simulate``).
 The cost is the expected reconfiguration time (the mean of the run's so far, else
 ``policy.expected_reconfig_s``) times the share of an iteration lost while only the kept
 circuits carry traffic.
@@ -20,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from mfctl.fabric import mapping
-from mfctl.fabric.planner import objective
+from mfctl.fabric.itermodel import region_objective as objective  # the step model's all-to-all time (issue 21)
 from mfctl.fabric.planner import plan as plan_circuits
 from mfctl.fabric.predict import EWMAPredictor, LastPredictor, rel_error
 from mfctl.runtime.plan import RegionState, RunPlan

@@ -1,0 +1,62 @@
+"""The reconfiguration policy prices a change with the what-if step model (issue 21): on the
+prototype's plan, a change is made when the traffic shifts and none while it stays."""
+
+import numpy as np
+import pytest
+
+from mfctl.fabric import itermodel, mapping
+from mfctl.inventory import load_inventory
+from mfctl.runtime import policy
+from mfctl.runtime.plan import initial_cross_connects, plan_run
+from mfctl.runtime.playbook import load_playbook
+from support import PROTOTYPE, ROOT
+
+
+@pytest.fixture
+def plan():
+    p = plan_run(load_playbook(ROOT / "playbooks" / "mixtral-prototype.yaml"), load_inventory(PROTOTYPE))
+    initial_cross_connects(p, {})  # random circuits, seed 1
+    return p
+
+
+def hot(plan, n, a, b):
+    B = np.full((plan.playbook.model.layers, n, n), 1e6)
+    B[:, a, b] = B[:, b, a] = 5e9
+    for layer in B:
+        np.fill_diagonal(layer, 0)
+    return B
+
+
+def test_a_reconfiguration_when_the_traffic_shifts_none_while_it_stays(plan):
+    reg = plan.regions["region0"]
+    reg.last_iter_s = 5.6
+    n = len(reg.hosts)
+    decisions = []
+    record = lambda op, **f: decisions.append(f)  # noqa: E731
+    reg.predicted = hot(plan, n, 0, 3)
+    first = policy.consider(plan, reg, 2, 6.0, record)
+    assert first is not None
+    # priced with the step model: the gain is its all-to-all time saved over the window
+    C_before = np.asarray(decisions[0]["circuits"])
+    o = itermodel.region_objective(reg.predicted, np.stack([mapping.circuit_matrix(reg.circuits, reg.hosts), C_before]),
+                                   plan.rates)
+    assert first.decision.objective_before_s == pytest.approx(o[0]) and first.decision.objective_after_s == pytest.approx(o[1])
+    reg.circuits = first.new  # applied
+    assert policy.consider(plan, reg, 5, 6.0, record) is None  # the same traffic: nothing to gain
+    reg.predicted = hot(plan, n, 1, 2)  # the hot pair moves
+    second = policy.consider(plan, reg, 8, 6.0, record)
+    assert second is not None and second.decision.predicted_gain_s > second.decision.predicted_cost_s
+    C = mapping.circuit_matrix(second.new, reg.hosts)
+    assert C[1, 2] > mapping.circuit_matrix(reg.circuits, reg.hosts)[1, 2]
+
+
+def test_the_step_models_objective_never_exceeds_the_planners_and_is_zero_without_traffic(plan):
+    from mfctl.fabric.planner import objective
+
+    reg = plan.regions["region0"]
+    n = len(reg.hosts)
+    B = hot(plan, n, 0, 3)
+    C = mapping.circuit_matrix(reg.circuits, reg.hosts)
+    ours, planner = itermodel.region_objective(B, C, plan.rates)[0], objective(B, C, plan.rates)[0]
+    assert 0 < ours <= planner * (1 + 1e-6)  # the EPS also carries circuit pairs' overflow
+    assert itermodel.region_objective(np.zeros_like(B), C, plan.rates)[0] == 0.0
