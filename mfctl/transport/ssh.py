@@ -61,6 +61,25 @@ logging.getLogger(_PARAMIKO_LOG).setLevel(logging.WARNING)
 # not printed (Python's last-resort handler would put a traceback per failed connection on stderr)
 logging.getLogger(_PARAMIKO_LOG).addHandler(logging.NullHandler())
 
+
+class _IntoMfctlLog(logging.Handler):
+    """What paramiko logs under its own loggers (``paramiko.*``: a transport before
+    ``set_log_channel``, a host vanishing under a session — ``Socket exception: Connection reset by
+    peer``, ``Error reading SSH protocol banner`` with its traceback) goes where
+    :data:`_PARAMIKO_LOG`'s records go: mfctl's log file, never the terminal. What failed reaches
+    the operator once, as the UnreachableError of the call that met it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logging.getLogger(_PARAMIKO_LOG).handle(record)
+
+
+_paramiko_root = logging.getLogger("paramiko")
+if not any(isinstance(h, _IntoMfctlLog) for h in _paramiko_root.handlers):
+    _paramiko_root.addHandler(_IntoMfctlLog())
+    _paramiko_root.propagate = False  # (not to the root logger either: a caller's stderr handler there)
+    if _paramiko_root.level == logging.NOTSET:
+        _paramiko_root.setLevel(logging.WARNING)
+
 _PKEY_CACHE: dict[str, "paramiko.PKey"] = {}
 _PKEY_LOCK = threading.Lock()
 
