@@ -66,53 +66,6 @@ def test_profile_fit_recovers_known_alpha_and_beta():
         fit_linear("x", [1, 1], [2, 2], "byte")
 
 
-def test_megatron_hook_speaks_the_protocol():
-    from examples.megatron_hook import MFabricHook
-    from mfctl.runtime.client import RuntimeClient
-    from mfctl.runtime.controller import Controller
-
-    ctrl = Controller(token="t", welcome=lambda h: {"epoch": 0, "routes": {"a->b": {"via": "eps"}}}, expected_hosts={"h1"})
-    try:
-        c = RuntimeClient(ctrl.address_str, host="h1", token="t")
-        hook = MFabricHook(c, leader=True, hidden=4096)
-        hook.config = c.connect()
-
-        class Dispatcher:  # the shape of Megatron-Core's all-to-all dispatcher
-            num_global_tokens_per_expert = None
-
-            def preprocess(self, routing_map):
-                self.num_global_tokens_per_expert = np.array(routing_map)
-                return "permuted"
-
-        d = Dispatcher()
-        hook.attach(d, 0)
-        assert d.preprocess([[3, 1], [0, 4]]) == "permuted"
-        hook.end_of_iteration(1, seconds=1.5, tokens=1024)
-        kinds = []
-        while len(kinds) < 3:
-            host, msg = ctrl.events.get(timeout=5)
-            kinds.append(msg["type"])
-            if msg["type"] == "traffic":
-                assert msg["tokens"] == {"0": [[3, 1], [0, 4]]}
-        assert kinds == ["hello", "traffic", "iteration"]
-        ctrl.send("h1", {"type": "propose", "epoch": 1})
-        ctrl.send("h1", {"type": "routes", "epoch": 1, "routes": {"a->b": {"via": "ocs", "lanes": [["x", "y"]]}}})
-        import time
-        time.sleep(0.2)
-        hook.end_of_iteration(2, seconds=1.4, tokens=1024)
-        got = []
-        while len(got) < 3:
-            got.append(ctrl.events.get(timeout=5)[1]["type"])
-        assert got == ["iteration", "paused", "resume"] and hook.epoch == 1 and hook.routes["a->b"]["via"] == "ocs"
-    finally:
-        ctrl.close()
-    deadline = time.monotonic() + 10
-    while not c.lost.is_set() and time.monotonic() < deadline:  # the client notices the closed socket
-        time.sleep(0.02)
-    hook.end_of_iteration(3, seconds=1.0)  # controller gone: training goes on, nothing raised
-    assert hook.lost
-
-
 def test_profile_and_schedule_on_the_mock(tmp_path, cli_env, monkeypatch):
     from mfctl import mockctl
     from support import PROTOTYPE
