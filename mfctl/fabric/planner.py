@@ -246,71 +246,15 @@ def _objective_sym(Bo: np.ndarray, C: np.ndarray, rates: LinkRates, eps_inv: np.
 
     With C symmetric, the combine all-to-all ``Bᵀ`` takes exactly as long as the dispatch
     ``B`` (its egress is B's ingress and vice versa, its circuits are the same), so
-    T = 4 Σ_l t(B_l, C): half the work of :func:`objective`, in a dozen array operations."""
+    T = 4 Σ_l t(B_l, C): half the work of :func:`objective`, in a dozen array operations
+    on ``[K, L, n²]`` (1 / C_ij looked up, not divided)."""
     K, n, _ = C.shape
     L = Bo.shape[0]
-    Ci = np.asarray(C, dtype=np.intp).reshape(K, 1, n * n)
-    inv = 1.0 / np.arange(1, max(int(Ci.max(initial=0)), 1) + 1)
-    inv = np.concatenate([[0.0], inv])[Ci]  # 1 / C_ij, 0 where no circuit
+    Cf = np.asarray(C, dtype=np.intp).reshape(K, 1, n * n)
+    inv = np.concatenate([[0.0], 1.0 / np.arange(1, int(Cf.max(initial=0)) + 1)])[Cf]  # 0 where no circuit
     Bf = Bo.reshape(1, L, n * n)
     t_circ = (Bf * inv).max(axis=-1) / rates.circuit_Bps
-    eps_b = (Bf * (Ci == 0)).reshape(K, L, n, n)
-    egress = (eps_b.sum(axis=-1) * eps_inv).max(axis=-1)
-    ingress = (eps_b.sum(axis=-2) * eps_inv).max(axis=-1)
-    return 4.0 * np.maximum(t_circ, np.maximum(egress, ingress)).sum(axis=-1)
-
-
-def _bottlenecks(S2: np.ndarray, C: np.ndarray, rates: LinkRates, top: int = 3) -> list[tuple[int, int]]:
-    """Server pairs that set the completion time: the slowest circuit pairs, and for the
-    servers whose EPS egress/ingress is slowest, their largest EPS partners. ``S2`` is
-    ``Σ_l (B_l + B_lᵀ)`` with a zero diagonal (both directions of every all-to-all)."""
-    n = C.shape[0]
-    circ = C > 0
-    tc = np.divide(S2, C, out=np.zeros(S2.shape), where=circ) / rates.circuit_Bps
-    eps_b = np.where(circ, 0.0, S2)
-    eps_t = eps_b.sum(axis=1) / np.broadcast_to(np.asarray(rates.eps_Bps, float), (n,))
-    out: list[tuple[int, int]] = []
-    for flat in np.argsort(tc, axis=None)[::-1][: 2 * top].tolist():
-        i, j = divmod(flat, n)
-        if i < j and tc[i, j] > 0:
-            out.append((i, j))
-    for i in np.argsort(eps_t)[::-1][:top].tolist():
-        for j in np.argsort(eps_b[i])[::-1][:top].tolist():
-            if eps_b[i, j] > 0:
-                out.append((min(i, j), max(i, j)))
-    return list(dict.fromkeys(out))
-
-
-def _add_circuits(D: np.ndarray, i: int, j: int, k: int) -> None:
-    """Add ``k`` circuits (negative: remove) between servers i and j of the symmetric matrix D, in place."""
-    D[i, j] += k
-    D[j, i] += k
-
-
-def _with_circuit(C: np.ndarray, i: int, j: int) -> np.ndarray:
-    """A copy of the circuit matrix C with one more circuit between servers i and j."""
-    D = C.copy()
-    _add_circuits(D, i, j, 1)
-    return D
-
-
-def _prepare(B: np.ndarray, rates: LinkRates) -> tuple[np.ndarray, np.ndarray]:
-    """``B`` ``[L, n, n]`` with its intra-server diagonal zeroed, and 1 / each server's EPS rate."""
-    Bo = np.array(B, dtype=float)
-    idx = np.arange(Bo.shape[-1])
-    Bo[:, idx, idx] = 0.0
-    return Bo, 1.0 / np.broadcast_to(np.asarray(rates.eps_Bps, float), (Bo.shape[-1],))
-
-
-def _objective_sym(Bo: np.ndarray, C: np.ndarray, rates: LinkRates, eps_inv: np.ndarray) -> np.ndarray:
-    """:func:`objective` for *symmetric* candidates ``C`` ``[K, n, n]``, ``Bo`` from :func:`_prepare`.
-
-    With C symmetric, the combine all-to-all ``Bᵀ`` takes exactly as long as the dispatch
-    ``B`` (its egress is B's ingress and vice versa, its circuits are the same), so
-    T = 4 Σ_l t(B_l, C): half the work of :func:`objective`, in a few array operations."""
-    inv = np.divide(1.0, C, out=np.zeros(C.shape), where=C > 0)[:, None]  # [K, 1, n, n]
-    t_circ = (Bo[None] * inv).max(axis=(-1, -2)) / rates.circuit_Bps
-    eps_b = Bo[None] * (C == 0)[:, None]
+    eps_b = (Bf * (Cf == 0)).reshape(K, L, n, n)
     egress = (eps_b.sum(axis=-1) * eps_inv).max(axis=-1)
     ingress = (eps_b.sum(axis=-2) * eps_inv).max(axis=-1)
     return 4.0 * np.maximum(t_circ, np.maximum(egress, ingress)).sum(axis=-1)
@@ -333,16 +277,17 @@ def _moves(C: np.ndarray, free: np.ndarray, pairs: list[tuple[int, int]]) -> np.
     ii, jj, kk, mm = [], [], [], []
     if pairs:
         pi, pj = np.array(pairs).T
-        rows = np.arange(len(pi))
-        # options per pair: take a port from partner k (k < n) of i, or "none" (k = n) if i has a free port
-        opt_k = np.zeros((len(pi), n + 1), dtype=bool)
-        opt_m = np.zeros((len(pi), n + 1), dtype=bool)
-        for opt, a, b in ((opt_k, pi, pj), (opt_m, pj, pi)):
-            full = free[a] <= 0
-            opt[:, :n] = (C[a] > 0) & full[:, None]
-            opt[rows, a] = opt[rows, b] = False
-            opt[:, n] = ~full
-        p, k, m = np.nonzero(opt_k[:, :, None] & opt_m[:, None, :])
+        P = len(pi)
+        # options of each end a (i, then j) of each pair: take a port from a's partner k (k < n,
+        # not the other end b), or "none" (k = n) if a has a free port
+        a, b = np.concatenate([pi, pj]), np.concatenate([pj, pi])
+        full = free[a] <= 0
+        opt = np.zeros((2 * P, n + 1), dtype=bool)
+        opt[:, :n] = (C[a] > 0) & full[:, None]
+        rows = np.arange(2 * P)
+        opt[rows, a] = opt[rows, b] = False
+        opt[:, n] = ~full
+        p, k, m = np.nonzero(opt[:P, :, None] & opt[P:, None, :])
         ii, jj, kk, mm = [pi[p]], [pj[p]], [k], [m]
     iu, ju = _pairs(n)
     ok = (free[iu] > 0) & (free[ju] > 0)  # fill any ports left free
@@ -353,7 +298,7 @@ def _moves(C: np.ndarray, free: np.ndarray, pairs: list[tuple[int, int]]) -> np.
     mm.append(none)
     i, j, k, m = (np.concatenate(x) for x in (ii, jj, kk, mm))
     N = n + 1
-    flat = np.stack([i * N + j, j * N + i, i * N + k, k * N + i, j * N + m, m * N + j, k * N + m, m * N + k], axis=1)
+    flat = np.stack([i, j, i, k, j, m, k, m], axis=1) * N + np.stack([j, i, k, i, m, j, m, k], axis=1)
     D = np.zeros((len(i), N, N), dtype=C.dtype)
     D[:, :n, :n] = C
     D.reshape(len(i), N * N)[np.arange(len(i))[:, None], flat] += _MOVE_SIGNS
@@ -537,16 +482,16 @@ def plan(B: np.ndarray, ports, rates: LinkRates | None = None, *, method: str = 
     Cg = greedy(S, ports)
     Bo, eps_inv = _prepare(B, rates)
 
-    def obj(Cs: np.ndarray) -> np.ndarray:  # every plan is symmetric: the fast path of objective()
+    def fast_obj(Cs: np.ndarray) -> np.ndarray:  # every plan is symmetric: the fast path of objective()
         return _objective_sym(Bo, Cs, rates, eps_inv)
 
-    g_obj, eps_obj = (float(v) for v in obj(np.stack([Cg, np.zeros((n, n), dtype=int)])))
+    g_obj, eps_obj = (float(v) for v in fast_obj(np.stack([Cg, np.zeros((n, n), dtype=int)])))
     best_C, best_obj, used, ncand = Cg, g_obj, "greedy", 1
     allc = vals = None
     if method in ("exact", "best"):
         allc = enumerate_topologies(ports)
         if allc is not None:
-            vals = obj(allc)
+            vals = fast_obj(allc)
             # among (near-)ties prefer the topology that lights more circuits
             near = np.flatnonzero(vals <= vals.min() * (1 + 1e-9))
             k = int(near[np.argmax(allc[near].sum(axis=(1, 2)))])
@@ -557,13 +502,13 @@ def plan(B: np.ndarray, ports, rates: LinkRates | None = None, *, method: str = 
     if method == "ilp":
         Ci = ilp(B, ports, rates)
         if Ci is not None:
-            io = float(obj(Ci[None])[0])
+            io = float(fast_obj(Ci[None])[0])
             if io < best_obj * (1 - 1e-12):
                 best_C, best_obj = Ci, io
             used = "ilp"
     if method == "local" or (method in ("best", "exact", "ilp") and used not in ("exact", "ilp")):
         Cl = local_search(B, Cg, ports, rates)
-        lo = float(obj(Cl[None])[0])
+        lo = float(fast_obj(Cl[None])[0])
         if lo < best_obj * (1 - 1e-12):
             best_C, best_obj = Cl, lo
         used = "local"
