@@ -6,8 +6,7 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, option, out_console
-from mfctl.cli.provision import HOSTS_OPT  # the one --hosts: the same option and help as provision's and firmware's
+from mfctl.cli.common import HOSTS_OPT, JSON_OPT, emit_json, handle_errors, host_names, option, out_console
 
 app = typer.Typer(help="Throughput benchmarks on the testbed.", no_args_is_help=True)
 
@@ -25,7 +24,6 @@ def nccl(inventory: Path = option("inventory", "--inventory", "-i", default=...,
 
     from mfctl.bench.nccl import TESTS, parse_size, run_nccl, store
     from mfctl.cli.progress import ProgressObserver
-    from mfctl.cli.provision import _host_names
     from mfctl.context import Context
     from mfctl.errors import UsageError
     from mfctl.inventory import load_inventory
@@ -35,7 +33,7 @@ def nccl(inventory: Path = option("inventory", "--inventory", "-i", default=...,
         raise UsageError("--test must be alltoall_perf or all_reduce_perf")
     parse_size(max_bytes)
     inv = load_inventory(inventory)
-    names = _host_names(hosts, inv)  # the one host selector (provision, firmware, health, exec)
+    names = host_names(hosts, inv)  # the one host selector (provision, firmware, health, exec)
     with ProgressObserver() as obs:  # stderr only, --json too: stdout holds the object alone
         out = run_nccl(Context.from_settings(inv), test, max_bytes, names, observer=obs)
     out["stored"] = str(store(out, inv.name))

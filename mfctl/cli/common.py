@@ -204,6 +204,23 @@ def argument(name: str, default=..., help: str | None = None, **kw):
 
 
 JSON_OPT = option("json", "--json", help="Print one JSON object on stdout (for CI).")
+HOSTS_OPT = typer.Option(None, "--hosts", help="Only these hosts: a host set (all, gpu01,gpu03, gpu[01-04]!gpu02, "
+                         "@region0); default all.")
+
+
+def host_names(hosts: str | None, inv) -> list[str]:
+    """``--hosts`` as names of the inventory (all of them when not given), through the one host
+    selector exec uses too (:func:`mfctl.inventory.hostsets.select_hosts`: ClusterShell sets,
+    ``@region``); UsageError otherwise."""
+    from mfctl.errors import UsageError
+    from mfctl.inventory.hostsets import select_hosts
+
+    known = [h.name for h in inv.hosts]
+    if hosts is None:
+        return known
+    if not hosts.replace(",", "").strip():
+        raise UsageError("--hosts is empty (leave it out for all hosts)")
+    return select_hosts(hosts, known, {r.name: list(r.hosts) for r in inv.regions})
 
 
 def _console(**kw):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, option, out_console, print_error
+from mfctl.cli.common import HOSTS_OPT, JSON_OPT, emit_json, handle_errors, host_names, option, out_console, print_error
 
 
 def _list_checks(json_out: bool) -> None:
@@ -63,7 +63,7 @@ def _report(report, junit: Path | None, json_out: bool) -> None:
 @handle_errors
 def health(inventory: Path = option("inventory", "--inventory", "-i", default=None,
                                           help="Inventory YAML (required but for --list-checks)."),
-           hosts: str = typer.Option(None, "--hosts", help="Host set (gpu[01-02], @REGION); default all."),
+           hosts: str = HOSTS_OPT,
            checks: str = typer.Option(None, "--checks", help="Checks to run: +NAME adds to the default set, -NAME removes, "
                                       "bare NAMES are exactly these (comma-separated; --list-checks shows them)."),
            list_checks: bool = typer.Option(False, "--list-checks", help="Show the checks (what each runs and judges) and exit."),
@@ -106,12 +106,11 @@ def _sweep(inventory: Path, hosts: str | None, checks: str | None, no_ocs: bool,
     from mfctl.context import Context
     from mfctl.health.checks import ocs
     from mfctl.inventory import load_inventory
-    from mfctl.inventory.hostsets import select_hosts
 
     names = H.select_checks(checks or None, without=("ocs",) if no_ocs else ())
     overrides = H.parse_overrides(threshold)
     inv = load_inventory(inventory)
-    selected = None if hosts is None else select_hosts(hosts, [h.name for h in inv.hosts], {r.name: r.hosts for r in inv.regions})
+    selected = None if hosts is None else host_names(hosts, inv)
     ctx = Context.from_settings(inv)
     ocs_state = ocs.read_state(ctx) if ocs.NAME in names else None
     before = H.load_baseline(inv)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, option, out_console, print_error
+from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, host_names, option, out_console, print_error
 
 
 @handle_errors
@@ -25,7 +25,6 @@ def profile(inventory: Path = option("inventory", "--inventory", "-i", default=.
 
     from mfctl.bench.profile import run_profile, store
     from mfctl.cli.progress import ProgressObserver
-    from mfctl.cli.provision import _host_names
     from mfctl.context import Context
     from mfctl.errors import UsageError
     from mfctl.inventory import load_inventory
@@ -36,7 +35,7 @@ def profile(inventory: Path = option("inventory", "--inventory", "-i", default=.
         print_error("--host is deprecated: use --hosts (a host set, as every command takes)", "warning")
         hosts = host
     inv = load_inventory(inventory)
-    names = [inv.hosts[0].name] if hosts is None else _host_names(hosts, inv)  # the one host selector
+    names = [inv.hosts[0].name] if hosts is None else host_names(hosts, inv)  # the one host selector
     with ProgressObserver() as obs:  # stderr only, --json too: stdout holds the object alone
         doc = run_profile(Context.from_settings(inv), names, hidden=hidden, ffn_hidden=ffn_hidden, observer=obs)
     path = store(doc)

@@ -7,7 +7,19 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, confirm, emit_json, handle_errors, markup, option, out_console, print_error, shipped
+from mfctl.cli.common import (
+    HOSTS_OPT,
+    JSON_OPT,
+    confirm,
+    emit_json,
+    handle_errors,
+    host_names,
+    markup,
+    option,
+    out_console,
+    print_error,
+    shipped,
+)
 
 app = typer.Typer(help="Bring hosts to the desired NIC/transceiver/RoCE/GPU/firmware state (plan → apply → verify).",
                   no_args_is_help=True)
@@ -15,8 +27,6 @@ firmware_app = typer.Typer(help="Firmware compliance against firmware/manifest.y
 
 SPEC_ARG = typer.Argument(Path("playbooks/provision.yaml"), help="Provisioning recipe.")
 INV_OPT = option("inventory", "--inventory", "-i", default=None, help="Use this inventory instead of the recipe's.")
-HOSTS_OPT = typer.Option(None, "--hosts", help="Only these hosts: a host set (all, gpu01,gpu03, gpu[01-04]!gpu02, "
-                         "@region0).")
 
 
 @contextmanager
@@ -31,25 +41,10 @@ def _ctx(spec_path: Path, inventory: Path | None, hosts: str | None):
     inv = load_inventory(inventory or spec.path(spec.inventory))
     manifest = load_manifest(spec.path(spec.firmware_manifest)) if spec.firmware_manifest else None
     spec.check_addresses(inv)
-    names = _host_names(hosts, inv)
+    names = host_names(hosts, inv)
     ctx = Context.from_settings(inv)
     with ctx.pool() as pool:
         yield spec, inv, manifest, names, pool, ctx
-
-
-def _host_names(hosts: str | None, inv) -> list[str]:
-    """``--hosts`` as names of the inventory (all of them when not given), through the one host
-    selector exec and health use (:func:`mfctl.inventory.hostsets.select_hosts`: ClusterShell sets,
-    ``@region``); UsageError otherwise."""
-    from mfctl.errors import UsageError
-    from mfctl.inventory.hostsets import select_hosts
-
-    known = [h.name for h in inv.hosts]
-    if hosts is None:
-        return known
-    if not hosts.replace(",", "").strip():
-        raise UsageError("--hosts is empty (leave it out for all hosts)")
-    return select_hosts(hosts, known, {r.name: list(r.hosts) for r in inv.regions})
 
 
 def _progress(json_out: bool):

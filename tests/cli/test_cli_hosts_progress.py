@@ -54,9 +54,10 @@ def test_the_hosts_option_reads_the_same_everywhere():
 
     bench = param("bench", "nccl")
     assert bench.opts == ["--hosts"] and "gpu[01-04]!gpu02" in bench.help and "@region0" in bench.help
-    assert bench.help == param("provision", "apply").help == param("firmware", "check").help
+    assert bench.help == param("provision", "apply").help == param("firmware", "check").help == param("health").help
+    assert bench.help.endswith("; default all.")
     prof = param("profile")
-    assert prof.opts == ["--hosts"] and prof.help.startswith(bench.help.rstrip(".") + "; default: the inventory's first")
+    assert prof.opts == ["--hosts"] and prof.help.startswith(bench.help.split(";")[0] + "; default: the inventory's first")
     assert param("profile", name="host").hidden is True
 
 
