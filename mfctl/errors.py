@@ -114,6 +114,21 @@ class ParseError(MfctlError):
         super().__init__(f"{tool}: output{where}: expected {expected}" + (f", got {shown!r}" if got else ""))
 
 
+class InputNotParsed(ParseError):
+    """A ParseError in a file the operator gave (``mfctl parse``): invalid input, so exit 3 like any
+    invalid file, where a host's output that is not understood is a failure on that target (1)."""
+
+    exit_code = ExitCode.CONFIG
+
+    def __init__(self, e: ParseError, kind: str | None):
+        super().__init__(e.tool, e.line_no, e.expected, e.got)
+        self.kind = kind
+
+    def to_dict(self) -> dict:
+        return super().to_dict() | {"type": "ParseError", "kind": self.kind, "tool": self.tool, "line": self.line_no,
+                                    "expected": self.expected, "got": self.got}
+
+
 @dataclass(frozen=True)
 class ExitCodeInfo:
     """One row of :data:`EXIT_CODES`: the code, a few words (``mfctl --help``), what it means, and
@@ -131,7 +146,7 @@ EXIT_CODES: tuple[ExitCodeInfo, ...] = (
                  "stopped by SIGTERM or Ctrl-C, its normal end (it says 'stopped')", ()),
     ExitCodeInfo(ExitCode.FAILED, "failed on a target",
                  "the operation ran and failed on at least one target: a host's command, a critical health finding, a "
-                 "refused OCS command, a run that failed, a tool's output not understood, an I/O error, a port "
+                 "refused OCS command, a run that failed, a host's tool output not understood, an I/O error, a port "
                  "already in use, a change not confirmed at the prompt", ("OperationFailed", "ParseError", "MfctlError")),
     ExitCodeInfo(ExitCode.USAGE, "usage",
                  "the command line cannot be right: an unknown option, a missing argument, a value of the wrong type "
@@ -139,10 +154,11 @@ EXIT_CODES: tuple[ExitCodeInfo, ...] = (
                  "cannot be written; a change asked for without a terminal and without --yes",
                  ("UsageError", "click.UsageError")),
     ExitCodeInfo(ExitCode.CONFIG, "invalid inventory/config/data",
-                 "an inventory, playbook, recipe, topology or traffic file is invalid (the message names file and "
-                 "line), a setting is unusable (the state directory, an SSH key), or a data file mfctl reads back is "
+                 "an inventory, playbook, recipe, topology, traffic or tool-output file given is invalid or cannot "
+                 "be read (the message names file and line; mfctl parse: tool, line, expectation), "
+                 "a setting is unusable (the state directory, an SSH key), or a data file mfctl reads back is "
                  "damaged (a run's summary.json or metrics.db)",
-                 ("ConfigError", "SSHKeyError", "DataError")),
+                 ("ConfigError", "SSHKeyError", "DataError", "InputNotParsed")),
     ExitCodeInfo(ExitCode.UNREACHABLE, "unreachable/timeout",
                  "a host or the OCS could not be reached, or an operation on it timed out", ("UnreachableError",)),
     ExitCodeInfo(ExitCode.LOCKED, "lock held",

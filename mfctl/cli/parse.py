@@ -12,25 +12,10 @@ from typing import Any
 import typer
 
 from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, out_console, print_error
-from mfctl.errors import ExitCode, ParseError
+from mfctl.errors import InputNotParsed, ParseError
 
 #: the most text read (a paste or a capture, not a disk image): larger input is a usage error
 MAX_BYTES = 64 * 1024 * 1024
-
-
-class InputNotParsed(ParseError):
-    """A ParseError met by ``mfctl parse``: the operator's input, so exit 3 (DESIGN §9: invalid
-    input), with tool, line, expectation and the kind in ``--json``."""
-
-    exit_code = ExitCode.CONFIG
-
-    def __init__(self, e: ParseError, kind: str | None):
-        super().__init__(e.tool, e.line_no, e.expected, e.got)
-        self.kind = kind
-
-    def to_dict(self) -> dict:
-        return super().to_dict() | {"type": "ParseError", "kind": self.kind, "tool": self.tool, "line": self.line_no,
-                                    "expected": self.expected, "got": self.got}
 
 
 def _read(path: str | None) -> bytes:
@@ -45,8 +30,10 @@ def _read(path: str | None) -> bytes:
         try:
             with open(path, "rb") as f:
                 data = f.read(MAX_BYTES + 1)
-        except OSError as e:
-            raise UsageError(f"{path}: {e.strerror or e}") from None
+        except OSError as e:  # a file given that cannot be read: exit 3, as for every file mfctl reads
+            from mfctl.errors import ConfigError
+
+            raise ConfigError(f"{path}: {e.strerror or e}") from None
         where = path
     if len(data) > MAX_BYTES:
         raise UsageError(f"{where}: more than {MAX_BYTES // 2**20} MiB: not a tool's output")
@@ -62,7 +49,11 @@ def _split(args: list[str]) -> tuple[str | None, str | None]:
         raise UsageError(f"at most KIND and FILE, got {len(args)} words: {' '.join(args[2:])!r} is extra")
     if len(args) == 2:
         if args[0] not in registry.BY_NAME:
-            raise UsageError(f"no parser kind {args[0]!r}; one of: {', '.join(registry.names())}")
+            import difflib
+
+            near = difflib.get_close_matches(args[0], registry.names(), n=3)
+            hint = f"did you mean {' or '.join(near)}? " if near else ""
+            raise UsageError(f"no parser kind {args[0]!r}; {hint}mfctl parse --list names the {len(registry.names())} kinds")
         return args[0], args[1]
     if len(args) == 1:
         return (args[0], None) if args[0] in registry.BY_NAME else (None, args[0])

@@ -14,7 +14,8 @@ from mfctl.cli.common import JSON_OPT, confirm, emit_json, handle_errors, markup
 if TYPE_CHECKING:
     from mfctl.runtime.summary import RunSummary
 
-runs_app = typer.Typer(help="List and show past runs (runs/<run-id>/).", no_args_is_help=True)
+runs_app = typer.Typer(help="Past runs (runs/<run-id>/): list, show, report, import a training log, delete, prune.",
+                       no_args_is_help=True)
 RUNS_DIR_OPT = option("runs_dir", "--runs-dir", default=None, help="Where run directories go.")
 
 

@@ -92,13 +92,18 @@ def test_fields_for_noheader_csv_and_from_the_command_line(cli_env):
 
 
 @pytest.mark.parametrize("args, msg", [
-    (("nope", "file"), "no parser kind 'nope'; one of: "),
-    (("/nonexistent/capture.txt",), "/nonexistent/capture.txt: No such file or directory"),
+    (("nope", "file"), "no parser kind 'nope'; mfctl parse --list names the"),
+    (("nvidia-sm", "file"), "no parser kind 'nvidia-sm'; did you mean nvidia-smi"),
     (("ibstat", "a", "b"), "at most KIND and FILE, got 3 words"),
 ])
 def test_usage_errors_exit_2(args, msg, cli_env):
     rc, _, err = run(*args, env=cli_env)
     assert rc == 2 and msg in err
+
+
+def test_a_file_that_cannot_be_read_exits_3_as_every_unreadable_file(cli_env):
+    rc, _, err = run("/nonexistent/capture.txt", env=cli_env)
+    assert rc == 3 and "/nonexistent/capture.txt: No such file or directory" in err
 
 
 def test_a_terminal_table_escapes_markup_in_the_text(cli_env, tmp_path):
