@@ -128,11 +128,25 @@ def _expect(ctrl, host: str, kind: str, timeout: float = 60) -> dict:
     pytest.fail(f"no {kind} from {host} in {timeout} s: {[(h, m['type']) for h, m in ctrl.seen[-10:]]}")
 
 
+def _last_iteration(ctrl, host: str, at_least: int = 0, timeout: float = 60) -> int:
+    """The highest ``iteration`` ``host`` has reported, once it is at least ``at_least``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        while not ctrl.events.empty():
+            ctrl.seen.append(ctrl.events.get())
+        its = [m["iteration"] for h, m in ctrl.seen if h == host and m["type"] == "iteration"]
+        if its and max(its) >= at_least:
+            return max(its)
+        if time.monotonic() > deadline:
+            pytest.fail(f"{host} did not reach iteration {at_least} in {timeout} s")
+        time.sleep(0.02)
+
+
 @needs_megatron
 @pytest.mark.timeout(300)
 def test_every_rank_pauses_and_resumes_at_the_same_iteration_boundary(tmp_path):
     """4 ranks on 2 hosts (EP=4), a client on each host's local rank 0, a real controller: the
-    propose reaches gpu01 well before gpu02, yet all 4 ranks pause at one boundary, after gpu02 has it."""
+    propose reaches gpu01 3+ iterations before gpu02, yet all 4 ranks pause at one boundary, after gpu02 has it."""
     from mfctl.runtime.controller import Controller
 
     welcome = {"epoch": 0, "routes": {"0->1": {"via": "eps"}}, "hosts": ["gpu01", "gpu02"], "leader": "gpu01"}
@@ -145,14 +159,12 @@ def test_every_rank_pauses_and_resumes_at_the_same_iteration_boundary(tmp_path):
         assert len(traffic["matrices"]) == 1 and len(traffic["matrices"][0]) == 2
         assert sum(map(sum, traffic["matrices"][0])) == 4 * 8 * 2 * 32  # 4 ranks × 8 tokens × top-2 × 32 B
         ctrl.send("gpu01", {"type": "propose", "epoch": 1, "circuits": []})
-        seen_first = _expect(ctrl, "gpu02", "iteration")["iteration"]
-        time.sleep(0.6)  # gpu01 holds the propose for many iterations alone
-        while not ctrl.events.empty():
-            ctrl.seen.append(ctrl.events.get())
-        gpu02_before = max(m["iteration"] for h, m in ctrl.seen if h == "gpu02" and m["type"] == "iteration")
+        sent_at = _last_iteration(ctrl, "gpu01")
+        gpu02_before = _last_iteration(ctrl, "gpu02", at_least=sent_at + 4)  # gpu01 holds it alone for 3+ boundaries
         ctrl.send("gpu02", {"type": "propose", "epoch": 1, "circuits": []})
         p1, p2 = _expect(ctrl, "gpu01", "paused"), _expect(ctrl, "gpu02", "paused")
-        assert p1["iteration"] == p2["iteration"] > gpu02_before > seen_first
+        # gpu02's iteration gpu02_before was reported after its safe point: no rank paused before gpu02 had the propose
+        assert p1["iteration"] == p2["iteration"] > gpu02_before >= sent_at + 4
         routes = {"0->1": {"via": "ocs", "lanes": [["eth1", "eth1"]]}}
         ctrl.send("gpu02", {"type": "routes", "epoch": 1, "circuits": [], "routes": routes})
         time.sleep(0.4)
