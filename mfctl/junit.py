@@ -164,7 +164,8 @@ def write(path: str | Path, suites: list[Suite], name: str = "mfctl") -> None:
         raise
 
 
-def run_suite(summary: dict, preflight: list | None = None) -> Suite:
+def run_suite(summary: dict, preflight: list | None = None, *, started: float | None = None,
+              wall_s: float | None = None) -> Suite:
     """A run's report (``mfctl run --junit``): its phases as test cases of class ``run`` —
     ``health`` (the pre-flight sweep), ``ocs.initial_topology``, ``launch``, ``train``, one
     ``reconfiguration.epoch<N>`` per reconfiguration, ``ocs.final_readback`` — then, with
@@ -174,7 +175,10 @@ def run_suite(summary: dict, preflight: list | None = None) -> Suite:
     A phase passed when the run went past it (the next phase's record exists); the first one that
     did not is the run's error (``error``; a health gate that stopped the run, a failure), and those
     after it are skipped. Times: the sweep's and the training's wall seconds; a reconfiguration's
-    switch + link-up + runtime (testbed seconds, as the summary has them)."""
+    switch + link-up + runtime (testbed seconds, as the summary has them). The cases overlap (the
+    reconfigurations happen during ``train``, the host checks during ``health``), so the suite's
+    ``time`` is the run's wall time ``wall_s`` (s) and its ``timestamp`` the run's start
+    ``started`` (epoch s), as JUnit means them, not the cases' sum."""
     status, err = summary.get("status"), summary.get("error") or ""
     health = summary.get("health") or {}
     init = summary.get("initial_topology") or {}
@@ -188,7 +192,7 @@ def run_suite(summary: dict, preflight: list | None = None) -> Suite:
         ("train", ok or (planned and iters >= planned), summary.get("wall_train_s")),
         ("ocs.final_readback", ok or ocs is not None, None),
     ]
-    suite = Suite(f"mfctl-run {summary.get('playbook', '?')}",
+    suite = Suite(f"mfctl-run {summary.get('playbook', '?')}", time=wall_s, timestamp=started,
                   properties={k: str(summary.get(k)) for k in ("run_id", "status", "playbook", "inventory", "run_dir")})
     broke = None
     for name, past, secs in phases:

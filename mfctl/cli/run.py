@@ -178,6 +178,9 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
     if dry_run:
         _print_launch(pb, job, json_out)
         return
+    import time
+
+    started = time.time()
     try:
         summary = job.run()
     finally:
@@ -186,7 +189,7 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
     if junit is not None:
         from mfctl import junit as J
 
-        J.write(junit, [J.run_suite(summary, job.preflight.results)])
+        J.write(junit, [J.run_suite(summary, job.preflight.results, started=started, wall_s=time.time() - started)])
     if json_out:
         emit_json(summary)
     else:

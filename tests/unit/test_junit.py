@@ -116,6 +116,12 @@ def test_a_run_as_test_cases_phases_reconfigurations_and_the_first_phase_that_br
                             ("train", "passed"), ("reconfiguration.epoch1", "passed"), ("ocs.final_readback", "passed")]
     assert root.find("testcase[@name='reconfiguration.epoch1']").get("time") == "5.832"
     assert root.find("properties/property[@name='run_id']").get("value") == "r1"
+    # the cases overlap (reconfigurations inside train): the suite is the run's wall time from its start
+    import time
+
+    t0 = time.mktime((2026, 12, 1, 21, 18, 1, 0, 0, -1))
+    root = _read_everywhere(junit.document([junit.run_suite(_summary(), started=t0, wall_s=21.5)]))
+    assert root.get("time") == "21.500" and root.get("timestamp") == "2026-12-01T21:18:01"
     # the health gate stopped it: health is the failure, the rest not reached
     gate = _summary(status="failed", error="health sweep found 1 critical problem(s): gpu02: GPU 3 XID 79",
                     initial_topology={"apply": None}, iterations=0, ocs=None, reconfigurations=[])
