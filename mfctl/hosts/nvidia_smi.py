@@ -696,6 +696,9 @@ def parse_table(text: str) -> SmiTable:
     close_mig()
     if t.processes is not None and not t.processes_complete:
         t.truncated = t.truncated or "inside the process table (no closing border)"
+    if t.gpus and t.processes is None and not t.mig_devices:  # nvidia-smi always ends with its Processes box
+        t.truncated = t.truncated or (f"after GPU {t.gpus[-1].index}'s rows: no Processes section "
+                                      "(nvidia-smi always prints one, 'No running processes found' too)")
     if not t.gpus and not t.unreachable and t.failure is None and t.truncated is None and not t.mig_devices \
             and t.processes is None:
         first = next((ln.strip() for ln in lines if ln.strip()), "")

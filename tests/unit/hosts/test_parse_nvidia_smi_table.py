@@ -45,7 +45,7 @@ def test_err_power_in_a_gpu_block_pasted_without_the_banner():
     assert (g.index, g.name, g.bus_id, g.power_w, g.power_cap_w, g.errors) == \
         (1, "Tesla V100-PCIE...", "00008ED0:00:00.0", None, 250.0, ["power"])
     assert (g.memory_used_mib, g.memory_total_mib, g.temperature_c) == (593, 16160, 29.0)
-    assert t.driver_version is None and t.truncated is None
+    assert t.driver_version is None and t.truncated.startswith("after GPU 1's rows: no Processes section")
 
 
 def test_unified_memory_not_supported_and_the_r580_banner_border():
@@ -136,3 +136,15 @@ def test_parse_errors_name_tool_line_and_expectation(text, line, expected):
     with pytest.raises(ParseError) as e:
         parse_table(text)
     assert (e.value.tool, e.value.line_no) == ("nvidia-smi", line) and expected in e.value.expected
+
+
+@pytest.mark.parametrize("cut", [12, 16])
+def test_a_table_cut_at_a_gpu_boundary_is_not_a_smaller_healthy_system(cut):
+    """head -n of a real 8-GPU table right after a GPU's closing border (before the next GPU and the
+    Processes box): the GPUs read so far, and truncated says the output stops there (trial finding)."""
+    lines = (SMI / "h100x8-default-table-drv550.txt").read_text().splitlines(keepends=True)
+    t = parse_table("".join(lines[:cut]))
+    n = (cut - 8) // 4
+    assert [g.index for g in t.gpus] == list(range(n))
+    assert t.truncated == (f"after GPU {n - 1}'s rows: no Processes section (nvidia-smi always prints one, "
+                           "'No running processes found' too)")
