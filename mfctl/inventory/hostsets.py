@@ -99,6 +99,9 @@ def select_hosts(spec: str, known: list[str], groups: dict[str, list[str]] | Non
     try:
         ns = NodeSet(spec, resolver=resolver)
     except (NodeSetParseError, NodeSetExternalError, ValueError) as e:
+        if "bad range" in str(e):  # ClusterShell's own words quote its int() error: say what a range is
+            raise UsageError(f"bad host set {shown!r}: brackets hold a numeric range, as in gpu[01-04] or "
+                             "gpu[1,3,5-7]") from None
         raise UsageError(f"bad host set {shown!r}: {str(e)[:200]}") from None
     unknown = ns.difference(NodeSet.fromlist(known))
     if unknown:

@@ -259,6 +259,7 @@ def test_host_sets_name_unknown_hosts_and_groups_and_refuse_huge_ranges_at_once(
                       ("gpu[1-9999999]", "expands to more than 100,000 names"),
                       ("gpu[1-99999]!gpu[1-99998]", "expands to more than 100,000 names"), ("gpu[1-400],node[1-400]x[1-400]", "more than"),
                       ("gpu[01-02]!gpu[01-02]", "names no host"), (" ", "empty host set"), ("gpu[", "bad host set"),
+                      ("[red]x[/red]", "bad host set '[red]x[/red]': brackets hold a numeric range, as in gpu[01-04]"),
                       ("gpu[1-2]", "unknown host(s) gpu[1-2] (did you mean gpu[01-02]? names are matched exactly"),
                       ("!gpu01", "starts with '!', which takes hosts away from (or intersects with) a set before it: e.g. all!gpu01"),
                       ("gpu01!gpu01" * 1000, "(11,000 characters)' names no host")):
