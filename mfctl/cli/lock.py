@@ -122,8 +122,10 @@ def release(inventory: Path = INV_OPT, token: str = TOKEN_OPT,
     elif token:
         h = lease.holder()
         if not lease.release(token):
+            why = (f"it is held by another token: {describe(lease.what, lease.name, h)}" if h else
+                   "its lease expired, or it was released")
             raise LockError(f"testbed {lease.name!r}: the token {token_id(token)} holds no lock at {lease.where()} "
-                            "(its lease expired, or it was released)")
+                            f"({why})")
         done = True
     else:
         raise UsageError("mfctl lock release needs --token (or MFCTL_LOCK_TOKEN), or --force")

@@ -36,6 +36,9 @@ def test_status_acquire_renew_release_a_lease_for_a_script(cli_env):
 
     r = run(cli_env, "lock", "acquire", "-i", INV, "--ttl", "5")  # held: refused, naming the holder
     assert r.returncode == 5 and "testbed 'mfabric-prototype' is locked by pid" in r.stderr and "soak test of gpu03" in r.stderr
+    r = run({**cli_env, "MFCTL_LOCK_TOKEN": "bogus"}, "lock", "release", "-i", INV)  # held, by another token
+    assert r.returncode == 5 and "(it is held by another token: testbed 'mfabric-prototype' is locked by pid" in r.stderr
+    assert "soak test of gpu03" in r.stderr and token not in r.stderr
     r = run({**cli_env, "MFCTL_LOCK_TOKEN": token}, "lock", "renew", "-i", INV, "--ttl", "120", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["ttl_s"] == 120
     assert json.loads(run(cli_env, "lock", "status", "-i", INV, "--json").stdout)["expires_in_s"] > 100
