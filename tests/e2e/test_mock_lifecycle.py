@@ -37,6 +37,19 @@ def _procs(needle: bytes) -> dict[int, str]:
     return out
 
 
+@pytest.fixture(autouse=True)
+def _nothing_outlives_the_test(tmp_path):
+    """Whatever a test of this module started under its tmp_path (mock servers, their sshds) is
+    killed when it ends, passed or failed: a mock from ``mfctl mock up`` runs until ``mock down``,
+    so a failed assertion before it would leave it running on the machine for good."""
+    yield
+    for pid in _procs(str(tmp_path).encode()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def _fds(pid: int) -> list[str]:
     try:
         return [os.readlink(f) for f in Path(f"/proc/{pid}/fd").iterdir()]
