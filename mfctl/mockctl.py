@@ -331,13 +331,21 @@ def users(mock: dict) -> list[dict]:
         except (MfctlError, OSError) as e:  # its inventory gone or edited: nothing can hold its lock through it
             log.info("mock %s: its testbed lock not read: %s", mock.get("name"), e)
             h = None
-        if h and h.get("pid") != os.getpid() and not any(u["pid"] == h.get("pid") for u in out):
+        if h and h.get("detached"):  # mfctl lock acquire: its process is gone, its lease holds the lock
+            left = max(0, int(float(h.get("expires_ts") or 0) - time.time()))
+            why = f" ({h['reason']})" if h.get("reason") else ""
+            out.append({"pid": None, "since": h.get("since"),
+                        "what": f"a lease from mfctl lock acquire{why}, {left} s left (mfctl lock release: "
+                                "its token, or --force)"})
+        elif h and h.get("pid") != os.getpid() and not any(u["pid"] == h.get("pid") for u in out):
             out.append({"pid": h.get("pid"), "what": h.get("purpose") or "?", "since": h.get("since")})
     return out
 
 
 def who(u: dict) -> str:
     """A user of a mock (:func:`users`) in words: ``mfctl run short (20261201-…) (pid 4242, since …)``."""
+    if u.get("pid") is None:
+        return u["what"] + (f", since {u['since']}" if u.get("since") else "")
     return f"{u['what']} (pid {u['pid']}" + (f", since {u['since']})" if u.get("since") else ")")
 
 
