@@ -80,11 +80,12 @@ class _Opener:
     """The session's :class:`~mfctl.pytest_plugin.session.HILSession`, opened on first use."""
 
     def __init__(self, config):
-        self.config, self.session, self.error = config, None, None
+        self.config, self.session = config, None
+        self.error: str | None = None  # why the testbed could not be had (said to every test asking for it)
 
     def get(self):
         if self.error is not None:  # one refusal (lock held, mock would not start) fails every test the same way
-            raise self.error
+            pytest.fail(self.error, pytrace=False)
         if self.session is None:
             from mfctl.errors import MfctlError
             from mfctl.pytest_plugin.session import HILSession
@@ -93,9 +94,9 @@ class _Opener:
             try:
                 self.session = HILSession.open(opt("mfctl_inventory"), lock_timeout=opt("mfctl_lock_timeout"),
                                                purpose=f"pytest {' '.join(self.config.invocation_params.args)[:200]}")
-            except MfctlError as e:
-                self.error = _Refused(f"mfctl testbed: {e}")
-                raise self.error from None
+            except MfctlError as e:  # its message says all (the lock's holder, …): no traceback through the plugin
+                self.error = f"mfctl testbed: {e}"
+                pytest.fail(self.error, pytrace=False)
             self._say(self.session.describe())
         return self.session
 
@@ -115,10 +116,6 @@ class _Opener:
         if self.session is not None:
             s, self.session = self.session, None
             s.close()
-
-
-class _Refused(Exception):
-    """The testbed could not be had for this session (its message says why: the lock's holder, …)."""
 
 
 def _record(item):

@@ -180,6 +180,7 @@ def test_a_held_testbed_lock_is_named_and_waited_for(pytester, mock_inv):
     r.assert_outcomes(errors=2)  # refused once, the same way for each test
     assert "mfctl testbed: testbed 'mfabric-prototype-mock-" in r.stdout.str() and "is locked by pid" in r.stdout.str()
     assert "for 'another CI job'" in r.stdout.str() and waited >= 0.3
+    assert "Traceback" not in r.stdout.str() and "mfctl/pytest_plugin" not in r.stdout.str()  # the message alone
     pytester.runpytest("--mfctl-inventory", mock_inv, "--mfctl-health", "off",
                        "-p", "no:cacheprovider").assert_outcomes(passed=2)  # released
 
