@@ -300,6 +300,11 @@ class Lease:
             log.info("%s %r: working under the lease of token %s (borrowed)", self.what, self.name,
                      token_id(self._offered))
             return self
+        if self._offered:  # a script's lease (MFCTL_LOCK_TOKEN) that ended: say so, never lock anew behind its back
+            h = self.holder()
+            raise LockLost(f"{self.what} {self.name!r}: the lease of MFCTL_LOCK_TOKEN (token {token_id(self._offered)}) "
+                           "is not held: " + (describe(self.what, self.name, h) if h else "it expired or was released")
+                           + " (mfctl lock acquire again, or unset MFCTL_LOCK_TOKEN)")
         token = new_token()
         deadline = time.monotonic() + self.timeout
         while True:

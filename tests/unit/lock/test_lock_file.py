@@ -206,3 +206,18 @@ def test_an_inventory_without_a_lock_section_uses_the_file_backend(tmp_path):
     inv = load_inventory(p, cached=False)
     lk = testbed_lock(inv, "x")
     assert lk.backend == "redis" and lk.ttl == 30 and lk.where() == "redis://127.0.0.1:6379/0"
+
+
+def test_a_token_whose_lease_ended_is_refused_not_silently_replaced_by_a_new_lock():
+    """A script's ``MFCTL_LOCK_TOKEN`` whose lease expired or was released: its commands must learn it
+    (they were run to work under that lease), not lock the testbed anew as if nothing happened."""
+    from mfctl.lock.lease import LockLost
+
+    owner = testbed_lock(INV, "a script", ttl=30, detached=True, token="").acquire()
+    token = owner.token
+    assert owner.release(token)
+    with pytest.raises(LockLost) as e:
+        testbed_lock(INV, "a run under it", token=token).acquire()
+    assert "the lease of MFCTL_LOCK_TOKEN" in str(e.value) and "it expired or was released" in str(e.value)
+    assert token not in str(e.value) and e.value.exit_code == 5
+    assert testbed_lock(INV, "after", token="").status()["state"] == "free"
