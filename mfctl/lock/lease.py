@@ -147,6 +147,16 @@ def iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
+_SECRET_VALUE = re.compile(r"(?i)\b(\w*(?:pass(?:word|wd)?|token|secret|api[_-]?key|auth|credential|private[_-]?key)\w*)"
+                           r"(\s*[=:]\s*)(\S+)")
+
+
+def redacted_text(text: str | None) -> str | None:
+    """Free text (a lock's ``--reason``) with the value of every ``secret-like-name=value`` or
+    ``name: value`` replaced by ``***``, as :func:`redacted_command` does for options."""
+    return None if text is None else _SECRET_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
+
+
 def holder_record(name: str, purpose: str, *, ttl: float, token: str, reason: str | None = None,
                   detached: bool = False, backend: str = "file", now: float | None = None) -> dict:
     """Who takes the lock now (this process): what every backend stores beside the lock and
@@ -155,7 +165,7 @@ def holder_record(name: str, purpose: str, *, ttl: float, token: str, reason: st
     pid = os.getpid()
     return {"schema": HOLDER_SCHEMA, "name": name, "backend": backend, "user": _user(), "host": socket.gethostname(),
             "pid": pid, "start_ticks": start_ticks(pid), "command": redacted_command(), "ci": ci_job(),
-            "purpose": purpose, "reason": reason, "since": iso(now), "since_ts": now, "ttl_s": ttl,
+            "purpose": purpose, "reason": redacted_text(reason), "since": iso(now), "since_ts": now, "ttl_s": ttl,
             "expires_ts": now + ttl, "expires": iso(now + ttl), "detached": detached, "token_id": token_id(token)}
 
 

@@ -221,3 +221,10 @@ def test_a_token_whose_lease_ended_is_refused_not_silently_replaced_by_a_new_loc
     assert "the lease of MFCTL_LOCK_TOKEN" in str(e.value) and "it expired or was released" in str(e.value)
     assert token not in str(e.value) and e.value.exit_code == 5
     assert testbed_lock(INV, "after", token="").status()["state"] == "free"
+
+
+def test_a_secret_in_the_reason_is_redacted_as_in_the_command():
+    from mfctl.lock.lease import holder_record
+
+    rec = holder_record("tb", "mfctl lock acquire", ttl=5, token="t", reason="soak password=hunter2 of gpu03, db_token: x")
+    assert rec["reason"] == "soak password=*** of gpu03, db_token: ***" and "hunter2" not in str(rec)
