@@ -34,6 +34,9 @@ def nccl(inventory: Path = option("inventory", "--inventory", "-i", default=...,
     parse_size(max_bytes)
     inv = load_inventory(inventory)
     names = host_names(hosts, inv)  # the one host selector (provision, firmware, health, exec)
+    if len(names) < 2:  # within one server the GPUs talk over NVLink: nothing of the fabric is measured
+        raise UsageError(f"--hosts {hosts!r} names one host ({names[0]}): nccl-tests across the fabric needs at "
+                         "least 2 hosts (within one server the GPUs talk over NVLink, not the OCS or EPS)")
     with ProgressObserver() as obs:  # stderr only, --json too: stdout holds the object alone
         out = run_nccl(Context.from_settings(inv), test, max_bytes, names, observer=obs)
     out["stored"] = str(store(out, inv.name))

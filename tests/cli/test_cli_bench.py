@@ -41,3 +41,9 @@ def test_a_host_refusing_ssh_is_exit_4_and_a_lost_gpu_exit_1_never_a_benchmark(t
     assert err["message"].startswith("cannot benchmark: gpu02 shows 7 of 8 GPUs (GPU 0000:4E:00.0: GPU is lost.")
     assert err["message"].endswith("GPU is lost.  Reboot the system to recover this GPU)")
     assert not list((tmp_path / "state" / "bench").glob("*.json"))  # nothing stored as if it were a result
+
+
+def test_one_host_is_refused_it_measures_nvlink_not_the_fabric(cli_env):
+    r = subprocess.run(mfctl_cmd("bench", "nccl", "-i", PROTOTYPE, "--hosts", "gpu01"), capture_output=True, text=True,
+                       env=cli_env, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and "names one host (gpu01): nccl-tests across the fabric needs at least 2 hosts" in r.stderr
