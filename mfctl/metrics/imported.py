@@ -39,8 +39,17 @@ def _rows(tl, seq_len: int) -> tuple[list[dict], bool]:
     return rows, assumed_seq
 
 
+def _content(raw: bytes) -> str:
+    """What identifies a log: its text as the parsers read it (:func:`mfctl.hosts.textin.clean`:
+    no BOM, LF line ends), without trailing blanks or blank lines — a copy that went through an
+    editor or Windows (CRLF) is the same log."""
+    from mfctl.hosts.textin import clean
+
+    return "\n".join(line.rstrip() for line in clean(raw).splitlines()).strip("\n")
+
+
 def find_import(runs_dir: Path, sha256: str, seq_len: int | None) -> Path | None:
-    """The run directory under ``runs_dir`` a log with this content (``sha256`` of its bytes) was
+    """The run directory under ``runs_dir`` a log with this content (``sha256`` of :func:`_content`) was
     imported into with the same ``seq_len`` (None: the log's own token counts were used), or None."""
     import json
 
@@ -76,7 +85,7 @@ def import_log(log: Path, runs_dir: Path, *, seq_len: int = 4096, force: bool = 
     rows, assumed_seq = _rows(tl, seq_len)
     if not rows:
         raise ConfigError("no iteration line with a number for its elapsed time", path=str(log))
-    sha, key_seq = hashlib.sha256(raw).hexdigest(), (seq_len if assumed_seq else None)
+    sha, key_seq = hashlib.sha256(_content(raw).encode()).hexdigest(), (seq_len if assumed_seq else None)
     prev = None if force else find_import(runs_dir, sha, key_seq)
     if prev is not None:
         from mfctl.runtime.rundir import load_summary

@@ -51,8 +51,12 @@ def test_importing_the_same_log_twice_is_one_run_unless_forced(tmp_path, cli_env
     forced = _run(cli_env, "runs", "import-log", LOG, "--force", "--json")
     assert forced.returncode == 0 and json.loads(forced.stdout)["run_id"] not in (rid, other["run_id"])
     assert len(_runs(runs)) == 3
+    # the same log through Windows or an editor (CRLF, a trailing blank line) is the same log
+    crlf = tmp_path / "crlf.log"
+    crlf.write_bytes(LOG.read_bytes().replace(b"\n", b"\r\n") + b"\r\n")
+    assert json.loads(_run(cli_env, "runs", "import-log", crlf, "--json").stdout)["run_id"] == rid
     changed = tmp_path / "changed.log"
-    changed.write_text(LOG.read_text() + "\n")
+    changed.write_text(LOG.read_text().replace("iteration", "iteration ", 1))
     assert json.loads(_run(cli_env, "runs", "import-log", changed, "--json").stdout)["already_imported"] is False
     assert len(_runs(runs)) == 4
 
