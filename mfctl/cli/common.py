@@ -208,6 +208,26 @@ HOSTS_OPT = typer.Option(None, "--hosts", help="Only these hosts: a host set (al
                          "@region0); default all.")
 
 
+def output_path(path: Path | None, option: str) -> Path | None:
+    """A report file an option names (``--junit F``), checked before the work that fills it: its
+    directory must exist and be writable, and it must not be a directory — else UsageError (2),
+    before an hour of sweep or training is lost to a typo. ``-`` (stdout) and None pass."""
+    import os
+
+    from mfctl.errors import UsageError
+
+    if path is None or str(path) == "-":
+        return path
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise UsageError(f"{option} {path}: is a directory (give a file name)")
+    if not parent.is_dir():
+        raise UsageError(f"{option} {path}: no directory {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"{option} {path}: cannot be written (permission denied)")
+    return path
+
+
 def host_names(hosts: str | None, inv) -> list[str]:
     """``--hosts`` as names of the inventory (all of them when not given), through the one host
     selector exec uses too (:func:`mfctl.inventory.hostsets.select_hosts`: ClusterShell sets,

@@ -7,7 +7,17 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import HOSTS_OPT, JSON_OPT, emit_json, handle_errors, host_names, option, out_console, print_error
+from mfctl.cli.common import (
+    HOSTS_OPT,
+    JSON_OPT,
+    emit_json,
+    handle_errors,
+    host_names,
+    option,
+    out_console,
+    output_path,
+    print_error,
+)
 
 
 def _list_checks(json_out: bool) -> None:
@@ -93,6 +103,7 @@ def health(inventory: Path = option("inventory", "--inventory", "-i", default=No
     to_stdout = junit is not None and str(junit) == "-"
     if json_out and to_stdout:
         raise UsageError("--json and --junit - both want stdout: write the JUnit report to a file (--junit FILE)")
+    output_path(junit, "--junit")  # a report that cannot be written: said before the sweep, not after it
     report = _sweep(inventory, hosts, checks, no_ocs, threshold, since_boot, progress=not (json_out or to_stdout))
     _report(report, junit, json_out)
     raise typer.Exit(int(report.exit_code()))

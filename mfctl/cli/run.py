@@ -163,11 +163,13 @@ def run(playbook: Path = typer.Argument(..., help="Run playbook YAML (see playbo
                                    "reconfigurations and pre-flight health checks as test cases (for CI)."),
         json_out: bool = JSON_OPT):
     """Run a reconfigurable MoE training job (starts and stops the mock testbed if the playbook says so)."""
+    from mfctl.cli.common import output_path
     from mfctl.runtime.health_gate import parse_overrides
     from mfctl.runtime.job import Job
     from mfctl.runtime.playbook import load_playbook, override_fsmoe
     from mfctl.runtime.summary import RunSummary
 
+    output_path(junit, "--junit")  # a report that cannot be written: said before the run, not after it
     limits = parse_overrides(threshold)
     pb = override_fsmoe(load_playbook(playbook), pipeline_degree=pipeline_degree, bp_pipeline_degree=bp_pipeline_degree,
                         grad_partitions=grad_partitions)

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from mfctl.cli.app import build
@@ -32,3 +33,17 @@ def test_unknown_or_contradictory_checks_are_usage_errors(monkeypatch):
     assert r.exit_code == 2 and "--checks 'ocs' without ocs selects no check" in r.stderr, r.stderr  # not 'ocs,-ocs'
     r = CliRunner().invoke(build(), ["health", "--list-checks", "--checks", "bogus"])  # listed only once it is checked
     assert r.exit_code == 2 and "unknown check 'bogus'" in r.stderr and r.stdout == "", r.stdout
+
+
+@pytest.mark.parametrize("where, msg", [("nodir/x.xml", "--junit {p}: no directory"), (".", "is a directory")])
+def test_a_junit_file_that_cannot_be_written_is_refused_before_the_sweep(where, msg, tmp_path, cli_env):
+    import subprocess
+
+    from support import mfctl_cmd
+
+    p = tmp_path / where
+    for cmd in (["health", "-i", PROTOTYPE], ["run", "playbooks/mixtral-prototype.yaml"]):
+        r = subprocess.run(mfctl_cmd(*cmd, "--junit", p), capture_output=True, text=True, env=cli_env, timeout=120,
+                           stdin=subprocess.DEVNULL)
+        # at once: the prototype's hosts are not reachable from here, so a sweep would have exited 4
+        assert r.returncode == 2 and msg.format(p=p) in r.stderr, (cmd, r.stderr)
