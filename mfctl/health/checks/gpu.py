@@ -141,7 +141,7 @@ def judge_gpu(p: Probe, results: dict) -> None:
     rows = _rows(p, r, unreachable)
     if rows is None:
         return
-    gpus = [nvidia_smi.GPUStatus.from_row(row) for row in rows]
+    gpus = nvidia_smi.gpu_statuses(rows)  # each row knows its place: an [N/A] index still names its GPU
     _remember_pci(p, rows)
     p.health.gpus = len(gpus)
     _judge_fleet(p, gpus, unreachable)
