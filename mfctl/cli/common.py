@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import typer
+from typer._click.exceptions import UsageError as ClickUsageError  # Typer 0.29 ships its own click
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from mfctl.cli.plain import emit_json, print_error, print_heading, setup_logging, visible  # noqa: F401 (the CLI's helpers)
@@ -192,6 +193,37 @@ class Group(TyperGroup):
     def main(self, *a, **kw):
         polish(self)  # (Typer adds --install-completion and --show-completion after it built the group)
         return super().main(*a, **kw)
+
+    # click's own usage errors (an unknown option, a bad value) are raised while the root's or a
+    # command's arguments are parsed, before any mfctl code runs: with --json, say them as JSON too
+    def make_context(self, info_name, args, *a, **kw):
+        self._words = list(args)  # the command line, as given (before click consumes it)
+        try:
+            return super().make_context(info_name, args, *a, **kw)
+        except ClickUsageError as e:
+            _usage_error_as_json(e, self._words)
+            raise
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except ClickUsageError as e:
+            _usage_error_as_json(e, getattr(self, "_words", []))
+            raise
+
+
+def _usage_error_as_json(e: ClickUsageError, argv: list[str]) -> None:
+    """With ``--json`` (or ``MFCTL_JSON``) among mfctl's words of ``argv`` (not a remote command's
+    after ``--``): the ``mfctl.error/v1`` object a failing command prints, on stdout, for click's
+    usage errors (exit 2) too; click still says it on stderr."""
+    import os
+
+    from mfctl.cli.plain import TRUE_WORDS
+
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    if "--json" in words or os.environ.get("MFCTL_JSON", "").strip().lower() in TRUE_WORDS:
+        emit_json({"schema": "mfctl.error/v1", "error": {"type": "UsageError", "message": e.format_message(),
+                                                         "exit_code": int(e.exit_code)}})
 
 
 def argument(name: str, default=..., help: str | None = None, **kw):

@@ -88,6 +88,11 @@ def test_an_unknown_option_and_a_value_of_the_wrong_type_are_usage_errors(path, 
     r = _invoke([*path, "--no-such-option"], env={"COLUMNS": "200"})
     assert r.exit_code == ExitCode.USAGE, r.output
     assert "No such option: --no-such-option" in r.stderr
+    if any(p.name == "json_out" for p in cmd.params):  # with --json: the error object on stdout too, alone
+        r = _invoke([*path, "--json", "--no-such-option"], env={"COLUMNS": "200"})
+        doc = json.loads(r.stdout)
+        assert r.exit_code == ExitCode.USAGE and doc["schema"] == "mfctl.error/v1", r.output
+        assert doc["error"] == {"type": "UsageError", "message": "No such option: --no-such-option", "exit_code": 2}
     for p in cmd.params:
         if p.param_type_name != "option" or getattr(p, "is_flag", False) or p.hidden:
             continue
