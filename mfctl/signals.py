@@ -81,8 +81,12 @@ def sigterm_as_interrupt() -> Iterator[None]:
         if h is not None and (replaceable is None or h is replaceable):
             old[s] = h
             signal.signal(s, _raise_interrupt)
+    # a mask inherited blocked (a supervisor's, a parent's thread) would hold them forever: unblock them
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, list(old)) if old else None
     try:
         yield
     finally:
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for s, h in old.items():
             signal.signal(s, h)

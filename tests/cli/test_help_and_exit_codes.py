@@ -249,14 +249,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_metrics_serve_stops_cleanly_on_sigterm(cli_env, tmp_path):
+@pytest.mark.parametrize("blocked", [False, True], ids=["", "sigterm-blocked-by-the-parent"])
+def test_metrics_serve_stops_cleanly_on_sigterm(blocked, cli_env, tmp_path):
     """A clean stop, as systemd counts one: exit 0 (a handler's exit 143 is a failure to systemd
-    unless SuccessExitStatus=143 says otherwise: systemd.service(5))."""
+    unless SuccessExitStatus=143 says otherwise: systemd.service(5)) — also when it was started with
+    SIGTERM blocked (a mask is inherited through exec: a parent's blocked thread, a supervisor's)."""
     d = Path(cli_env["MFCTL_RUNS_DIR"]) / "20261201-120000-abcdef"
     MetricsStore(d / "metrics.db").close()
     port = _free_port()
+    block = (lambda: signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])) if blocked else None
     p = subprocess.Popen(mfctl_cmd("metrics", "serve", "--port", port), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=cli_env)
+                         stderr=subprocess.PIPE, text=True, env=cli_env, preexec_fn=block)
     try:
         assert "serving 20261201-120000-abcdef on http://127.0.0.1:" in p.stdout.readline()
         with socket.create_connection(("127.0.0.1", port), timeout=5):
@@ -265,8 +268,13 @@ def test_metrics_serve_stops_cleanly_on_sigterm(cli_env, tmp_path):
         try:
             out, err = p.communicate(timeout=90)  # (seconds alone; a suite on 2 cores can stretch it)
         except subprocess.TimeoutExpired:
+            try:  # what the process made of its signals (blocked, ignored, caught), and this one's
+                sig = [ln for ln in Path(f"/proc/{p.pid}/status").read_text().splitlines() if ln.startswith("Sig")]
+                sig += [ln for ln in Path("/proc/self/status").read_text().splitlines() if ln.startswith("Sig")]
+            except OSError:
+                sig = []
             p.kill()
-            raise AssertionError(f"no exit 90 s after SIGTERM; stderr: {p.communicate()[1][-2000:]}") from None
+            raise AssertionError(f"no exit 90 s after SIGTERM; {sig}; stderr: {p.communicate()[1][-2000:]}") from None
     finally:
         if p.poll() is None:
             p.kill()
