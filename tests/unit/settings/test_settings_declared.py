@@ -42,7 +42,7 @@ def test_limits_are_declared_with_the_setting_and_describe_themselves():
     assert SETTINGS["runs_dir"].limits_text() == "" and SETTINGS["runs_dir"].limits[0] == float("-inf")
     every_number = [n for n, x in SETTINGS.items() if x.type in (int, float) and x.min is not None]
     assert every_number == ["connect_timeout", "command_timeout", "firmware_burn_timeout", "firmware_reset_timeout",
-                            "fanout", "drain_timeout", "max_output_bytes"]
+                            "fanout", "drain_timeout", "max_output_bytes", "progress_interval", "mock_time_scale"]
     for x in SETTINGS.values():  # every declared default is a valid value of its own setting
         x.parse(x.default)
 
