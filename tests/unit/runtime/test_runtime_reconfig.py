@@ -403,7 +403,8 @@ def _planned_cross_connects(s):
 def test_an_ocs_deny_in_training_rolls_back_and_the_run_completes(tmp_path):
     # ENT-PATCH 1 is the initial topology, 2 the first reconfiguration's
     rc, s, shown, recover, _ = _run_on_mock(tmp_path, ["ocs:patch2=deny"], iterations=30)  # (30: time to decide, loaded)
-    assert rc == 0 and s["status"] == "ok" and s["iterations"] == s["iterations_planned"] == 30
+    assert rc == 0 and s["status"] == "ok" and s["iterations"] == s["iterations_planned"] == 30, \
+        (rc, s.get("status"), s.get("error"), s.get("warnings"))
     first = s["reconfigurations"][0]
     assert first["outcome"] == "rolled-back" and "SROF" in first["error"] and first["failures"][0]["phase"] == "apply"
     assert first["circuits"] == s["initial_topology"]["circuits"]["region0"]  # back on the old circuits
