@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -14,9 +15,23 @@ app = typer.Typer(help="The testbed lock (a lease): who holds it, take it for a 
 
 INV_OPT = option("inventory", "--inventory", "-i", default=..., help="Inventory YAML (its lock: section says where the "
                  "lock lives).")
-TOKEN_OPT = option("lock_token", "--token", default=None,
-                   help="The token `mfctl lock acquire` printed (better in MFCTL_LOCK_TOKEN: a command line is "
-                   "visible to every user of the machine).", show_default=False)
+TOKEN_OPT = typer.Option(None, "--token-file", help="A file holding the token `mfctl lock acquire` printed ('-': "
+                         "stdin); default: MFCTL_LOCK_TOKEN. Never on the command line: every user of the machine "
+                         "sees it there.")
+
+
+def _token(token_file: Path | None) -> str:
+    """The lease's token: from ``--token-file`` (``-``: stdin), else ``MFCTL_LOCK_TOKEN``; '' if neither."""
+    from mfctl import settings
+    from mfctl.errors import ConfigError
+
+    if token_file is None:
+        return (settings.get("lock_token") or "").strip()
+    try:
+        text = sys.stdin.read(4096) if str(token_file) == "-" else token_file.read_text()[:4096]
+    except OSError as e:
+        raise ConfigError(f"--token-file {token_file}: {e.strerror or e}") from None
+    return text.strip()
 
 
 def _lease(inventory: Path, purpose: str = "mfctl lock", **kw):
@@ -101,7 +116,7 @@ def acquire(inventory: Path = INV_OPT,
 
 @app.command()
 @handle_errors
-def release(inventory: Path = INV_OPT, token: str = TOKEN_OPT,
+def release(inventory: Path = INV_OPT, token_file: Path = TOKEN_OPT,
             force: bool = typer.Option(False, "--force", help="Release it whoever holds it (asks; --yes)."),
             yes: bool = option("yes", "--yes", "-y", help="Do not ask for confirmation (--force)."),
             json_out: bool = JSON_OPT):
@@ -110,6 +125,7 @@ def release(inventory: Path = INV_OPT, token: str = TOKEN_OPT,
     from mfctl.errors import LockError, UsageError
     from mfctl.lock import describe, public_holder, token_id
 
+    token = _token(token_file)
     lease = _lease(inventory)
     if force:
         st = lease.status()
@@ -128,7 +144,7 @@ def release(inventory: Path = INV_OPT, token: str = TOKEN_OPT,
                             f"({why})")
         done = True
     else:
-        raise UsageError("mfctl lock release needs --token (or MFCTL_LOCK_TOKEN), or --force")
+        raise UsageError("mfctl lock release needs the token (MFCTL_LOCK_TOKEN or --token-file), or --force")
     if json_out:
         emit_json({"schema": "mfctl.lock.release/v1", "name": lease.name, "released": done, "forced": force,
                    "holder": public_holder(h)})
@@ -138,15 +154,16 @@ def release(inventory: Path = INV_OPT, token: str = TOKEN_OPT,
 
 @app.command()
 @handle_errors
-def renew(inventory: Path = INV_OPT, token: str = TOKEN_OPT,
+def renew(inventory: Path = INV_OPT, token_file: Path = TOKEN_OPT,
           ttl: float = number_option(300.0, "--ttl", min=1, max=86400, help="New lease from now, seconds"),
           json_out: bool = JSON_OPT):
     """Extend the lease the token holds to --ttl seconds from now. Exit 5 when it holds none (expired)."""
     from mfctl.errors import UsageError
     from mfctl.lock.lease import iso
 
+    token = _token(token_file)
     if not token:
-        raise UsageError("mfctl lock renew needs --token (or MFCTL_LOCK_TOKEN)")
+        raise UsageError("mfctl lock renew needs the token (MFCTL_LOCK_TOKEN or --token-file)")
     lease = _lease(inventory)
     exp = lease.renew(token, ttl)
     if json_out:

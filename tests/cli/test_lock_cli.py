@@ -49,7 +49,15 @@ def test_status_acquire_renew_release_a_lease_for_a_script(cli_env):
     r = run({**cli_env, "MFCTL_LOCK_TOKEN": token}, "lock", "renew", "-i", INV)
     assert r.returncode == 5 and "no longer held" in r.stderr
     r = run(cli_env, "lock", "release", "-i", INV)
-    assert r.returncode == 2 and "needs --token" in r.stderr
+    assert r.returncode == 2 and "needs the token (MFCTL_LOCK_TOKEN or --token-file), or --force" in r.stderr
+    r = run(cli_env, "lock", "release", "-i", INV, "--token", "x")  # never on a command line
+    assert r.returncode == 2 and "No such option: --token" in r.stderr
+    r = run(cli_env, "lock", "acquire", "-i", INV, "--ttl", "60")
+    f = ROOT / cli_env["MFCTL_LOG_FILE"]
+    tf = f.with_name("token.txt")
+    tf.write_text(r.stdout)
+    r = run(cli_env, "lock", "release", "-i", INV, "--token-file", tf)
+    assert r.returncode == 0 and r.stdout.strip() == "testbed 'mfabric-prototype': released"
     log = (ROOT / cli_env["MFCTL_LOG_FILE"]).read_text() if (ROOT / cli_env["MFCTL_LOG_FILE"]).exists() else ""
     assert token not in log
 
