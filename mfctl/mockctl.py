@@ -405,8 +405,10 @@ def reap_stale_sshds(root: str | Path) -> list[int]:
             try:
                 os.kill(pid, signal.SIGTERM)
                 reaped.append(pid)
-            except OSError:
+            except ProcessLookupError:  # gone meanwhile
                 pass
+            except OSError as e:
+                log.warning("mock sshd pid %d (%s) not stopped: %s", pid, pidfile, e)
         pidfile.unlink(missing_ok=True)
     return reaped
 

@@ -12,12 +12,16 @@ read runs through here, so they agree on what a run is.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 from pathlib import Path
 
+from mfctl.errors import MfctlError
 from mfctl.procs import start_ticks
 from mfctl.runtime.summary import RunSummary
+
+log = logging.getLogger(__name__)
 
 PID_FILE = "mfctl.pid"  #: ``PID START-TIME`` of the ``mfctl run`` writing the directory, removed at its end
 MARKERS = ("summary.json", "metrics.db", "journal.jsonl")  #: files that make a directory a run's
@@ -132,7 +136,8 @@ def _name_of(path: str | None, kind: str) -> str:
         from mfctl.inventory import load_inventory
 
         return load_inventory(path).name
-    except Exception:  # noqa: BLE001 - gone, edited, unreadable: the file's name is what is left
+    except (MfctlError, OSError) as e:  # gone, edited, unreadable: the file's name is what is left
+        log.debug("run's %s %s not read: %s", kind, path, e)
         return Path(path).name
 
 
@@ -141,5 +146,6 @@ def _planned_iterations(playbook: str | None) -> int | None:
         from mfctl.runtime.playbook import load_playbook
 
         return load_playbook(playbook).training.iterations if playbook else None
-    except Exception:  # noqa: BLE001
+    except (MfctlError, OSError) as e:  # gone or edited since the run: its plan is unknown
+        log.debug("run's playbook %s not read: %s", playbook, e)
         return None
