@@ -78,18 +78,7 @@ class Prefetched:
 
     def run_checked(self, host: str, argv: Sequence[str], *, timeout: float | None = None) -> str:
         """As :meth:`mfctl.transport.ssh.SSHPool.run_checked` (the same errors and messages)."""
-        from mfctl.errors import OperationFailed, UnreachableError
-
-        r = self.run(host, argv, timeout=timeout)
-        cmd = " ".join(map(str, argv))
-        if r.error:
-            raise UnreachableError(f"{host}: {cmd}: {r.error}")
-        if r.rc != 0:
-            raise OperationFailed(f"{host}: {cmd}: exit {r.rc}: {(r.stderr or r.stdout).strip()[:300]}")
-        if r.stdout_dropped:
-            raise OperationFailed(f"{host}: {cmd}: output longer than the cap ({r.stdout_dropped} more bytes dropped; "
-                                  "MFCTL_MAX_OUTPUT_BYTES)")
-        return r.stdout
+        return self.run(host, argv, timeout=timeout).checked(getattr(self.pool, "max_output_bytes", None))
 
     def __getattr__(self, name: str):
         return getattr(self.pool, name)

@@ -224,6 +224,23 @@ class CommandResult:
     def ok(self) -> bool:
         return self.error is None and self.rc == 0
 
+    def checked(self, cap: int | None = None) -> str:
+        """Its stdout; or UnreachableError (no connection, timeout) or OperationFailed (non-zero
+        exit, or a stdout longer than the output cap: a part of it is no answer to parse) naming
+        the host, the command and stderr."""
+        from mfctl.errors import OperationFailed
+
+        cmd = " ".join(map(str, self.argv))
+        if self.error:
+            raise UnreachableError(f"{self.host}: {cmd}: {self.error}")
+        if self.rc != 0:
+            raise OperationFailed(f"{self.host}: {cmd}: exit {self.rc}: {(self.stderr or self.stdout).strip()[:300]}")
+        if self.stdout_dropped:
+            limit = f"{cap} bytes" if cap else "the cap"  # cap: the pool's max_output_bytes
+            raise OperationFailed(f"{self.host}: {cmd}: output longer than {limit} ({self.stdout_dropped} more bytes "
+                                  "dropped; MFCTL_MAX_OUTPUT_BYTES)")
+        return self.stdout
+
     @property
     def exit_code(self):
         """This host's outcome (DESIGN §9): UNREACHABLE (4) when it could not be reached or the
@@ -352,18 +369,8 @@ class SSHPool:
                     stdin: bytes | None = None) -> str:
         """Run argv and return its stdout; raise UnreachableError (no connection, timeout) or
         OperationFailed (non-zero exit, or a stdout longer than ``max_output_bytes``: a part of it is
-        no answer to parse) naming the host, the command and stderr."""
-        from mfctl.errors import OperationFailed
-
-        r = self.run(host, argv, timeout=timeout, stdin=stdin)
-        if r.error:
-            raise UnreachableError(f"{host}: {' '.join(map(str, argv))}: {r.error}")
-        if r.rc != 0:
-            raise OperationFailed(f"{host}: {' '.join(map(str, argv))}: exit {r.rc}: {(r.stderr or r.stdout).strip()[:300]}")
-        if r.stdout_dropped:
-            raise OperationFailed(f"{host}: {' '.join(map(str, argv))}: output longer than {self.max_output_bytes} bytes "
-                                  f"({r.stdout_dropped} more dropped; MFCTL_MAX_OUTPUT_BYTES)")
-        return r.stdout
+        no answer to parse) naming the host, the command and stderr (:meth:`CommandResult.checked`)."""
+        return self.run(host, argv, timeout=timeout, stdin=stdin).checked(self.max_output_bytes)
 
     def run_many(self, hosts: Sequence[str], argv_for: Callable[[str], Sequence[str]], *,
                  timeout: float | None = None, on_done: Callable[[CommandResult], None] | None = None,

@@ -16,9 +16,8 @@ from __future__ import annotations
 import re
 
 from mfctl.errors import MfctlError, ParseError
-from mfctl.hosts import roce as roce_tools
 from mfctl.provision.actions import Action, PlanContext
-from mfctl.provision.steps.ports import host_netdevs, lane_ports
+from mfctl.provision.steps.ports import host_netdevs, lane_ports, read_files
 
 MORE_KEY = "irq"
 UNIT = "irqbalance"
@@ -92,10 +91,7 @@ def read_irq(pool, inv_host, act) -> dict:
     out["irqs"] = {nd: sorted(by_dir[dev_path(nd, "msi_irqs")]) for nd in nds if dev_path(nd, "msi_irqs") in by_dir}
     paths = [dev_path(nd, f) for nd in nds for f in ("numa_node", "local_cpulist")]
     paths += [affinity_path(i) for irqs in out["irqs"].values() for i in irqs]
-    r = pool.run(h, roce_tools.grep_argv(paths))
-    if r.error or r.rc not in (0, 1, 2):
-        raise MfctlError(f"{h}: grep -Hs . (NUMA node, IRQ affinity): {r.error or f'exit {r.rc}'}")
-    out["files"] = roce_tools.parse_grep(r.stdout)
+    out["files"] = read_files(pool, h, paths, "NUMA node, IRQ affinity")
     return out
 
 

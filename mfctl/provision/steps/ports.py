@@ -41,3 +41,16 @@ def host_netdevs(inv_host, act) -> list[str]:
 
     nds = [lane_netdev(act, nic, lane) for nic in inv_host.nics for lane in nic.lanes]
     return list(dict.fromkeys(nd for nd in nds if nd))
+
+
+def read_files(pool, host: str, paths: list[str], what: str) -> dict[str, str]:
+    """Path → content of the sysfs/procfs ``paths`` on ``host``, in one ``grep -Hs .``
+    (:func:`mfctl.hosts.roce.grep_argv`; a file that does not exist is absent, grep's exit 1/2).
+    MfctlError naming ``what`` was read when the command itself failed."""
+    from mfctl.errors import MfctlError
+    from mfctl.hosts import roce
+
+    r = pool.run(host, roce.grep_argv(paths))
+    if r.error or r.rc not in (0, 1, 2):
+        raise MfctlError(f"{host}: grep -Hs . ({what}): {r.error or f'exit {r.rc}'}")
+    return roce.parse_grep(r.stdout)

@@ -9,7 +9,7 @@ from mfctl.errors import MfctlError
 from mfctl.hosts import rails as railtools
 from mfctl.hosts import roce
 from mfctl.provision.actions import Action, PlanContext
-from mfctl.provision.steps.ports import host_netdevs, lane_ports
+from mfctl.provision.steps.ports import host_netdevs, lane_ports, read_files
 
 MORE_KEY = "roce"
 #: a fresh mlx5 netdev's QoS (PCP trust, no PFC, the default DSCP map, TCs in vendor mode)
@@ -31,10 +31,7 @@ def read_qos(pool, inv_host, act) -> dict:
             out["fec"][nd] = str(e)
     paths = [p for nd in nds for p in roce.ecn_paths(nd)]
     paths += [railtools.conf_path(i, k) for i in ["all", *nds] for k in railtools.SYSCTLS]
-    r = pool.run(h, roce.grep_argv(paths))
-    if r.error or r.rc not in (0, 1, 2):
-        raise MfctlError(f"{h}: grep -Hs . (ECN/CNP sysfs, conf sysctls): {r.error or f'exit {r.rc}'}")
-    out["files"] = roce.parse_grep(r.stdout)
+    out["files"] = read_files(pool, h, paths, "ECN/CNP sysfs, conf sysctls")
     return out
 
 
