@@ -173,7 +173,7 @@ def start(inventory: str | Path, state_dir: Path | None = None, *, time_scale: f
     run's own mock outlives no kill -9 of the run; ``purpose`` says what the owner is, for
     ``mfctl mock status`` and a refused ``mock down``); without one it is this process until the
     mock is up. Anything that ends the wait (Ctrl-C, SIGTERM, the timeout) stops the mock first.
-    Raises ConfigError (bad inventory, fault spec or sshd choice; ``openssh`` where sshd is not
+    Raises UsageError (a bad fault spec), ConfigError (bad inventory or sshd choice; ``openssh`` where sshd is not
     installed), LockError (a mock runs from ``state_dir``) or OperationFailed."""
     sshd = sshd or settings.get("mock_sshd")
     if sshd not in SSHD_CHOICES:
@@ -220,7 +220,9 @@ def _wait_up(proc: subprocess.Popen, sd: Path, timeout: float) -> dict:
             return st
         if proc.poll() is not None:
             err = (sd / "mock.stderr").read_text()[-2000:]
-            if proc.returncode == 3:  # the mock refused its configuration (e.g. a fault spec)
+            if proc.returncode == 2:  # the mock refused a command-line value (a fault spec)
+                raise UsageError(err.strip().removeprefix("mock: "))
+            if proc.returncode == 3:  # the mock refused its configuration (the inventory)
                 raise ConfigError(err.strip().removeprefix("mock: "))
             raise OperationFailed(f"mock testbed exited with {proc.returncode}: {err}")
         time.sleep(0.05)

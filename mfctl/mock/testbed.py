@@ -110,7 +110,7 @@ class MockTestbed:
 
     def start(self) -> dict:
         inv = self.source
-        from mfctl.errors import ConfigError
+        from mfctl.errors import ConfigError, UsageError
 
         try:
             self.sshd = hostsshd.choose(self.sshd_wanted)
@@ -180,8 +180,8 @@ class MockTestbed:
         for spec in self.inject:
             try:
                 log.warning("fault injected: %s", inject.apply(self, spec))
-            except ValueError as e:
-                raise ConfigError(str(e)) from None
+            except ValueError as e:  # a command-line value: exit 2, as the exit-code table says
+                raise UsageError(str(e)) from None
         (self.state / "known_hosts").write_text("\n".join(known_hosts) + "\n")
 
         doc = inv.model_dump(mode="json", exclude={"source"})
