@@ -382,7 +382,8 @@ YES_OPT = option("yes", "--yes", "-y", help="Do not ask for confirmation (script
 
 @runs_app.command("delete")
 @handle_errors
-def delete_runs(run_ids: list[str] = typer.Argument(..., help="Run ids (see mfctl runs list).", show_default=False,
+def delete_runs(run_ids: list[str] = typer.Argument(..., help="Run ids (see mfctl runs list), or latest (the newest "
+                                                    "run that has ended).", show_default=False,
                                                     metavar="RUN..."),
                 yes: bool = YES_OPT, runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
     """Delete runs by id after a confirmation: nothing when one is still running, or is no run, or
@@ -391,6 +392,11 @@ def delete_runs(run_ids: list[str] = typer.Argument(..., help="Run ids (see mfct
     from mfctl.runtime.prune import named
 
     base = _runs_dir(runs_dir)
+    if "latest" in run_ids:  # what latest means for runs show/report: the newest run that has ended
+        from mfctl.cli.metrics import latest_run
+
+        newest = latest_run(base).name
+        run_ids = [newest if r == "latest" else r for r in run_ids]
     chosen = named(base, run_ids)
     running = [e.run_id for e in chosen if e.running]
     if running:
