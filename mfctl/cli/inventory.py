@@ -16,7 +16,7 @@ INV_ARG = argument("inventory", help="Inventory YAML file.")
 def _facts(inv) -> dict:
     lanes = sum(len(h.ocs_lanes()) for h in inv.hosts)
     return {"name": inv.name, "hosts": len(inv.hosts), "gpus": sum(h.gpus.count for h in inv.hosts),
-            "ocs_lanes": lanes, "ocs": f"{inv.ocs.model} {inv.ocs.size.inputs}x{inv.ocs.size.outputs}",
+            "ocs_lanes": lanes, "ocs": " + ".join(f"{o.model} {o.size.inputs}x{o.size.outputs}" for o in inv.ocses),
             "eps": inv.eps.model, "regions": {r.name: r.hosts for r in inv.regions}}
 
 
@@ -68,9 +68,11 @@ def show(path: Path = INV_ARG, json_out: bool = JSON_OPT):
     con.print(t)
     for h in inv.hosts:
         con.print(f"{h.name}: ssh {h.ssh.user}@{h.ssh.address}:{h.ssh.port}, {h.gpus.count} x {h.gpus.model}", highlight=False)
-    transports = ", ".join(f"{t.kind}:{getattr(t, 'device', None) or f'{t.address}:{t.port}'}" for t in inv.ocs.transports)
-    con.print(markup("OCS [bold]{}[/]: {}, {}x{}, via {}", inv.ocs.name, inv.ocs.model, inv.ocs.size.inputs,
-                     inv.ocs.size.outputs, transports))
+    for o in inv.ocses:
+        transports = ", ".join(f"{t.kind}:{getattr(t, 'device', None) or f'{t.address}:{t.port}'}" for t in o.transports)
+        con.print(markup("OCS [bold]{}[/]: {}, {}x{}, via {}", o.name, o.model, o.size.inputs, o.size.outputs, transports))
     con.print(markup("EPS [bold]{}[/]: {}, {} x {:g}G", inv.eps.name, inv.eps.model, inv.eps.ports, inv.eps.port_speed_gbps))
     for r in inv.regions:
-        con.print(markup("region [bold]{}[/]: {}", r.name, ", ".join(r.hosts)))
+        o = inv.region_ocs(r)
+        con.print(markup("region [bold]{}[/]: {}{}", r.name, ", ".join(r.hosts),
+                         f" (OCS {o.name})" if len(inv.ocses) > 1 and o is not None else ""))

@@ -2,8 +2,9 @@
 
 Errors raised: :class:`mfctl.errors.ConfigError` (exit code 3), whose message names the
 file and the line of the offending key: unknown or duplicate keys, wrong types, an OCS
-port used twice, an optical lane without its TX or RX port, a port beyond the OCS size,
-a region naming a missing host.
+port used twice on one OCS, an optical lane without its TX or RX port, a port beyond its
+OCS's size, a region naming a missing host or an OCS the inventory does not have (or none when
+it has several), two OCSes of one name.
 """
 
 from __future__ import annotations
@@ -152,10 +153,26 @@ def validate_model(model: type[M], data: Any, lines: dict[Loc, int], src: str) -
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        problems = _problems(e.errors(), model)
+        problems = [(_one_ocs_loc(loc, data), msg) for loc, msg in _problems(e.errors(), model)]
         (loc, msg), rest = problems[0], problems[1:]
         raise ConfigError(msg if not loc else f"{_fmt_loc(loc)}: {msg}", path=src, line=_line_for(loc, lines),
                           more=[(_line_for(lc, lines), f"{_fmt_loc(lc)}: {m}") for lc, m in rest]) from None
+
+
+def _one_ocs_loc(loc: Loc, data: dict) -> Loc:
+    """An inventory's single ``ocs`` mapping is validated as a list of one: ``ocs[0].size`` is
+    the file's ``ocs.size``."""
+    if len(loc) >= 2 and loc[0] == "ocs" and loc[1] == 0 and isinstance(data.get("ocs"), dict):
+        return ("ocs",) + tuple(loc[2:])
+    return loc
+
+
+def _field(model, key: str):
+    """The field of ``model`` that the document's ``key`` fills (by name, or by its alias)."""
+    f = model.model_fields.get(key)
+    if f is None:
+        f = next((f for f in model.model_fields.values() if f.alias == key), None)
+    return f
 
 
 def _model_at(model, loc: Loc):
@@ -174,7 +191,7 @@ def _model_at(model, loc: Loc):
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
-        nxt = [m for c in current if (f := c.model_fields.get(str(part))) is not None for m in models(f.annotation)]
+        nxt = [m for c in current if (f := _field(c, str(part))) is not None for m in models(f.annotation)]
         if not nxt:
             return None
         current = nxt
@@ -199,7 +216,8 @@ def _problems(errs: list, model=None) -> list[tuple[Loc, str]]:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             holder = _model_at(model, loc) if model is not None else None
-            known = [str(m) for m in missing.get(loc[:-1], [])] or (list(holder.model_fields) if holder else [])
+            known = [str(m) for m in missing.get(loc[:-1], [])] or (
+                [f.alias or k for k, f in holder.model_fields.items()] if holder else [])
             near = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
             if near:
                 explained.add(loc[:-1] + (near[0],))
@@ -238,9 +256,17 @@ def cross_check(inv: Inventory) -> list[tuple[Loc, str]]:
             problems.append((("login_hosts", li, "name"), f"duplicate host name {lh.name!r} (a login host is not a "
                                                          "GPU host, and each is named once)"))
         logins.add(lh.name)
-    size = inv.ocs.size
-    used: dict[int, str] = {}
+    problems += _check_ocses(inv)
+    used: dict[tuple[str, int], str] = {}  # (OCS name, port) -> the lane on it: ports are unique per OCS
+    several = len(inv.ocses) > 1
     for hi, h in enumerate(inv.hosts):
+        ocs = inv.ocs_of_host(h.name)
+        if ocs is None and h.ocs_lanes():
+            problems.append((("hosts", hi, "name"), f"host {h.name!r} has optical lanes but is in no region that names "
+                                                    f"its OCS (the inventory has {len(inv.ocses)}: "
+                                                    f"{', '.join(inv.ocs_names)})"))
+        size = ocs.size if ocs is not None else None
+        on = f" {ocs.name}" if several and ocs is not None else ""
         if not h.eps_nics():
             problems.append((("hosts", hi, "nics"), f"host {h.name!r} has no NIC with role 'eps' (the electrical fallback)"))
         nic_names: set[str] = set()
@@ -260,19 +286,20 @@ def cross_check(inv: Inventory) -> list[tuple[Loc, str]]:
                 elif lane.ocs_tx is not None or lane.ocs_rx is not None:
                     problems.append((base, f"lane {where} is on an EPS NIC but names OCS ports"))
                 for key, port, lo, hi_ in (
-                    ("ocs_tx", lane.ocs_tx, 1, size.inputs),
-                    ("ocs_rx", lane.ocs_rx, size.inputs + 1, size.total),
+                    ("ocs_tx", lane.ocs_tx, 1, size.inputs if size else 0),
+                    ("ocs_rx", lane.ocs_rx, size.inputs + 1 if size else 0, size.total if size else 0),
                 ):
-                    if port is None:
+                    if port is None or ocs is None or size is None:
                         continue
                     if not lo <= port <= hi_:
                         kind = "input" if key == "ocs_tx" else "output"
-                        problems.append((base + (key,), f"{key} {port} of {where} is beyond the OCS {kind} ports {lo}..{hi_} "
-                                                         f"({size.inputs}x{size.outputs})"))
-                    elif port in used:
-                        problems.append((base + (key,), f"OCS port {port} used twice: {where} and {used[port]}"))
+                        problems.append((base + (key,), f"{key} {port} of {where} is beyond the OCS{on} {kind} ports "
+                                                         f"{lo}..{hi_} ({size.inputs}x{size.outputs})"))
+                    elif (ocs.name, port) in used:
+                        problems.append((base + (key,), f"OCS{on} port {port} used twice: {where} and "
+                                                         f"{used[ocs.name, port]}"))
                     else:
-                        used[port] = where
+                        used[ocs.name, port] = where
     seen_regions: set[str] = set()
     in_region: dict[str, str] = {}
     for ri, r in enumerate(inv.regions):
@@ -285,6 +312,24 @@ def cross_check(inv: Inventory) -> list[tuple[Loc, str]]:
             elif hn in in_region:
                 problems.append((("regions", ri, "hosts", hi), f"host {hn!r} is in regions {in_region[hn]!r} and {r.name!r}"))
             in_region.setdefault(hn, r.name)
+    return problems
+
+
+def _check_ocses(inv: Inventory) -> list[tuple[Loc, str]]:
+    """The OCSes named once each; each region names one of them (it must when there are several)."""
+    problems: list[tuple[Loc, str]] = []
+    seen: set[str] = set()
+    for k, o in enumerate(inv.ocses):
+        if o.name in seen:
+            problems.append((("ocs", k, "name"), f"duplicate OCS name {o.name!r} (each OCS of an inventory has its own)"))
+        seen.add(o.name)
+    for ri, r in enumerate(inv.regions):
+        if r.ocs is None and len(inv.ocses) > 1:
+            problems.append((("regions", ri, "name"), f"region {r.name!r} names no OCS (ocs: NAME), but the inventory "
+                                                      f"has {len(inv.ocses)}: {', '.join(inv.ocs_names)}"))
+        elif r.ocs is not None and r.ocs not in seen:
+            problems.append((("regions", ri, "ocs"), f"region {r.name!r} names OCS {r.ocs!r}, which the inventory does "
+                                                     f"not have (it has {', '.join(inv.ocs_names)})"))
     return problems
 
 

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_serializer, field_validator, model_validator
 
 from mfctl.settings import SETTINGS
 
@@ -179,7 +179,11 @@ class OCSSize(_Strict):
 
 
 class OCS(_Strict):
-    name: str = Field(pattern=NAME_PATTERN)
+    """One optical circuit switch. ``name``: how regions (``regions[].ocs``), ``mfctl ocs --ocs``
+    and the run's records name it (a TL1-safe identifier; "ocs" when an inventory's only OCS
+    does not say)."""
+
+    name: str = Field("ocs", pattern=NAME_PATTERN)
     model: str = "Polatis Series 7000"
     size: OCSSize
     transports: list[Transport] = Field(min_length=1, description="Tried in order")
@@ -240,8 +244,14 @@ class EPS(_Strict):
 
 
 class Region(_Strict):
+    """A group of hosts whose optical lanes all land on one OCS (``ocs``: its name; required when
+    the inventory has several, else the only one). One OCS per region: a circuit joins two ports
+    of one switch, so a region split over two switches could not join every pair of its lanes."""
+
     name: str = Field(pattern=NAME_PATTERN)
     hosts: list[str] = Field(min_length=2)
+    ocs: str | None = Field(None, pattern=NAME_PATTERN, description="the OCS its hosts' optical lanes reach "
+                            "(required when the inventory has several)")
 
 
 class SSHDefaults(_Strict):
@@ -297,7 +307,14 @@ class LockBackend(_Strict):
 
 
 class Inventory(_Strict):
-    """A whole testbed. Load with :func:`mfctl.inventory.load_inventory`."""
+    """A whole testbed. Load with :func:`mfctl.inventory.load_inventory`.
+
+    ``ocs`` in the file is one mapping (one OCS) or a list of them, each with a unique ``name``;
+    the model holds the list as :attr:`ocses` (dumped as the file wrote it: one mapping for one
+    OCS). :attr:`ocs` is the only OCS (a ConfigError naming them when there are several: the
+    caller must choose, :meth:`ocs_named`, :meth:`ocs_of_region`)."""
+
+    model_config = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
 
     name: str = Field(pattern=NAME_PATTERN)
     description: str = ""
@@ -305,13 +322,72 @@ class Inventory(_Strict):
     hosts: list[Host] = Field(min_length=1)
     login_hosts: list[LoginHost] = Field(default_factory=list, description="login/submit nodes that are not "
                                          "GPU servers (runtime.slurm.submit_host may name one)")
-    ocs: OCS
+    ocses: list[OCS] = Field(alias="ocs", min_length=1, description="one OCS (a mapping) or several (a list of "
+                             "mappings, each a unique name)")
     eps: EPS
     regions: list[Region] = Field(min_length=1)
     lock: LockBackend = Field(default_factory=LockBackend, description="the testbed lock's backend (docs/locks.md)")
 
     # set by the loader, not part of the schema
     source: str | None = Field(None, exclude=True)
+
+    @field_validator("ocses", mode="before")
+    @classmethod
+    def _one_or_several(cls, v):
+        return [v] if isinstance(v, dict) else v
+
+    @field_serializer("ocses")
+    def _dump_ocses(self, v: list[OCS], info):
+        rows = [o.model_dump(mode=info.mode, by_alias=True) for o in v]
+        return rows[0] if len(rows) == 1 else rows
+
+    @property
+    def ocs(self) -> OCS:
+        """The inventory's only OCS. Raises ConfigError (exit 3) when it has several: a command
+        that works on one must be told which (``--ocs NAME``: :meth:`ocs_named`)."""
+        if len(self.ocses) == 1:
+            return self.ocses[0]
+        from mfctl.errors import ConfigError
+
+        raise ConfigError(f"inventory {self.name} has {len(self.ocses)} OCSes ({', '.join(self.ocs_names)}): "
+                          "name one (--ocs NAME)", path=self.source)
+
+    @property
+    def ocs_names(self) -> list[str]:
+        return [o.name for o in self.ocses]
+
+    def ocs_named(self, name: str | None) -> OCS:
+        """The OCS called ``name``; None: the only one. Raises UsageError (exit 2) for an unknown
+        name, or no name when there are several (the message lists them)."""
+        from mfctl.errors import UsageError
+
+        if name is None:
+            if len(self.ocses) == 1:
+                return self.ocses[0]
+            raise UsageError(f"inventory {self.name} has {len(self.ocses)} OCSes: give --ocs NAME, one of "
+                             f"{', '.join(self.ocs_names)}")
+        for o in self.ocses:
+            if o.name == name:
+                return o
+        raise UsageError(f"no OCS {name!r} in inventory {self.name} (it has {', '.join(self.ocs_names)})")
+
+    def region_ocs(self, region: Region) -> OCS | None:
+        """The OCS of ``region``: the one it names, else the only one (None: it names none of them)."""
+        if region.ocs is None:
+            return self.ocses[0] if len(self.ocses) == 1 else None
+        return next((o for o in self.ocses if o.name == region.ocs), None)
+
+    def ocs_of_host(self, host: str) -> OCS | None:
+        """The OCS that ``host``'s optical lanes reach: its region's (the only OCS when there is one;
+        None: several and the host is in no region that names one)."""
+        if len(self.ocses) == 1:
+            return self.ocses[0]
+        r = next((r for r in self.regions if host in r.hosts), None)
+        return self.region_ocs(r) if r is not None else None
+
+    def regions_on(self, ocs: str) -> list[Region]:
+        """The regions whose lanes reach the OCS named ``ocs``."""
+        return [r for r in self.regions if (o := self.region_ocs(r)) is not None and o.name == ocs]
 
     def host(self, name: str) -> Host:
         for h in self.hosts:
