@@ -27,9 +27,11 @@ Fabrics (8 NICs per server of ``B`` Gbit/s, ``goodput`` of line rate):
 
 - ``fat-tree``: non-blocking; a server is one node with ``8B`` (GPUs reach any NIC over
   NVSwitch), so only server-level imbalance of the all-to-all counts.
-- ``fat-tree-3to1``: as above, but an edge switch of ``k/2`` servers (``k`` the smallest even
-  radix with ``k³/4 ≥ servers``) has a third of its hosts' bandwidth upwards; every flow leaving
-  the edge shares it (all-to-all across edges, the DP ring, the PP sends).
+- ``fat-tree-3to1``: the paper simulator's 3:1 tree (htsim ``fat_tree_topology_3to1_k12``): 9
+  servers per ToR with 3 uplinks of a server's rate, 1:1 above; servers placed region after
+  region, so a region that straddles two ToRs sends part of its all-to-all up, sharing the 3
+  uplinks with its neighbours', each flow on one uplink at random (ECMP collisions,
+  :func:`rack_time`); the DP ring and the PP sends leave the ToR at a third of the rate.
 - ``rail-optimized``: NIC q of every server on rail switch q; a GPU's traffic to GPU q of
   another server is forwarded over NVSwitch to its server's NIC q, so the busiest (server, rail)
   NIC sets the all-to-all time — GPU-level skew is not spread over the server's 8 NICs.
@@ -40,8 +42,12 @@ Fabrics (8 NICs per server of ``B`` Gbit/s, ``goodput`` of line rate):
 - ``mixnet``: ``alpha`` (6) OCS NICs whose circuits are re-planned for every (block, micro-batch)
   matrix (:func:`mfctl.fabric.planner.plan`), plus ``8 − alpha`` NICs on a fat-tree carrying the
   rest of the all-to-all, DP and PP. Reconfiguration: one blocking ``reconfig_s`` per iteration;
-  later ones are hidden behind the attention (FP dispatch) and expert compute (the rest) and only
-  what exceeds them is exposed (paper §5.1, App. D.7).
+  later ones, one per (block, micro-batch) in FP and one in BP, as the paper's simulator makes
+  them, are hidden behind the block's forward (backward) compute; what is left of one when the
+  all-to-all starts runs that all-to-all on the EPS NICs alone until the circuits are up
+  (:func:`reconfig_exposed`: bounded by the EPS-only time however slow the OCS; paper §5.1, App. D.7).
+  ``eps_spill`` chooses the data path: the §5.3 runtime's (a pair's overflow beyond its circuits on
+  the EPS too, the default) or the paper simulator's (a pair with a circuit on it only).
 
 The paper's packet simulator (htsim, TCP, ECN) captures queueing, incast and flow-completion
 skew that a flow model does not; docs/planning.md says where that shows.
@@ -54,7 +60,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from mfctl.fabric.planner import LinkRates, plan
+from mfctl.fabric.planner import LinkRates, a2a_time, plan
 from mfctl.fabric.traffic import load_routing
 
 GPUS_PER_SERVER = 8
@@ -113,8 +119,15 @@ class Physics:
     zipf_s: float = 1.6  # skew model (the fork's wm_ep8 rows are Zipf(1.6))
     samples: int = 8  # (block, micro-batch) matrices drawn per estimate
     alpha: int = 6  # MixNet OCS NICs per server
+    # MixNet routing: True = the §5.3 runtime, a pair's bytes beyond its circuits spill onto the EPS
+    # (mixnet_time); False = the paper's simulator, a pair with a circuit sends on it only (htsim's
+    # use_ocs when conn > 0; the planner's objective). docs/planning.md: what False does to the cells.
+    eps_spill: bool = True
     reconfig_s: float = 0.025  # MixNet blocking reconfiguration (paper default)
-    oversub: float = 3.0  # fat-tree-3to1
+    oversub: float = 3.0  # fat-tree-3to1: rack_servers / rack_uplinks
+    rack_servers: int = 9  # the paper simulator's 3:1 fat-tree (k = 12, 648 hosts): 9 servers per ToR ...
+    rack_uplinks: int = 3  # ... and 3 uplinks of a server's rate (htsim fat_tree_topology_3to1_k12.cpp)
+    ecmp_draws: int = 32  # random path choices (one per flow, as htsim's rand() % paths) averaged
     gpus: int = 1024
     seed: int = 0
 
@@ -202,30 +215,62 @@ def fat_tree_time(Bs: np.ndarray, host_Bps: float) -> float:
     return max(off.sum(axis=1).max(), off.sum(axis=0).max()) / host_Bps
 
 
-def edge_servers(servers: int) -> int:
-    """Servers per edge switch of the smallest even-radix 3-tier fat-tree for ``servers``."""
-    k = 2
-    while k ** 3 / 4 < servers:
-        k += 2
-    return k // 2
+def rack_time(regions: list[np.ndarray], host_Bps: float, rack_servers: int, uplinks: int, flows_per_pair: int,
+              draws: int, seed: int = 0) -> float:
+    """All-to-all time of every region at once on an oversubscribed fat-tree as the paper's
+    simulator builds it: servers placed region after region (region r on servers ``r·n ..
+    r·n+n−1``), ``rack_servers`` per ToR with ``uplinks`` uplinks of ``host_Bps`` each; every flow
+    (``flows_per_pair`` per server pair: one per GPU pair) takes one uplink at random (ECMP, htsim's
+    ``rand() % paths``) and, through the same aggregation position, the same-numbered downlink
+    of the destination ToR. ``regions``: each region's server bytes ``[n, n]``. The time is the
+    larger of the servers' own NIC term and the busiest up/down link, averaged over ``draws``
+    path choices (seeded: deterministic). Regions that straddle a ToR are what pay."""
+    n = regions[0].shape[0]
+    server_t = max(fat_tree_time(B, host_Bps) for B in regions)
+    src, dst, size = [], [], []
+    for r, B in enumerate(regions):
+        rack = (r * n + np.arange(n)) // rack_servers
+        i, j = np.nonzero((rack[:, None] != rack[None, :]) & (B > 0))
+        src.append(np.repeat(rack[i], flows_per_pair))
+        dst.append(np.repeat(rack[j], flows_per_pair))
+        size.append(np.repeat(B[i, j] / flows_per_pair, flows_per_pair))
+    s, d, w = np.concatenate(src), np.concatenate(dst), np.concatenate(size)
+    if not len(w):
+        return server_t
+    racks = int(max(s.max(), d.max())) + 1
+    rng = np.random.default_rng(seed)
+    worst = []
+    for _ in range(draws):
+        u = rng.integers(uplinks, size=len(w))
+        up = np.bincount(s * uplinks + u, weights=w, minlength=racks * uplinks)
+        down = np.bincount(d * uplinks + u, weights=w, minlength=racks * uplinks)
+        worst.append(max(up.max(), down.max()))
+    return max(server_t, float(np.mean(worst)) / host_Bps)
 
 
-def oversub_time(Bs: np.ndarray, host_Bps: float, edge: int, oversub: float) -> float:
-    """Fat-tree with ``oversub``:1 above the edge: the server term and every edge's uplink."""
-    n = Bs.shape[0]
-    t = fat_tree_time(Bs, host_Bps)
-    if n <= edge:
-        return t
-    e = np.arange(n) // edge
-    up = np.zeros(e.max() + 1)
-    down = np.zeros(e.max() + 1)
-    for i in range(n):
-        for j in range(n):
-            if e[i] != e[j]:
-                up[e[i]] += Bs[i, j]
-                down[e[j]] += Bs[i, j]
-    cap = edge * host_Bps / oversub
-    return max(t, up.max() / cap, down.max() / cap)
+def reconfig_exposed(remaining_s: float, phases: list[tuple[str, float, float]]) -> float:
+    """Time a (block, micro-batch)'s all-to-alls lose to a reconfiguration still running for
+    ``remaining_s`` when the first of them starts. ``phases`` in order: ``("a2a", t_circuits,
+    t_eps_only)`` or ``("compute", s, 0)``. While the OCS is switching the region's all-to-all is
+    not stopped: it runs on the EPS NICs alone (their flows are never paused, paper §5.3 / the
+    simulator's topology manager), a fraction ``r / t_eps`` of it in the ``r`` s left, the rest
+    on circuits and EPS once they are up; compute lets the switching go on. Bounded by each
+    all-to-all's EPS-only time, however slow the OCS."""
+    r, lost = remaining_s, 0.0
+    for kind, t, t_eps in phases:
+        if r <= 0:
+            break
+        if kind == "compute":
+            r -= t
+            continue
+        if r >= t_eps:
+            lost += t_eps - t
+            r -= t_eps
+        else:
+            took = r + (1 - r / t_eps) * t
+            lost += took - t
+            r = 0.0
+    return lost
 
 
 def mixnet_time(Bs: np.ndarray, C: np.ndarray, circuit_Bps: float, eps_Bps) -> float:
@@ -393,37 +438,41 @@ def step(m: Model, fabric: str, gbps: float, ph: Physics = Physics()) -> StepTim
     comp_layer = 3 * (attn + shared + expert)
     tp_layer = 0.0 if tp == 1 else 4 * 2 * (tp - 1) / tp * T * H * 2 / ph.nvswitch_Bps
     # all-to-all per fabric (mean over the skew samples of one all-to-all; dispatch = W, combine = Wᵀ)
-    edge = edge_servers(servers)
     Ba = B * ph.a2a_efficiency  # one NIC's rate for all-to-all traffic
-    a2as = []
+    eps_Bps = (NICS_PER_SERVER - ph.alpha) * Ba  # MixNet's EPS NICs of a server
+    a2as, eps_only = [], []
     d_pp, d_dp, d_ep = topoopt_degrees(m, dp, ph.micro_batches)
     C_static = None
     if fabric == "topoopt" and n > 1:
-        C_static = _static_plan(m, d_ep, replace(ph, reconfig_s=0.0))
+        C_static = _static_plan(m, d_ep, _traffic_key(ph))
+    regions = servers // n
     for idx, W in enumerate(Ws):
-        ts = []
-        for Wd in (W, W.T):
+        ts, es = [], []
+        for d, Wd in enumerate((W, W.T)):
             Bs = server_bytes(Wd, m)
             intra = float(np.diag(Bs).max()) / ph.nvswitch_Bps
             if n == 1:
                 ts.append(intra)
+                es.append(intra)
                 continue
             if fabric == "fat-tree":
                 t = fat_tree_time(Bs, NICS_PER_SERVER * Ba)
             elif fabric == "fat-tree-3to1":
-                t = oversub_time(Bs, NICS_PER_SERVER * Ba, edge, ph.oversub)
+                t = _rack_a2a(m, _traffic_key(ph), idx, d, regions) / (NICS_PER_SERVER * Ba)
             elif fabric == "rail-optimized":
                 t = rail_time(Wd, m, Ba, ph.nvswitch_Bps)
             elif fabric == "topoopt":
                 assert C_static is not None  # (planned above: the region has servers to connect)
                 t = multihop_time(Bs, C_static, Ba)
             else:
-                rates = LinkRates(circuit_Bps=Ba, eps_Bps=(NICS_PER_SERVER - ph.alpha) * Ba)
-                C = _mixnet_plan(m, ph, idx)
-                t = mixnet_time(Bs, C, rates.circuit_Bps, float(rates.eps_Bps))
+                C = _mixnet_plan(m, _traffic_key(ph), idx)
+                t = (mixnet_time(Bs, C, Ba, eps_Bps) if ph.eps_spill else
+                     float(a2a_time(Bs, C, LinkRates(circuit_Bps=Ba, eps_Bps=eps_Bps))[0, 0]))
+                es.append(max(intra, fat_tree_time(Bs, eps_Bps)))
             ts.append(max(intra, t))
-        a2as.append(2 * sum(ts))  # FP dispatch + combine, BP the same two
-    a2a_layer = float(np.mean(a2as))
+        a2as.append(ts)
+        eps_only.append(es)
+    a2a_layer = float(np.mean([2 * sum(ts) for ts in a2as]))  # FP dispatch + combine, BP the same two
     # PP: activations to the next stage (forward) and their gradients back, per micro-batch
     pp_bytes = T * H * 2 / tp
     pp_gpu_Bps = {"fat-tree": B, "rail-optimized": B, "fat-tree-3to1": B / ph.oversub,
@@ -449,15 +498,44 @@ def step(m: Model, fabric: str, gbps: float, ph: Physics = Physics()) -> StepTim
     if fabric == "mixnet":
         # one blocking reconfiguration per iteration; later ones, one per (block, micro-batch) in
         # FP (dispatch; combine is its transpose on the same circuits) and one in BP, are made
-        # while the region computes (the block's forward, resp. backward compute)
+        # while the region computes (one block's forward, resp. backward compute); what is left
+        # of them when the all-to-all starts slows it to the EPS alone (reconfig_exposed)
         fwd = attn + shared + expert
-        exposed = max(0.0, ph.reconfig_s - fwd) + max(0.0, ph.reconfig_s - 2 * fwd)
-        reconf = ph.reconfig_s + slots * blocks_per_stage * exposed
+        lost = []
+        for ts, es in zip(a2as, eps_only):
+            if n == 1:
+                lost.append(0.0)
+                continue
+            (td, tc), (ed, ec) = ts, es
+            fp = reconfig_exposed(ph.reconfig_s - fwd, [("a2a", td, ed), ("compute", expert + shared, 0.0),
+                                                         ("a2a", tc, ec)])
+            bp = reconfig_exposed(ph.reconfig_s - 2 * fwd, [("a2a", tc, ec), ("compute", 2 * (expert + shared), 0.0),
+                                                            ("a2a", td, ed)])
+            lost.append(fp + bp)
+        reconf = ph.reconfig_s + slots * blocks_per_stage * float(np.mean(lost))
     it = slots * stage_mb + dp_s + reconf
     return StepTime(fabric=fabric, gbps=gbps, iteration_s=it,
                     compute_s=mb * blocks_per_stage * comp_layer, tp_s=mb * blocks_per_stage * tp_layer,
                     a2a_s=mb * blocks_per_stage * a2a_layer, pp_s=mb * pp_mb, bubble_s=(m.pp - 1) * stage_mb,
                     dp_s=dp_s, reconfig_s=reconf, parts={"h": h, "degrees": (d_pp, d_dp, d_ep)})
+
+
+def _traffic_key(ph: Physics) -> Physics:
+    """The fields that fix the traffic, the plans and the racks (the cache key of the helpers
+    below: calibrating ``eta`` or sweeping the latency does not re-plan)."""
+    d = Physics()
+    return replace(d, skew=ph.skew, zipf_s=ph.zipf_s, samples=ph.samples, alpha=ph.alpha, gpus=ph.gpus, seed=ph.seed,
+                   rack_servers=ph.rack_servers, rack_uplinks=ph.rack_uplinks, ecmp_draws=ph.ecmp_draws)
+
+
+@lru_cache(maxsize=1024)
+def _rack_a2a(m: Model, ph: Physics, idx: int, direction: int, regions: int) -> float:
+    """The 3:1 fat-tree's all-to-all for skew sample ``idx`` (0 dispatch, 1 combine) at 1 byte/s
+    per server: every region at once, region r on sample ``idx + r`` (:func:`rack_time`)."""
+    Ws = _samples(m, ph.skew, ph.zipf_s, ph.samples, ph.seed)
+    mats = [server_bytes(Ws[(idx + r) % len(Ws)].T if direction else Ws[(idx + r) % len(Ws)], m) for r in range(regions)]
+    flows = (GPUS_PER_SERVER // m.tp) ** 2 * m.tp  # GPU pairs (rank shard s to shard s) per server pair
+    return rack_time(mats, 1.0, ph.rack_servers, ph.rack_uplinks, flows, ph.ecmp_draws, ph.seed)
 
 
 @lru_cache(maxsize=1024)

@@ -61,9 +61,10 @@ def test_perf_per_dollar_is_in_the_papers_bands(rep):
 
 def test_the_latency_sweep_is_flat_to_25_ms_and_clearly_worse_past_1_s(rep):
     rel = {x["latency_s"]: x["relative_to_fat_tree"] for x in rep.latency_sweep}
-    assert rel[0.025] - rel[1e-6] < 0.01
-    assert rel[0.1] < 1.2 * rel[0.025]
-    assert rel[1.0] > 1.5 * rel[0.025] and rel[10.0] > rel[3.0] > rel[1.0]
+    assert rel[0.025] - rel[1e-6] < 0.01  # flat to the paper's 25 ms
+    assert rel[0.1] < 1.10 * rel[0.025]  # and within 10 % to 100 ms (hidden behind the blocks' compute)
+    assert rel[1.0] > 1.25 * rel[0.025]  # clearly worse past ~1 s
+    assert rel[10.0] > rel[3.0] > rel[1.0] > rel[0.3] > rel[0.1]
 
 
 def test_the_embedded_reference_is_the_published_csv():
@@ -112,12 +113,7 @@ def test_fabric_primitives_on_hand_checked_matrices():
     C3 = np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]])
     assert im.multihop_time(B3, C3, 1.0) == pytest.approx(6.0)
     assert im.multihop_time(B3, np.zeros((3, 3), int), 1.0) == float("inf")
-    # 3:1: within one edge switch nothing changes; across edges the uplink is a third
-    B4 = np.zeros((4, 4))
-    B4[0, 2] = 12.0
-    assert im.oversub_time(B4, 12.0, 4, 3.0) == pytest.approx(1.0)
-    assert im.oversub_time(B4, 12.0, 2, 3.0) == pytest.approx(12.0 / (2 * 12.0 / 3))
-    assert im.edge_servers(128) == 4  # k = 8: 8³/4 = 128 servers, 4 per edge switch
+    # 3:1 (the rack model and its ECMP collisions: tests/unit/fabric/test_fabric_itermodel_physics.py)
 
 
 def test_rail_optimized_equals_the_fat_tree_when_tp_fills_the_server_and_not_with_tp_1():
