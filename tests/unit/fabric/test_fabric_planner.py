@@ -208,30 +208,6 @@ def test_local_search_is_within_2_percent_of_the_milp_optimum_on_real_64_gpu_reg
         assert opt * (1 - 1e-3) <= plan(B, ports, rates).objective_s <= opt * 1.02
 
 
-def test_symmetric_fast_objective_equals_the_reference_objective():
-    from mfctl.fabric.planner import _objective_sym, _prepare
-
-    rng = np.random.default_rng(3)
-    for n, L in ((3, 1), (5, 2), (8, 3)):
-        B = rng.gamma(0.5, 1e8, size=(L, n, n))
-        C = rng.integers(0, 3, size=(10, n, n))
-        C = np.triu(C, 1) + np.swapaxes(np.triu(C, 1), -1, -2)
-        for rates in (LinkRates(), LinkRates(circuit_Bps=2e9, eps_Bps=rng.uniform(1e9, 3e9, n))):
-            Bo, eps_inv = _prepare(B, rates)
-            assert np.allclose(_objective_sym(Bo, C, rates, eps_inv), objective(B, C, rates), rtol=1e-12)
-
-
-def test_neighbourhood_moves_of_a_full_triangle():
-    from mfctl.fabric.planner import _moves
-
-    tri = np.array([[0, 1, 1], [1, 0, 1], [1, 1, 0]])
-    # every port taken: the bottleneck pair 0-1 takes a port from 0-2 and one from 1-2 (k = m = 2: nothing to join)
-    assert _moves(tri, np.zeros(3, int), [(0, 1)]).tolist() == [[[0, 2, 0], [2, 0, 0], [0, 0, 0]]]
-    # server 2 has a spare port and 0 has one: (0, 1) takes a port of 1's circuit to 2 ... and 0-2 may grow
-    D = _moves(tri, np.array([1, 0, 1]), [(0, 1)])
-    assert D.tolist() == [[[0, 2, 1], [2, 0, 0], [1, 0, 0]], [[0, 1, 2], [1, 0, 1], [2, 1, 0]]]
-
-
 def test_plan_regions_in_parallel_gives_the_serial_plans():
     from concurrent.futures import ProcessPoolExecutor
 
