@@ -50,20 +50,22 @@ class Context:
         return SSHPool(targets_from_inventory(self.inventory), connect_timeout=self.connect_timeout,
                        command_timeout=command_timeout or self.command_timeout, fanout=self.fanout)
 
-    def ocs(self, *, command_timeout: float | None = None) -> "OCSDriver":
-        """An unconnected driver for the inventory's OCS (``with ctx.ocs() as drv`` connects it)."""
+    def ocs(self, *, command_timeout: float | None = None, name: str | None = None) -> "OCSDriver":
+        """An unconnected driver for the inventory's OCS ``name`` (None: the only one; ``with
+        ctx.ocs() as drv`` connects it)."""
         from mfctl.ocs.driver import driver_from_inventory
 
         return driver_from_inventory(self.inventory, connect_timeout=self.connect_timeout,
-                                     command_timeout=command_timeout or self.command_timeout)
+                                     command_timeout=command_timeout or self.command_timeout, ocs=name)
 
-    def open_ocs(self, *, purpose: str | None = None, journals=(), command_timeout: float | None = None) -> "OCSDriver":
-        """A connected driver with the device journal (and, with ``purpose``, the device lock):
-        :func:`mfctl.ocs.driver.open_ocs`."""
+    def open_ocs(self, *, purpose: str | None = None, journals=(), command_timeout: float | None = None,
+                 ocs: str | None = None) -> "OCSDriver":
+        """A connected driver for the OCS named ``ocs`` (None: the only one) with the device
+        journal (and, with ``purpose``, the device lock): :func:`mfctl.ocs.driver.open_ocs`."""
         from mfctl.ocs.driver import open_ocs
 
         return open_ocs(self.inventory, purpose=purpose, journals=journals, connect_timeout=self.connect_timeout,
-                        command_timeout=command_timeout or self.command_timeout)
+                        command_timeout=command_timeout or self.command_timeout, ocs=ocs)
 
     def link_rates(self, host: str | None = None) -> "LinkRates":
         """Circuit (one OCS lane) and EPS (a server's EPS NICs together) rates of ``host`` (default:

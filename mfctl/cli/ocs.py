@@ -18,37 +18,41 @@ app = typer.Typer(help="Drive the optical circuit switch (TL1): inspect, change 
 INV_OPT = option("inventory", "--inventory", "-i", default=..., help="Inventory YAML.")
 DRY_OPT = typer.Option(False, "--dry-run", help="Print the diff and change nothing (exit 6 if anything would change).")
 YES_OPT = option("yes", "--yes", "-y", help="Do not ask for confirmation.")
+OCS_OPT = typer.Option(None, "--ocs", metavar="NAME", help="The OCS to work on, by its inventory name (default: the only one; "
+                 "required when the inventory has several).")
 
 
 @contextmanager
-def _driver(inventory: Path, *, mutating: bool, purpose: str = "ocs", precheck=None):
+def _driver(inventory: Path, *, mutating: bool, purpose: str = "ocs", precheck=None, ocs: str | None = None):
     """Connected driver, port map and the device's journal; ``mutating`` holds the device lock
     (keyed by what the device says it is, not by the inventory) until the block ends.
     ``precheck(port_map)``: the command's own arguments checked against the inventory first (a bad
-    port, lane or file is refused before the OCS is reached)."""
+    port, lane or file is refused before the OCS is reached). ``ocs``: the OCS's inventory name
+    (None: the only one; a UsageError listing them when there are several)."""
     from mfctl.context import Context
     from mfctl.inventory import load_inventory
     from mfctl.ocs.service import PortMap
 
     inv = load_inventory(inventory)
-    pm = PortMap.from_inventory(inv)
+    name = inv.ocs_named(ocs).name
+    pm = PortMap.from_inventory(inv, name)
     if precheck is not None:
         precheck(pm)
     from mfctl.lock import testbed_lock
 
     # a change takes the testbed lock (a run, provisioning or a pytest session holds it), then the device's
     with testbed_lock(inv, purpose) if mutating else contextlib.nullcontext(), \
-            Context.from_settings(inv).open_ocs(purpose=purpose if mutating else None) as drv:
-        _warn_legacy_journal(inv)
+            Context.from_settings(inv).open_ocs(purpose=purpose if mutating else None, ocs=name) as drv:
+        _warn_legacy_journal(inv, name)
         yield inv, drv, pm, drv.device_journal
 
 
-def _warn_legacy_journal(inv) -> None:
+def _warn_legacy_journal(inv, ocs: str | None = None) -> None:
     """mfctl before device identities kept the journal by inventory name: say if one is left
     with a change that did not finish (it is not read any more)."""
     from mfctl.ocs.service import legacy_journal_unfinished
 
-    old = legacy_journal_unfinished(inv)
+    old = legacy_journal_unfinished(inv, ocs)
     if old is not None:
         print_error(f"{old} (a journal of an older mfctl, kept by inventory name) holds a change that did not finish; "
                     f"journals are now kept per device: check the switch with mfctl ocs show", "warning")
@@ -71,17 +75,17 @@ def _render_diff(pm, d: dict, json_out: bool) -> None:
 
 
 def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool, purpose: str, what: str,
-            precheck=None) -> None:
+            precheck=None, ocs: str | None = None) -> None:
     """Shared plan → confirm → apply → read back flow of every mutating command (``precheck``: see
     :func:`_driver`)."""
     from mfctl.signals import DeferSignals
 
-    with _driver(inventory, mutating=not dry_run, purpose=purpose, precheck=precheck) as (inv, drv, pm, journal):
+    with _driver(inventory, mutating=not dry_run, purpose=purpose, precheck=precheck, ocs=ocs) as (inv, drv, pm, journal):
         current = drv.cross_connects()
         desired = build(pm, current)
         _, d = drv.plan(desired)
         _render_diff(pm, d.to_dict(), json_out)
-        result = {"schema": "mfctl.ocs.change/v1", "ocs": inv.ocs.name, "endpoint": drv.endpoint, "what": what,
+        result = {"schema": "mfctl.ocs.change/v1", "ocs": drv.ocs.name, "endpoint": drv.endpoint, "what": what,
                   "dry_run": dry_run, "diff": d.to_dict()}
         if dry_run or d.empty:
             if json_out:
@@ -91,7 +95,7 @@ def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool,
 
         for w in change_warnings(drv):
             print_error(w, "warning")
-        confirm(f"apply {len(d.delete)} deletion(s) and {len(d.add)} addition(s) on {inv.ocs.name}?", yes)
+        confirm(f"apply {len(d.delete)} deletion(s) and {len(d.add)} addition(s) on {drv.ocs.name}?", yes)
         res, interrupted = None, False
         try:
             with DeferSignals():  # Ctrl-C waits until the change is applied and read back
@@ -115,22 +119,22 @@ def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool,
 
 @app.command()
 @handle_errors
-def show(inventory: Path = INV_OPT, json_out: bool = JSON_OPT):
+def show(inventory: Path = INV_OPT, ocs: str | None = OCS_OPT, json_out: bool = JSON_OPT):
     """Read every cross-connect (RTRV-PATCH) and name both ends from the inventory."""
     from rich.table import Table
 
     from mfctl.fabric.mapping import circuits_from_cross_connects, region_lanes
 
-    with _driver(inventory, mutating=False) as (inv, drv, pm, _):
+    with _driver(inventory, mutating=False, ocs=ocs) as (inv, drv, pm, _):
         xc = drv.cross_connects()
         endpoint = drv.endpoint
     circuits = circuits_from_cross_connects(region_lanes(inv, [h.name for h in inv.hosts]), xc)
     rows = [{"in": i, "out": o, "from": pm.name(i), "to": pm.name(o)} for i, o in sorted(xc.items())]
     if json_out:
-        emit_json({"schema": "mfctl.ocs.show/v1", "ocs": inv.ocs.name, "endpoint": endpoint, "cross_connects": rows,
+        emit_json({"schema": "mfctl.ocs.show/v1", "ocs": drv.ocs.name, "endpoint": endpoint, "cross_connects": rows,
                    "circuits": [c.to_dict() for c in circuits]})
         return
-    t = Table("in", "out", "from (TX lane)", "to (RX lane)", title=f"{inv.ocs.name} cross-connects via {endpoint}")
+    t = Table("in", "out", "from (TX lane)", "to (RX lane)", title=f"{drv.ocs.name} cross-connects via {endpoint}")
     for r in rows:
         t.add_row(str(r["in"]), str(r["out"]), r["from"], r["to"])
     con = out_console()
@@ -143,20 +147,21 @@ def show(inventory: Path = INV_OPT, json_out: bool = JSON_OPT):
 @handle_errors
 def connect(a: str = typer.Argument(..., help="Lane HOST/NIC[.LANE] or OCS input port."),
             b: str = typer.Argument(..., help="Lane HOST/NIC[.LANE] or OCS output port."),
-            inventory: Path = INV_OPT, replace: bool = typer.Option(False, "--replace", help="Take ports already in use."),
+            inventory: Path = INV_OPT, ocs: str | None = OCS_OPT,
+            replace: bool = typer.Option(False, "--replace", help="Take ports already in use."),
             dry_run: bool = DRY_OPT, yes: bool = YES_OPT, json_out: bool = JSON_OPT):
     """Connect two lanes with a duplex circuit (two cross-connects), or one input to one output."""
     from mfctl.ocs.service import cross_connects_for, with_connection
 
     _change(inventory, lambda pm, cur: with_connection(cur, cross_connects_for(pm, a, b), replace=replace),
             dry_run=dry_run, yes=yes, json_out=json_out, purpose="ocs connect", what=f"connect {a} {b}",
-            precheck=lambda pm: cross_connects_for(pm, a, b))
+            precheck=lambda pm: cross_connects_for(pm, a, b), ocs=ocs)
 
 
 @app.command()
 @handle_errors
 def disconnect(endpoints: list[str] = typer.Argument(None, help="Lanes or ports whose cross-connects to remove."),
-               inventory: Path = INV_OPT,
+               inventory: Path = INV_OPT, ocs: str | None = OCS_OPT,
                all_: bool = typer.Option(False, "--all",
                                          help="Remove every cross-connect a confirmed read shows "
                                               "(DLT-PATCH of those ports, never ::ALL)."),
@@ -172,41 +177,42 @@ def disconnect(endpoints: list[str] = typer.Argument(None, help="Lanes or ports 
     build = (lambda pm, cur: {}) if all_ else (lambda pm, cur: without(pm, cur, endpoints))
     _change(inventory, build, dry_run=dry_run, yes=yes, json_out=json_out, purpose="ocs disconnect",
             what="disconnect all" if all_ else f"disconnect {' '.join(endpoints)}",
-            precheck=None if all_ else lambda pm: without(pm, {}, endpoints))
+            precheck=None if all_ else lambda pm: without(pm, {}, endpoints), ocs=ocs)
 
 
 @app.command("apply")
 @handle_errors
 def apply_cmd(file: Path = typer.Argument(..., help="YAML/JSON: cross_connects: [[in, out]...] "
                                                     "and/or circuits: [[LANE, LANE]...]."),
-              inventory: Path = INV_OPT, dry_run: bool = DRY_OPT, yes: bool = YES_OPT, json_out: bool = JSON_OPT):
+              inventory: Path = INV_OPT, ocs: str | None = OCS_OPT, dry_run: bool = DRY_OPT, yes: bool = YES_OPT,
+              json_out: bool = JSON_OPT):
     """Make the OCS hold exactly the topology in FILE (only what differs changes)."""
     from mfctl.ocs.service import load_topology_file
 
     _change(inventory, lambda pm, cur: load_topology_file(pm, file), dry_run=dry_run, yes=yes, json_out=json_out,
-            purpose="ocs apply", what=f"apply {file}", precheck=lambda pm: load_topology_file(pm, file))
+            purpose="ocs apply", what=f"apply {file}", precheck=lambda pm: load_topology_file(pm, file), ocs=ocs)
 
 
 @app.command()
 @handle_errors
-def power(inventory: Path = INV_OPT, json_out: bool = JSON_OPT):
+def power(inventory: Path = INV_OPT, ocs: str | None = OCS_OPT, json_out: bool = JSON_OPT):
     """Optical power per port with its lane; flags ports below the optics' sensitivity + margin. Exit 1 if any is flagged."""
     from rich.table import Table
 
     from mfctl.ocs.service import power_report
 
-    with _driver(inventory, mutating=False) as (inv, drv, pm, _):
+    with _driver(inventory, mutating=False, ocs=ocs) as (inv, drv, pm, _):
         xc = drv.cross_connects()
         ports = sorted(set(pm.by_tx) | set(pm.by_rx) | set(xc) | set(xc.values()))
-        rows = power_report(pm, drv.power(ports) if ports else {}, xc, inv.ocs.power_margin_db, inv.ocs.size.inputs)
+        rows = power_report(pm, drv.power(ports) if ports else {}, xc, drv.ocs.power_margin_db, drv.ocs.size.inputs)
     bad = [r for r in rows if r["status"] in ("low", "dark")]
     if bad and not json_out:
         print_error(f"{len(bad)} port(s) flagged: " + ", ".join(f"{r['port']} {r['status']}" for r in bad[:8]), "warning")
     if json_out:
-        emit_json({"schema": "mfctl.ocs.power/v1", "ocs": inv.ocs.name, "margin_db": inv.ocs.power_margin_db,
+        emit_json({"schema": "mfctl.ocs.power/v1", "ocs": drv.ocs.name, "margin_db": drv.ocs.power_margin_db,
                    "ports": rows, "flagged": len(bad)})
     else:
-        t = Table("port", "lane", "dBm", "status", title=f"{inv.ocs.name} optical power (margin {inv.ocs.power_margin_db:g} dB)")
+        t = Table("port", "lane", "dBm", "status", title=f"{drv.ocs.name} optical power (margin {drv.ocs.power_margin_db:g} dB)")
         from rich.text import Text
 
         colour = {"ok": "green", "low": "yellow", "dark": "red", "idle": "dim"}
@@ -220,21 +226,21 @@ def power(inventory: Path = INV_OPT, json_out: bool = JSON_OPT):
 
 @app.command()
 @handle_errors
-def alarms(inventory: Path = INV_OPT,
+def alarms(inventory: Path = INV_OPT, ocs: str | None = OCS_OPT,
            wait: float = number_option(0.0, "--wait", min=0.0, max=3600.0,
                                        help="Also listen this many seconds for autonomous messages."),
            json_out: bool = JSON_OPT):
     """Standing alarms (RTRV-ALM-ALL) and autonomous REPT ALM/EVT messages. Exit 1 if any alarm stands."""
     from mfctl.ocs.service import named_alarms
 
-    with _driver(inventory, mutating=False) as (inv, drv, pm, _):
+    with _driver(inventory, mutating=False, ocs=ocs) as (inv, drv, pm, _):
         al = drv.alarms(wait_s=wait)
     al["standing"] = named_alarms(pm, al["standing"])
     if json_out:
-        emit_json({"schema": "mfctl.ocs.alarms/v1", "ocs": inv.ocs.name, **al})
+        emit_json({"schema": "mfctl.ocs.alarms/v1", "ocs": drv.ocs.name, **al})
     else:
         con = out_console()
-        con.print(f"{len(al['standing'])} standing alarm(s) on {inv.ocs.name}", highlight=False)
+        con.print(f"{len(al['standing'])} standing alarm(s) on {drv.ocs.name}", highlight=False)
         for a in al["standing"]:
             con.print(f"  port {a['aid']} ({a['lane']}): {a['severity']} {a['condition']} {a['service']} since {a['date']} "
                       f"{a['time']} — {a['description']}", highlight=False, markup=False)
@@ -248,7 +254,8 @@ def alarms(inventory: Path = INV_OPT,
 
 @app.command()
 @handle_errors
-def journal(inventory: Path = INV_OPT, last: int = typer.Option(30, min=1, help="Show the last N records."),
+def journal(inventory: Path = INV_OPT, ocs: str | None = OCS_OPT,
+            last: int = typer.Option(30, min=1, help="Show the last N records."),
             json_out: bool = JSON_OPT):
     """The OCS's change journal (intent, commands, read-back, outcome, recoveries)."""
     from rich.table import Table
@@ -259,15 +266,16 @@ def journal(inventory: Path = INV_OPT, last: int = typer.Option(30, min=1, help=
     from mfctl.ocs.service import journal_report
 
     inv = load_inventory(inventory)
-    ident = known_identity(inv)
+    name = inv.ocs_named(ocs).name
+    ident = known_identity(inv, name)
     if ident is None:  # the journal is keyed by what the device says it is: ask it (read-only)
-        with _driver(inventory, mutating=False) as (_, drv, _, _):
+        with _driver(inventory, mutating=False, ocs=name) as (_, drv, _, _):
             ident = drv.identity
     j = Journal(journal_path(ident))
     rep = journal_report(j.records(), last)
     rows, pend, damaged, unknowable = rep.rows, rep.pending, rep.damaged, rep.unknowable
     if json_out:
-        emit_json({"schema": "mfctl.ocs.journal/v1", "path": str(j.path), "device": ident.key, "records": rows,
+        emit_json({"schema": "mfctl.ocs.journal/v1", "ocs": name, "path": str(j.path), "device": ident.key, "records": rows,
                    "pending": pend and pend.get("apply_id"), "damaged": damaged,
                    "unknown_after_last_change": len(unknowable)})
         return
@@ -303,7 +311,7 @@ def _nothing_to_recover(plan: dict, json_out: bool) -> None:
 
 @app.command()
 @handle_errors
-def recover(inventory: Path = INV_OPT,
+def recover(inventory: Path = INV_OPT, ocs: str | None = OCS_OPT,
             rollback: bool = typer.Option(False, "--rollback",
                                           help="Return to the state before the interrupted apply "
                                                "(default: complete it)."),
@@ -314,7 +322,8 @@ def recover(inventory: Path = INV_OPT,
 
     mode = "rollback" if rollback else "complete"
     # the device lock even for --dry-run: a change in progress is not "unfinished", it is running
-    with _driver(inventory, mutating=True, purpose=f"ocs recover{' --dry-run' if dry_run else ''}") as (inv, drv, pm, j):
+    with _driver(inventory, mutating=True, purpose=f"ocs recover{' --dry-run' if dry_run else ''}",
+                 ocs=ocs) as (inv, drv, pm, j):
         recs = drv.device_records
         plan = do_recover(drv, recs, mode=mode, dry_run=True)  # what it would do, from a confirmed read
         if plan["pending"] is None:

@@ -1,5 +1,6 @@
-"""The whole mock testbed on 127.0.0.1: one SSH server per inventory host, the OCS
-emulator on a pseudo-terminal, raw TCP and SSH, and a ready-to-use inventory for them.
+"""The whole mock testbed on 127.0.0.1: one SSH server per inventory host, one OCS emulator
+per inventory OCS (each on a pseudo-terminal, raw TCP and SSH of its own, a serial and SID of
+its own), and a ready-to-use inventory for them.
 
 The hosts' SSH servers are real OpenSSH sshds (``sshd="openssh"``: one per host, its sessions
 relayed to this process, :mod:`mfctl.mock.hostsshd`) or paramiko servers in this process
@@ -50,6 +51,48 @@ LANE_TX_DBM = 1.0  # a 100G-CWDM4/LR4-class lane's launch power, dBm (module dat
 UNIX_PATH_MAX = 107  # bytes of a unix socket's path (sun_path is 108 with its NUL, Linux unix(7))
 
 
+class MockOCS:
+    """One inventory OCS in the mock: its emulator and the lanes whose RX ports are on it (for
+    their link state), and its three endpoints once :meth:`serve` started them."""
+
+    def __init__(self, name: str, emulator: OCSEmulator):
+        self.name, self.emulator = name, emulator
+        self.lane_by_rx: dict[int, MockLane] = {}
+        self.pty: PtyServer | None = None
+        self.tcp: TCPServer | None = None
+        self.ssh: MockSSHServer | None = None
+
+    def serve(self, user: str, password: str) -> str:
+        """Start the pty, TCP and SSH endpoints; the known_hosts line of the SSH one."""
+        self.pty = PtyServer(self.emulator)
+        self.tcp = TCPServer(self.emulator)
+        hk = paramiko.ECDSAKey.generate(bits=256)
+        self.ssh = MockSSHServer(self.name, hk, users={user}, password=password,
+                                 on_shell=ssh_shell_handler(self.emulator))
+        return f"[127.0.0.1]:{self.ssh.port} {hk.get_name()} {hk.get_base64()}"
+
+    def endpoints(self) -> dict:
+        """``{serial, tcp, ssh}``: the pty path and the two ports (status.json's ``ocs``)."""
+        assert self.pty is not None and self.tcp is not None and self.ssh is not None
+        return {"serial": self.pty.slave_path, "tcp": self.tcp.port, "ssh": self.ssh.port}
+
+    def close(self) -> None:
+        for x in (self.pty, self.tcp, self.ssh):
+            if x is not None:
+                x.close()
+
+
+class _HostView:
+    """What a mock host sees of the testbed (``MockHost.testbed``): the testbed, with ``ocs`` and
+    ``lane_by_rx`` those of the OCS its region's lanes reach."""
+
+    def __init__(self, testbed: "MockTestbed", ocs: MockOCS):
+        self._testbed, self.ocs, self.lane_by_rx = testbed, ocs.emulator, ocs.lane_by_rx
+
+    def __getattr__(self, name: str):
+        return getattr(self._testbed, name)
+
+
 class MockTestbed:
     def __init__(self, inventory_path: str | Path, state_dir: str | Path, *, time_scale: float = 1.0, factory: bool = False,
                  inject: list[str] = (), sshd: str = "auto"):
@@ -64,8 +107,9 @@ class MockTestbed:
         self.time_scale = float(time_scale)
         self.servers: dict[str, MockSSHServer | hostsshd.OpenSSHHost] = {}
         self.hosts: dict[str, MockHost] = {}
-        self.lane_by_rx: dict[int, MockLane] = {}
-        self.ocs: OCSEmulator | None = None
+        self.lane_by_rx: dict[int, MockLane] = {}  # the first OCS's (each MockOCS has its own)
+        self.ocses: dict[str, MockOCS] = {}  # by inventory name, in inventory order
+        self.ocs: OCSEmulator | None = None  # the first OCS's emulator (faults: mfctl.mock.inject)
         self.slurm: MockSlurm | None = None
 
     def _socket_dir(self) -> Path:
@@ -127,18 +171,22 @@ class MockTestbed:
         pw_path.write_text(password + "\n")
         os.chmod(pw_path, 0o600)
 
-        tx_power = {}
-        for h in inv.hosts:
-            for _nic, lane in h.ocs_lanes():
-                tx_power[lane.ocs_tx] = LANE_TX_DBM
-        self.ocs = OCSEmulator(inv.ocs.size.inputs, inv.ocs.size.outputs,
-                               sid=f"{inv.ocs.name.upper()}-{self.instance.upper()}", user=inv.ocs.user,
-                               serial=f"MOCK{self.instance.upper()}{secrets.token_hex(3).upper()}",
-                               password=password, insertion_loss_db=inv.ocs.insertion_loss_db,
-                               base_ms=inv.ocs.switching_time_ms + 16.1, tx_power_dbm=tx_power)
+        for o in inv.ocses:
+            tx_power = {lane.ocs_tx: LANE_TX_DBM for h in inv.hosts if (on := inv.ocs_of_host(h.name)) is not None
+                        and on.name == o.name for _nic, lane in h.ocs_lanes()}
+            sid = re.sub(r"[^A-Z0-9-]", "-", o.name.upper())
+            self.ocses[o.name] = MockOCS(o.name, OCSEmulator(
+                o.size.inputs, o.size.outputs, sid=f"{sid}-{self.instance.upper()}", user=o.user,
+                serial=f"MOCK{self.instance.upper()}{secrets.token_hex(3).upper()}",
+                password=password, insertion_loss_db=o.insertion_loss_db,
+                base_ms=o.switching_time_ms + 16.1, tx_power_dbm=tx_power))
+        first = next(iter(self.ocses.values()))
+        self.ocs, self.lane_by_rx = first.emulator, first.lane_by_rx
         self.slurm = MockSlurm({h.name: h.gpus.count for h in inv.hosts}, self.state, self.time_scale)
         known_hosts = []
         for hi, h in enumerate(inv.hosts):
+            on = inv.ocs_of_host(h.name)
+            mo = self.ocses[on.name] if on is not None else first  # (a host with no optical lane: any)
             lanes, states = [], []
             for ni, nic in enumerate(h.nics):
                 st = self._nic_state(ni, nic)
@@ -150,8 +198,9 @@ class MockTestbed:
                                   mac=f"b8:ce:f6:{hi:02x}:{ni:02x}:{lane.index:02x}")
                     lanes.append(ml)
                     if lane.ocs_rx is not None:
-                        self.lane_by_rx[lane.ocs_rx] = ml
-            mh = MockHost(h.name, h.gpus.count, h.gpus.model, lanes, testbed=self, user=h.ssh.user,
+                        mo.lane_by_rx[lane.ocs_rx] = ml
+            view = self if mo is first else _HostView(self, mo)
+            mh = MockHost(h.name, h.gpus.count, h.gpus.model, lanes, testbed=view, user=h.ssh.user,
                           gpu_temps=[33 + (hi + g) % 5 for g in range(h.gpus.count)])
             mh.config = HostConfig(mh, self.factory)
             for st in states:
@@ -168,12 +217,8 @@ class MockTestbed:
             hostsshd.start_all(real)
             for s in real:
                 known_hosts.extend(s.known_hosts_lines())
-        self.pty = PtyServer(self.ocs)
-        self.tcp = TCPServer(self.ocs)
-        ocs_hk = paramiko.ECDSAKey.generate(bits=256)
-        self.ocs_ssh = MockSSHServer("ocs", ocs_hk, users={inv.ocs.user}, password=password,
-                                     on_shell=ssh_shell_handler(self.ocs))
-        known_hosts.append(f"[127.0.0.1]:{self.ocs_ssh.port} {ocs_hk.get_name()} {ocs_hk.get_base64()}")
+        for o in inv.ocses:
+            known_hosts.append(self.ocses[o.name].serve(o.user, password))
         # faults before any file says the mock is usable (a bad spec leaves no inventory behind)
         from mfctl.mock import inject
 
@@ -195,16 +240,16 @@ class MockTestbed:
             h["ssh"].update(address="127.0.0.1", port=self.servers[h["name"]].port, key_file=str(key_path), agent=False)
             if login:
                 h["ssh"]["user"] = login
-        doc["ocs"]["transports"] = [
-            {"kind": "serial", "device": self.pty.slave_path, "baudrate": 115200, "bytesize": 8, "parity": "N", "stopbits": 1},
-            {"kind": "ssh", "address": "127.0.0.1", "port": self.ocs_ssh.port},
-            {"kind": "tcp", "address": "127.0.0.1", "port": self.tcp.port},
-        ]
-        doc["ocs"]["sid"] = self.ocs.sid
-        doc["ocs"]["serial"] = self.ocs.serial
-        doc["ocs"]["password_env"] = None
-        doc["ocs"]["password_file"] = str(pw_path)
-        doc["ocs"]["known_hosts"] = str(self.state / "known_hosts")
+        for d in [doc["ocs"]] if isinstance(doc["ocs"], dict) else doc["ocs"]:  # (one mapping, or a list)
+            mo = self.ocses[d["name"]]
+            ep = mo.endpoints()
+            d["transports"] = [
+                {"kind": "serial", "device": ep["serial"], "baudrate": 115200, "bytesize": 8, "parity": "N", "stopbits": 1},
+                {"kind": "ssh", "address": "127.0.0.1", "port": ep["ssh"]},
+                {"kind": "tcp", "address": "127.0.0.1", "port": ep["tcp"]},
+            ]
+            d.update(sid=mo.emulator.sid, serial=mo.emulator.serial, password_env=None, password_file=str(pw_path),
+                     known_hosts=str(self.state / "known_hosts"))
         inv_path = self.state / "inventory.yaml"
         inv_path.write_text("# written by `mfctl mock up`; the endpoints live only as long as the mock\n"
                             + yaml.safe_dump(doc, sort_keys=False))
@@ -216,7 +261,8 @@ class MockTestbed:
             "hosts": {n: {"address": "127.0.0.1", "port": s.port,
                           **({"sshd_log": str(s.log_path)} if isinstance(s, hostsshd.OpenSSHHost) else {})}
                       for n, s in self.servers.items()},
-            "ocs": {"serial": self.pty.slave_path, "tcp": self.tcp.port, "ssh": self.ocs_ssh.port},
+            "ocs": first.endpoints(),  # the first OCS's (as before several)
+            "ocses": {name: mo.endpoints() for name, mo in self.ocses.items()},
         }
         tmp = self.state / "status.json.tmp"
         tmp.write_text(json.dumps(status, indent=2))
@@ -230,9 +276,8 @@ class MockTestbed:
             mh.stop_all()
         for s in self.servers.values():
             s.close()
-        for x in (getattr(self, "pty", None), getattr(self, "tcp", None), getattr(self, "ocs_ssh", None)):
-            if x is not None:
-                x.close()
+        for mo in getattr(self, "ocses", {}).values():
+            mo.close()
         tmp = getattr(self, "_tmp_sockets", None)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -440,7 +440,7 @@ class OCSDriver:
                 if readback == desired:
                     break
                 d2 = diff(readback, desired)
-                self._journal("ocs.retry", apply_id=apply_id, attempt=attempt, diff=d2.to_dict())
+                self._journal("ocs.retry", apply_id=apply_id, ocs=self.ocs.name, attempt=attempt, diff=d2.to_dict())
                 log.warning("OCS %s: read-back differs, retrying %d change(s)", self.ocs.name, len(d2.add) + len(d2.delete))
                 self._execute(apply_id, d2, commands, confirmed=readback)
                 readback = self.cross_connects()
@@ -477,7 +477,7 @@ class OCSDriver:
     def close_chain(self, chain: dict, mode: str, readback: dict[int, int], *, changed: bool = True) -> None:
         """Journal that the change ``chain`` is over (``ocs.recovered``: ``complete``, ``rollback``
         or ``superseded``) — only once a confirmed read shows the switch holding its target."""
-        self._journal("ocs.recovered", apply_id=chain["apply_id"], mode=mode, changed=changed,
+        self._journal("ocs.recovered", apply_id=chain["apply_id"], ocs=self.ocs.name, mode=mode, changed=changed,
                       readback=_pairs(readback))
         self.pending = None
 
@@ -725,17 +725,21 @@ def recover(driver: "OCSDriver", records: list[dict], *, mode: str = "complete",
 
 
 def driver_from_inventory(inv, *, journal: Journal | None = None, connect_timeout: float = 10.0,
-                          command_timeout: float = 10.0) -> OCSDriver:
-    """An (unconnected) driver for the inventory's OCS, with its SSH known_hosts settings."""
-    return OCSDriver(inv.ocs, base_dir=inv.base_dir, known_hosts=inv.ocs.known_hosts or inv.ssh.known_hosts,
+                          command_timeout: float = 10.0, ocs: str | None = None) -> OCSDriver:
+    """An (unconnected) driver for the inventory's OCS named ``ocs`` (a UsageError naming them
+    when it has none of that name; None: the only one, a ConfigError when there are several),
+    with its SSH known_hosts settings."""
+    o = inv.ocs if ocs is None else inv.ocs_named(ocs)
+    return OCSDriver(o, base_dir=inv.base_dir, known_hosts=o.known_hosts or inv.ssh.known_hosts,
                      host_key_policy=inv.ssh.host_key_policy, connect_timeout=connect_timeout,
                      command_timeout=command_timeout, journal=journal,
-                     max_pairs_per_command=inv.ocs.max_pairs_per_command)
+                     max_pairs_per_command=o.max_pairs_per_command)
 
 
 def open_ocs(inv, *, purpose: str | None = None, journals: list[Journal] | tuple = (),
-             connect_timeout: float = 10.0, command_timeout: float = 10.0) -> OCSDriver:
-    """A connected driver for the inventory's OCS with the device's own journal attached
+             connect_timeout: float = 10.0, command_timeout: float = 10.0, ocs: str | None = None) -> OCSDriver:
+    """A connected driver for the inventory's OCS named ``ocs`` (None: the only one) with the
+    device's own journal attached
     (``driver.device_journal``, keyed by its identity: :func:`mfctl.ocs.identity.journal_path`)
     after ``journals``; with ``purpose`` (a change is coming) also the device lock, held until
     :meth:`OCSDriver.close`. Raises LockError (exit 5) when another mfctl holds the device,
@@ -743,7 +747,7 @@ def open_ocs(inv, *, purpose: str | None = None, journals: list[Journal] | tuple
     from mfctl.lock import DeviceLock
     from mfctl.ocs.identity import journal_path
 
-    drv = driver_from_inventory(inv, connect_timeout=connect_timeout, command_timeout=command_timeout).connect()
+    drv = driver_from_inventory(inv, connect_timeout=connect_timeout, command_timeout=command_timeout, ocs=ocs).connect()
     try:
         if purpose is not None:
             drv.device_lock = DeviceLock(drv.identity.key, purpose).__enter__()

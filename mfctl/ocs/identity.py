@@ -86,10 +86,11 @@ def journal_path(identity: DeviceIdentity) -> Path:
     return settings.state_dir() / "ocs" / f"{identity.key}.journal.jsonl"
 
 
-def known_identity(inv) -> DeviceIdentity | None:
-    """The identity as the inventory declares it (``ocs.sid`` and ``ocs.serial``), so that the
-    journal can be found without reaching the device; None when it does not declare both."""
-    o = inv.ocs
+def known_identity(inv, ocs: str | None = None) -> DeviceIdentity | None:
+    """The identity of the OCS named ``ocs`` (None: the only one) as the inventory declares it
+    (its ``sid`` and ``serial``), so that the journal can be found without reaching the device;
+    None when it does not declare both."""
+    o = inv.ocs if ocs is None else inv.ocs_named(ocs)
     if getattr(o, "sid", None) and getattr(o, "serial", None):
         return DeviceIdentity(sid=o.sid, endpoint="", serial=o.serial)
     return None

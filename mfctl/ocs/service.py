@@ -34,6 +34,7 @@ class PortMap:
     inputs: int = 0
     outputs: int = 0
     inventory: str = ""  #: the inventory's name (a saved topo plan names the one it was made for)
+    ocs: str = ""  #: the OCS's inventory name (its ports are numbered on it alone)
 
     def check_port(self, p: int, role: str | None = None) -> int:
         """Raise UsageError unless ``p`` is a port of this switch (of ``role``: input/output)."""
@@ -45,16 +46,20 @@ class PortMap:
         return p
 
     @classmethod
-    def from_inventory(cls, inv) -> "PortMap":
-        lanes = region_lanes(inv, [h.name for h in inv.hosts])
+    def from_inventory(cls, inv, ocs: str | None = None) -> "PortMap":
+        """The ports of the OCS named ``ocs`` (None: the only one; UsageError when there are
+        several) and the lanes of the hosts whose region is on it."""
+        o = inv.ocs_named(ocs)
+        hosts = [h.name for h in inv.hosts if (on := inv.ocs_of_host(h.name)) is not None and on.name == o.name]
+        lanes = region_lanes(inv, hosts)
         flat = [lane for ls in lanes.values() for lane in ls]
         sens = {}
-        for h in inv.hosts:
-            for nic, lane in h.ocs_lanes():
+        for hn in hosts:
+            for nic, lane in inv.host(hn).ocs_lanes():
                 sens[lane.ocs_rx] = nic.rx_sensitivity_dbm
         return cls({lane.ocs_tx: lane for lane in flat}, {lane.ocs_rx: lane for lane in flat},
                    {lane.key: lane for lane in flat}, sens,
-                   inv.ocs.size.inputs, inv.ocs.size.outputs, inv.name)
+                   o.size.inputs, o.size.outputs, inv.name, o.name)
 
     def lane(self, ref: str) -> LaneRef:
         m = _LANE_RE.fullmatch(ref)
@@ -62,7 +67,8 @@ class PortMap:
             raise UsageError(f"{ref!r} is neither an OCS port number nor a lane HOST/NIC[.LANE]")
         key = f"{m['host']}/{m['nic']}.{m['lane'] or 0}"
         if key not in self.by_key:
-            raise UsageError(f"no optical lane {key!r} in the inventory")
+            raise UsageError(f"no optical lane {key!r} on OCS {self.ocs} in the inventory" if self.ocs
+                             else f"no optical lane {key!r} in the inventory")
         return self.by_key[key]
 
     def name(self, port: int) -> str:
@@ -295,15 +301,17 @@ def journal_report(records: list[dict], last: int) -> JournalReport:
                          unknowable=journal_problems(records) if pend is None else [])
 
 
-def legacy_journal_unfinished(inv) -> Path | None:
+def legacy_journal_unfinished(inv, ocs: str | None = None) -> Path | None:
     """The journal an mfctl before device identities kept by inventory name
-    (``<state>/ocs/<inventory>-<ocs>.journal.jsonl``), if it is left holding a change that did not
-    finish — it is not read any more; the operator should check the switch."""
+    (``<state>/ocs/<inventory>-<ocs>.journal.jsonl``) for the OCS named ``ocs`` (None: the only
+    one), if it is left holding a change that did not finish — it is not read any more; the
+    operator should check the switch."""
     from mfctl import settings
     from mfctl.ocs.driver import pending_apply
     from mfctl.ocs.journal import Journal
 
-    old = settings.state_path() / "ocs" / f"{inv.name}-{inv.ocs.name}.journal.jsonl"
+    name = inv.ocs.name if ocs is None else inv.ocs_named(ocs).name
+    old = settings.state_path() / "ocs" / f"{inv.name}-{name}.journal.jsonl"
     return old if old.is_file() and pending_apply(Journal(old).records()) else None
 
 
