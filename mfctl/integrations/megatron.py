@@ -37,6 +37,7 @@ import os
 import socket
 from typing import Any
 
+from mfctl.integrations.safepoint import agree
 from mfctl.runtime.client import ControllerLost, RuntimeClient
 
 SUPPORTED_RANGE = ">=0.16,<0.17"
@@ -241,33 +242,24 @@ class MFabricHook:
         return self._agree(iteration, gathered)
 
     def _agree(self, iteration: int, gathered: list) -> bool:
-        """The same decision on every rank, from the same gathered list."""
-        clients = [p for p in gathered if p["client"]]
-        if any(p["stop"] for p in gathered):
+        """The same decision on every rank, from the same gathered list (:func:`mfctl.integrations.safepoint.agree`)."""
+        a = agree(gathered, epoch=self.epoch, pending=self.pending)
+        if a.stop:
             self.close(iteration, reason="stopped")
             return True
-        if not clients:
-            return False
-
-        def agreed(key: str) -> int | None:
-            seen = [p[key] for p in clients]
-            return None if any(s is None for s in seen) else min(seen)
-
-        prop = agreed("propose")
-        if prop is not None and prop > self.epoch and self.pending != prop:
-            self.pending = prop  # OCS-path traffic of the changing circuits stops here, on every rank
-            self.events.append((iteration, "paused", prop))
-            self._send("paused", prop, iteration)
-        rt = agreed("routes")
-        if rt is not None and rt > self.epoch:
-            msg = self._routes.get(rt)
+        if a.pause is not None:
+            self.pending = a.pause  # OCS-path traffic of the changing circuits stops here, on every rank
+            self.events.append((iteration, "paused", a.pause))
+            self._send("paused", a.pause, iteration)
+        if a.resume is not None:
+            msg = self._routes.get(a.resume)
             if msg is not None:
                 self.routes = msg.get("routes", {})
-            self.epoch, self.pending = rt, None
-            self.events.append((iteration, "resumed", rt))
-            self._send("resume", rt, iteration)
-            self._propose = {e: m for e, m in self._propose.items() if e > rt}
-            self._routes = {e: m for e, m in self._routes.items() if e > rt}
+            self.epoch, self.pending = a.resume, None
+            self.events.append((iteration, "resumed", a.resume))
+            self._send("resume", a.resume, iteration)
+            self._propose = {e: m for e, m in self._propose.items() if e > a.resume}
+            self._routes = {e: m for e, m in self._routes.items() if e > a.resume}
         return False
 
     def _traffic(self, gathered: list) -> dict:
