@@ -142,28 +142,29 @@ class Region:
 @dataclass
 class Times:
     """Per candidate and all-to-all: each pair's circuit time ``circuit`` ``[K, L, P]`` (0 without
-    a circuit), the bytes left to the EPS ``eps`` ``[K, L, n, n]``, and each server's EPS
-    ``egress`` and ``ingress`` time ``[K, L, n]``; seconds."""
+    a circuit), the bytes left to the EPS ``eps`` ``[K, L, n, n]``, each server's EPS ``egress``
+    and ``ingress`` time ``[K, L, n]``, and the all-to-all's completion time ``per_a2a``
+    ``[K, L]`` (the slowest of them); seconds."""
 
     circuit: np.ndarray
     eps: np.ndarray
     egress: np.ndarray
     ingress: np.ndarray
-
-    def per_a2a(self) -> np.ndarray:
-        """``[K, L]``: each all-to-all's completion time, its slowest circuit or server."""
-        return np.maximum(self.circuit.max(axis=-1), np.maximum(self.egress.max(axis=-1), self.ingress.max(axis=-1)))
+    per_a2a: np.ndarray
 
     def objective(self) -> np.ndarray:
         """``[K]``: T = 4 Σ_l t_l (dispatch and combine, forward and backward), seconds."""
-        return 4.0 * self.per_a2a().sum(axis=-1)
+        return 4.0 * self.per_a2a.sum(axis=-1)
 
     def take(self, rows: np.ndarray) -> Times:
-        return Times(self.circuit[rows], self.eps[rows], self.egress[rows], self.ingress[rows])
+        return Times(*(a[rows] for a in self.arrays()))
 
     def put(self, rows: np.ndarray, other: Times) -> None:
-        self.circuit[rows], self.eps[rows] = other.circuit, other.eps
-        self.egress[rows], self.ingress[rows] = other.egress, other.ingress
+        for mine, theirs in zip(self.arrays(), other.arrays()):
+            mine[rows] = theirs
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return self.circuit, self.eps, self.egress, self.ingress, self.per_a2a
 
 
 def times(reg: Region, rows: np.ndarray, C: np.ndarray) -> Times:
@@ -173,21 +174,24 @@ def times(reg: Region, rows: np.ndarray, C: np.ndarray) -> Times:
     n = reg.eps_inv.shape[0]
     circuit = reg.worse[rows] * reg.inv_circuit[C[:, :P]][:, None, :]
     eps = (reg.full[rows] * (C[:, reg.pair_of] == 0)[:, None, :]).reshape(K, L, n, n)
-    return Times(circuit, eps, eps.sum(axis=-1) * reg.eps_inv, eps.sum(axis=-2) * reg.eps_inv)
+    egress, ingress = eps.sum(axis=-1) * reg.eps_inv, eps.sum(axis=-2) * reg.eps_inv
+    per_a2a = np.maximum(circuit.max(axis=-1), np.maximum(egress.max(axis=-1), ingress.max(axis=-1)))
+    return Times(circuit, eps, egress, ingress, per_a2a)
 
 
 def relief_pairs(t: Times) -> np.ndarray:
     """``[K, P + 1]`` bool: the pairs whose extra circuit could lower some all-to-all's maximum
-    (module docstring, step 1); the dump slot ``P`` is False."""
+    (module docstring, step 1); the dump slot ``P`` is False. An all-to-all that takes no
+    time has nothing to relieve."""
     K, L, P = t.circuit.shape
     n = t.egress.shape[-1]
-    at_max = (t.per_a2a() * (1 - REL_EPS))[..., None]
-    hot_circuit = ((t.circuit >= at_max) & (t.circuit > 0)).any(axis=1)
-    hot_egress, hot_ingress = (t.egress >= at_max) & (t.egress > 0), (t.ingress >= at_max) & (t.ingress > 0)
-    hot_eps = np.asarray(((t.eps > 0) & (hot_egress[..., :, None] | hot_ingress[..., None, :])).any(axis=1))
+    at_max = np.where(t.per_a2a > 0, t.per_a2a * (1 - REL_EPS), np.inf)[..., None]
+    hot_eps = (t.eps > 0) & ((t.egress >= at_max)[..., :, None] | (t.ingress >= at_max)[..., None, :])
+    hot = np.asarray((t.circuit >= at_max).any(axis=1))
+    pairs = np.asarray(hot_eps.any(axis=1)).reshape(K, n * n)
     iu, ju = pair_ends(n)
     out = np.zeros((K, P + 1), dtype=bool)
-    out[:, :P] = hot_circuit | hot_eps[:, iu, ju] | hot_eps[:, ju, iu]
+    out[:, :P] = hot | pairs[:, iu * n + ju] | pairs[:, ju * n + iu]
     return out
 
 
@@ -226,7 +230,8 @@ def local_search(reg: Region, C0: np.ndarray, ports: np.ndarray, max_rounds: int
         cand[:, P] = 0
         t = times(reg, active[region], cand)
         vals = t.objective()
-        first = np.flatnonzero(np.diff(region, prepend=-1))  # each region's first candidate (region is sorted)
+        counts = np.bincount(region, minlength=len(active))
+        first = (np.cumsum(counts) - counts)[counts > 0]  # each region's first candidate (region is sorted)
         pick = np.lexsort((vals, region))[first]  # each region's best candidate, ties to the lower move
         who = active[region[pick]]
         better = vals[pick] < best[who] * (1 - REL_EPS)
