@@ -1,6 +1,13 @@
-"""``mfctl profile``'s service: nccl-tests all-to-all and all-reduce sweeps and a GEMM sweep on
-each host profiled, each fitted to ``t = α + β·n`` (:func:`mfctl.fabric.profile.fit_linear`), stored per
-inventory for ``mfctl schedule`` (:func:`load_fits`)."""
+"""``mfctl profile``'s service: fits of ``t = α + β·n`` per task (:func:`mfctl.fabric.profile.fit_linear`),
+stored per inventory for ``mfctl schedule`` (:func:`load_fits`), from one of two sources:
+
+- ``sweep`` (:func:`run_profile`): nccl-tests all-to-all and all-reduce sweeps and a GEMM sweep on
+  each host profiled;
+- ``run`` (:func:`profile_of_run`): a training run's own measured all-to-all and expert GEMM times,
+  which its job sent as ``timings`` (:mod:`mfctl.integrations.torch_timing`) and the controller kept
+  in the run's ``metrics.db`` (``timings`` table).
+
+The stored ``mfctl.profile/v1`` object says which in its ``source``."""
 
 from __future__ import annotations
 
@@ -20,10 +27,19 @@ def profile_path(inventory_name: str) -> Path:
     return d / f"{inventory_name}.json"
 
 
-def load_fits(inventory_name: str) -> tuple[dict[str, dict], Path]:
-    """The stored fits by task (``{}`` when there is no profile yet), and where they are (or would be)."""
+def load_profile(inventory_name: str) -> tuple[dict | None, Path]:
+    """The stored ``mfctl.profile/v1`` object (None when there is no profile yet) and where it is
+    (or would be). Its ``source`` says where the fits come from: ``{"kind": "sweep"}`` or
+    ``{"kind": "run", "run_id", "run_dir", "samples"}`` (absent in a profile of an older mfctl: a sweep)."""
     p = profile_path(inventory_name)
-    return ({f["task"]: f for f in json.loads(p.read_text())["fits"]} if p.exists() else {}), p
+    return (json.loads(p.read_text()) if p.exists() else None), p
+
+
+def load_fits(inventory_name: str) -> tuple[dict[str, dict], Path]:
+    """The stored fits by task (``{}`` when there is no profile yet), and where they are (or would
+    be); the profile's ``source`` (:func:`load_profile`) says what they were fitted on."""
+    doc, p = load_profile(inventory_name)
+    return ({f["task"]: f for f in doc["fits"]} if doc else {}), p
 
 
 def run_profile(ctx, hosts: list[str] | str | None = None, *, hidden: int = 4096, ffn_hidden: int = 14336,
@@ -65,12 +81,89 @@ def run_profile(ctx, hosts: list[str] | str | None = None, *, hidden: int = 4096
         if isinstance(got[h], MfctlError):
             raise got[h]
     per_host = {h: [f.to_dict() for f in got[h]] for h in names}
-    fits = per_host[names[0]]
-    if len(names) > 1:  # each task's slowest host: the one a step waits for
-        fits = [min((per_host[h][i] | {"host": h} for h in names), key=lambda f: f["rate_per_s"])
-                for i in range(len(fits))]
+    fits = slowest_per_task(per_host)
     return {"schema": "mfctl.profile/v1", "inventory": inv.name, "host": hostset(names), "hosts": names,
-            "fits": fits, "per_host": per_host}
+            "fits": fits, "per_host": per_host, "source": {"kind": "sweep"}}
+
+
+def slowest_per_task(per_host: dict[str, list[dict]]) -> list[dict]:
+    """Each task's fit of its slowest host — the lowest ``rate_per_s``, the one a step waits for —
+    with its ``host`` when there are several hosts; tasks in :data:`~mfctl.fabric.profile.TASK_UNITS` order."""
+    from mfctl.fabric.profile import TASK_UNITS
+
+    tasks = [t for t in TASK_UNITS if any(f["task"] == t for fs in per_host.values() for f in fs)]
+    out = []
+    for t in tasks:
+        got = [f | ({"host": h} if len(per_host) > 1 else {}) for h, fs in per_host.items() for f in fs if f["task"] == t]
+        out.append(min(got, key=lambda f: f["rate_per_s"]))
+    return out
+
+
+def profile_of_run(run_dir: Path, inventory_name: str | None = None) -> dict:
+    """The ``mfctl.profile/v1`` object of a run's measured ``timings`` (``metrics.db``): per host
+    and task, :func:`mfctl.fabric.profile.fit_samples` (each size bin's fastest sample, fitted;
+    ``alltoall`` n in bytes of a rank's send buffer, ``gemm`` n in FLOP), with ``samples`` (raw
+    rows) beside ``points`` (bins); ``fits`` each task's slowest host's (:func:`slowest_per_task`).
+    A host × task with fewer than 2 bins is not fitted and said in ``skipped``. ``inventory``: the
+    run's inventory's name (its summary's, else its run row's file's) unless ``inventory_name``.
+    Raises UsageError (exit 2: the run named cannot be profiled) when the run recorded no timings or
+    its inventory is not known and none is given, OperationFailed (exit 1) when its timings cannot
+    be fitted (fewer than 2 size bins on every host), DataError (exit 3) when ``metrics.db`` is
+    missing or cannot be read."""
+    import sqlite3
+
+    import numpy as np
+
+    from mfctl.errors import DataError, OperationFailed, UsageError
+    from mfctl.fabric.profile import TASK_UNITS, fit_samples
+    from mfctl.metrics.store import read_only
+    from mfctl.runtime.rundir import read_summary
+    from mfctl.runtime.summary import TRAINING_LOG
+
+    db_path = Path(run_dir) / "metrics.db"
+    if not db_path.is_file():
+        raise DataError("no metrics.db: not a run directory, or a run that never started", path=str(db_path))
+    try:
+        db = read_only(db_path)
+        try:
+            has = db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='timings'").fetchone()
+            rows = db.execute("SELECT host, task, n, seconds FROM timings").fetchall() if has else []
+        finally:
+            db.close()
+    except sqlite3.Error as e:
+        raise DataError(f"not a readable metrics database ({e})", path=str(db_path)) from None
+    run_id = Path(run_dir).name
+    if not rows:
+        raise UsageError(f"run {run_id} recorded no timings to profile: its job sent no 'timings' with its "
+                         "iterations (mfctl.integrations.torch_timing.Timings; the simulated runtime measures nothing)")
+    if inventory_name is None:
+        inventory_name = read_summary(Path(run_dir)).inventory
+        if inventory_name in ("?", TRAINING_LOG):
+            raise UsageError(f"run {run_id}'s inventory is not known: name it (--inventory)")
+    per_host: dict[str, list[dict]] = {}
+    skipped: list[dict] = []
+    hosts = sorted({r[0] for r in rows})
+    for h in hosts:
+        for task, unit in TASK_UNITS.items():
+            mine = [(n, s) for host, t, n, s in rows if host == h and t == task]
+            if not mine:
+                continue
+            n, t = np.array([m[0] for m in mine]), np.array([m[1] for m in mine])
+            try:
+                fit = fit_samples(task, n, t, unit)
+            except ValueError as e:
+                skipped.append({"host": h, "task": task, "samples": len(mine), "why": str(e)})
+                continue
+            per_host.setdefault(h, []).append(fit.to_dict() | {"samples": len(mine)})
+    if not per_host:
+        raise OperationFailed(f"run {run_id}'s timings cannot be fitted: "
+                              + "; ".join(f"{s['host']} {s['why']} ({s['samples']} samples)" for s in skipped))
+    from mfctl.inventory.hostsets import hostset
+
+    fitted = [h for h in hosts if h in per_host]
+    return {"schema": "mfctl.profile/v1", "inventory": inventory_name, "host": hostset(fitted), "hosts": fitted,
+            "fits": slowest_per_task(per_host), "per_host": per_host, "skipped": skipped,
+            "source": {"kind": "run", "run_id": run_id, "run_dir": str(Path(run_dir).resolve()), "samples": len(rows)}}
 
 
 def _sweep(pool, inv, h: str, hidden: int, ffn_hidden: int, obs) -> list:

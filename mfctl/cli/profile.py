@@ -10,7 +10,13 @@ from mfctl.cli.common import JSON_OPT, emit_json, handle_errors, host_names, opt
 
 
 @handle_errors
-def profile(inventory: Path = option("inventory", "--inventory", "-i", default=..., help="Inventory YAML."),
+def profile(ctx: typer.Context,
+            inventory: Path = option("inventory", "--inventory", "-i", default=None,
+                                     help="Inventory YAML (required without --run; with it: store the fits for this "
+                                          "inventory instead of the run's)."),
+            run: str = typer.Option(None, "--run", help="Fit a training run's own measured all-to-all and expert GEMM "
+                                    "times instead of sweeping: a run id, or latest."),
+            runs_dir: Path = option("runs_dir", "--runs-dir", default=None, help="Where run directories are (--run)."),
             hosts: str = typer.Option(None, "--hosts", help="Only these hosts: a host set (all, gpu01,gpu03, "
                                       "gpu[01-04]!gpu02, @region0); default: the inventory's first host."),
             host: str = typer.Option(None, "--host", hidden=True, help="Deprecated: --hosts."),
@@ -20,15 +26,23 @@ def profile(inventory: Path = option("inventory", "--inventory", "-i", default=.
             json_out: bool = JSON_OPT):
     """Run nccl-tests all-to-all and all-reduce sweeps and a GEMM sweep on each host (in parallel), fit
     t = α + β·n per task, and store the fits (used by mfctl schedule; with several hosts, each task's slowest
-    host's). Progress on stderr: a bar with its ETA on a terminal, plain lines otherwise."""
-    from rich.table import Table
-
+    host's). Progress on stderr: a bar with its ETA on a terminal, plain lines otherwise. With --run RUN: fit
+    the run's own measured timings instead (all-to-all n in bytes of a rank's send buffer, GEMM n in FLOP; each
+    size bin's fastest sample), stored for the run's inventory; a run without timings exits 2."""
     from mfctl.bench.profile import run_profile, store
     from mfctl.cli.progress import ProgressObserver
     from mfctl.context import Context
     from mfctl.errors import UsageError
     from mfctl.inventory import load_inventory
 
+    if run is not None:
+        given = [f"--{p.replace('_', '-')}" for p in ("hosts", "host", "hidden", "ffn_hidden")
+                 if ctx.get_parameter_source(p).name not in ("DEFAULT", "DEFAULT_MAP")]
+        if given:
+            raise UsageError(f"{', '.join(given)}: for a sweep; --run fits the run's own timings of its own hosts")
+        return _profile_run(run, runs_dir, load_inventory(inventory).name if inventory else None, json_out)
+    if inventory is None:
+        raise UsageError("give --inventory (-i) to sweep its hosts, or --run RUN to fit a run's timings")
     if host is not None:
         if hosts is not None:
             raise UsageError("--host is the old name of --hosts: give one of them")
@@ -42,14 +56,45 @@ def profile(inventory: Path = option("inventory", "--inventory", "-i", default=.
     if json_out:
         emit_json(doc | {"path": str(path)})
         return
-    t = Table("task", "α", "rate", "fit error", "points", *(["host"] if len(names) > 1 else []),
-              title=f"profile of {doc['host']}" + (" (each task's slowest host)" if len(names) > 1 else ""))
+    _render(doc, f"profile of {doc['host']}", path)
+
+
+def _rate(f: dict) -> str:
+    """A fit's rate for people: GB/s, or GFLOP/s under 1 TFLOP/s (a CPU's) and TFLOP/s above."""
+    r = f["rate_per_s"]
+    if f["unit"] == "byte":
+        return f"{r / 1e9:.2f} GB/s" if r < 1e10 else f"{r / 1e9:.1f} GB/s"
+    return f"{r / 1e9:.1f} GFLOP/s" if r < 1e12 else f"{r / 1e12:.1f} TFLOP/s"
+
+
+def _render(doc: dict, title: str, path: Path) -> None:
+    from rich.table import Table
+
+    several = len(doc["hosts"]) > 1
+    samples = doc["source"].get("kind") == "run"
+    t = Table("task", "α", "rate", "fit error", "points", *(["samples"] if samples else []), *(["host"] if several else []),
+              title=title + (" (each task's slowest host)" if several else ""))
     for f in doc["fits"]:
-        rate = f"{f['rate_per_s'] / 1e9:.1f} GB/s" if f["unit"] == "byte" else f"{f['rate_per_s'] / 1e12:.1f} TFLOP/s"
-        t.add_row(f["task"], f"{f['alpha_s'] * 1e6:.1f} µs", rate, f"{100 * f['rel_rms_error']:.1f}%", str(f["points"]),
-                  *([f["host"]] if len(names) > 1 else []))
-    out_console().print(t)
-    out_console().print(f"stored: {path}", highlight=False)
+        t.add_row(f["task"], f"{f['alpha_s'] * 1e6:.1f} µs", _rate(f), f"{100 * f['rel_rms_error']:.1f}%", str(f["points"]),
+                  *([str(f["samples"])] if samples else []), *([f["host"]] if several else []))
+    con = out_console()
+    con.print(t)
+    for s in doc.get("skipped", []):
+        con.print(f"not fitted: {s['host']} {s['why']} ({s['samples']} samples)", highlight=False)
+    con.print(f"stored: {path}", highlight=False)
+
+
+def _profile_run(run_id: str, runs_dir: Path | None, inventory_name: str | None, json_out: bool) -> None:
+    """``mfctl profile --run``: fit, store, show."""
+    from mfctl.bench.profile import profile_of_run, store
+    from mfctl.cli.metrics import _run_dir
+
+    doc = profile_of_run(_run_dir(run_id, runs_dir), inventory_name)
+    path = store(doc)
+    if json_out:
+        emit_json(doc | {"path": str(path)})
+        return
+    _render(doc, f"profile of run {doc['source']['run_id']} ({doc['host']}, {doc['source']['samples']} samples)", path)
 
 
 @handle_errors
@@ -61,7 +106,7 @@ def schedule(playbook: Path = typer.Argument(..., help="Run playbook YAML (its m
     playbook's model, showing the predicted step time of every choice (uses mfctl profile's fits if present)."""
     from rich.table import Table
 
-    from mfctl.bench.profile import load_fits
+    from mfctl.bench.profile import load_profile
     from mfctl.context import Context
     from mfctl.fabric.schedule import plan_schedule
     from mfctl.inventory import load_inventory
@@ -69,13 +114,15 @@ def schedule(playbook: Path = typer.Argument(..., help="Run playbook YAML (its m
 
     pb = load_playbook(playbook)
     inv = load_inventory(inventory or pb.inventory_path())
-    fits, pp = load_fits(inv.name)
+    doc, pp = load_profile(inv.name)
+    fits = {f["task"]: f for f in doc["fits"]} if doc else {}
+    source = (doc.get("source") or {"kind": "sweep"}) if doc else None  # (a profile of an older mfctl: a sweep's)
     s = plan_schedule(pb, inv, Context(inv).link_rates(inv.regions[0].hosts[0]), fits)
     cmd = s.command(playbook)
     if json_out:
-        emit_json({"schema": "mfctl.schedule/v1", "profile": str(pp) if fits else None, "choices": s.choices,
-                   "gradient_partitions": s.gradient_partitions, "best": s.best, "best_partitions": s.best_partitions,
-                   "command": cmd})
+        emit_json({"schema": "mfctl.schedule/v1", "profile": str(pp) if fits else None, "profile_source": source,
+                   "costs": s.costs, "choices": s.choices, "gradient_partitions": s.gradient_partitions, "best": s.best,
+                   "best_partitions": s.best_partitions, "command": cmd})
         return
     t = Table("fwd r", "bwd r", "predicted iteration s", title=f"{pb.model.name}: best 8 of 16 FSMoE pipeline degrees "
               + ("(profiled)" if fits else "(default costs; run mfctl profile)"))
@@ -83,7 +130,22 @@ def schedule(playbook: Path = typer.Argument(..., help="Run playbook YAML (its m
         t.add_row(str(r["pipeline_degree"]), str(r["bp_pipeline_degree"]), f"{r['iteration_s']:.3f}")
     con = out_console()
     con.print(t)
+    con.print(_costs_line(s.costs, source), highlight=False)
     con.print(f"gradient all-reduce ({s.grad_bytes / 2**30:.2f} GiB per GPU over the EPS), exposed ms by partitions: "
               + ", ".join(f"{p['partitions']}: {p['exposed_allreduce_s'] * 1e3:.1f}" for p in s.gradient_partitions)
               + f" → best {s.best_partitions} (included above)", highlight=False)
     con.print(f"run with: {cmd}", highlight=False)
+
+
+def _costs_line(costs: dict, source: dict | None) -> str:
+    """What the step times were priced with, and where each cost came from."""
+    from mfctl.fabric.stepmodel import StepSpec
+
+    where = ("no profile" if source is None else f"run {source.get('run_id')}'s profile" if source.get("kind") == "run"
+             else "the sweep profile")
+    said = lambda task: ("profiled" if task in costs["profiled"] else "default" if source is None  # noqa: E731
+                         else f"default: {where} has no {task} fit")
+    return (f"costs: all-to-all α {costs['alltoall_alpha_s'] * 1e6:.1f} µs ({said('alltoall')}); expert GEMM η "
+            f"{100 * costs['gemm_eta']:.3g} % of {StepSpec.peak_flops / 1e12:.0f} TFLOP/s ({said('gemm')}); gradient "
+            f"all-reduce α {costs['all_reduce_alpha_s'] * 1e6:.1f} µs ({said('all_reduce')}); all-to-all bandwidth: the "
+            "link rates and circuits" + (f" — from {where}" if source else ""))

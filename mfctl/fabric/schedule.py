@@ -33,6 +33,9 @@ class Schedule:
     best_partitions: int = 1
     grad_bytes: float = 0.0
     profiled: bool = False
+    #: the costs priced with: ``alltoall_alpha_s`` (s), ``gemm_eta`` (expert GEMM efficiency, 0–1, of
+    #: StepSpec.peak_flops), ``all_reduce_alpha_s`` (s), and ``profiled``: the tasks whose fit set them
+    costs: dict = field(default_factory=dict)
 
     def command(self, playbook) -> str:
         """The ``mfctl run`` line with the best choice."""
@@ -72,7 +75,8 @@ def plan_schedule(pb, inv, rates, fits: dict[str, dict] | None = None) -> Schedu
     eta = min(1.0, fits["gemm"]["rate_per_s"] / StepSpec.peak_flops) if "gemm" in fits else StepSpec.eta_expert
     world = sum(inv.host(h).gpus.count for h in reg.hosts)
     alpha_ar = fits.get("all_reduce", {}).get("alpha_s", DEFAULT_ALPHA_AR_S)
-    out = Schedule(profiled=bool(fits))
+    out = Schedule(profiled=bool(fits), costs={"alltoall_alpha_s": alpha_a2a, "gemm_eta": eta, "all_reduce_alpha_s": alpha_ar,
+                                               "profiled": [t for t in ("alltoall", "gemm", "all_reduce") if t in fits]})
     spec = None
     for rf, rb in itertools.product(DEGREES, repeat=2):
         spec = StepSpec(hidden=m.hidden, ffn_hidden=m.ffn_hidden, gated=m.gated, bytes_per_element=m.bytes_per_element,

@@ -1,12 +1,14 @@
 """Per-run metrics in SQLite: ``runs/<run-id>/metrics.db``.
 
 Tables (units in column names): ``run`` (one row), ``iterations``, ``reconfigurations``,
-``health``, ``events``. Documented in ``docs/metrics.md``.
+``health``, ``events``, ``timings`` (the job's measured all-to-all and GEMM times, for ``mfctl
+profile --run``). Documented in ``docs/metrics.md``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -15,6 +17,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mfctl.runtime.summary import RunSummary
+
+log = logging.getLogger(__name__)
+#: ``timings`` samples taken from one ``iteration`` message (a host's ranks × tasks × Timings'
+#: max_samples: 8 ranks × 2 × 64 = 1024 is a full one) and kept per run (~70 B a row: ≤ 15 MB)
+MAX_TIMINGS_PER_MESSAGE = 4096
+MAX_TIMINGS_ROWS = 200_000
+#: warnings logged per host about dropped timings (then one saying that the rest are not)
+TIMINGS_WARNINGS_PER_HOST = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS run (
@@ -36,6 +46,8 @@ CREATE TABLE IF NOT EXISTS health (
   host TEXT, status TEXT, findings_json TEXT, wall_unix REAL);
 CREATE TABLE IF NOT EXISTS events (
   wall_unix REAL, kind TEXT, message TEXT);
+CREATE TABLE IF NOT EXISTS timings (
+  iteration INTEGER, host TEXT, task TEXT, n REAL, unit TEXT, seconds REAL, wall_unix REAL);
 """
 
 
@@ -77,6 +89,8 @@ class MetricsStore:
         self.db = sqlite3.connect(str(self.path), check_same_thread=False)
         self.db.executescript(SCHEMA)
         self._lock = threading.Lock()
+        self._timing_rows: int | None = None  # rows in ``timings`` (counted at the first message)
+        self._timing_warnings: dict[str, int] = {}
 
     def _x(self, sql: str, args=()) -> None:
         with self._lock:
@@ -96,6 +110,41 @@ class MetricsStore:
         self._x("INSERT OR REPLACE INTO iterations VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (m["iteration"], host, m.get("seconds"), m.get("tokens"), m.get("epoch"), int(bool(m.get("paused"))),
                  m.get("a2a_s"), m.get("compute_s"), m.get("inter_bytes"), m.get("ocs_bytes"), time.time()))
+
+    def timings(self, host: str, iteration, entries) -> int:
+        """Store an ``iteration`` message's ``timings`` (:func:`mfctl.fabric.profile.clean_timings`:
+        the valid ones of the first :data:`MAX_TIMINGS_PER_MESSAGE`, while the run holds fewer than
+        :data:`MAX_TIMINGS_ROWS`); return how many were stored. What is dropped is logged as a
+        warning (:data:`TIMINGS_WARNINGS_PER_HOST` per host); nothing a runtime sends raises."""
+        from mfctl.fabric.profile import clean_timings
+
+        rows, dropped = clean_timings(entries, MAX_TIMINGS_PER_MESSAGE)
+        if not isinstance(iteration, int) or isinstance(iteration, bool) or not 0 <= iteration < 2**63:
+            if rows:
+                dropped["the message's iteration is not a count"] = len(rows)
+            rows = []
+        with self._lock:
+            if self._timing_rows is None:
+                self._timing_rows = self.db.execute("SELECT count(*) FROM timings").fetchone()[0]
+            room = max(0, MAX_TIMINGS_ROWS - self._timing_rows)
+            if len(rows) > room:
+                dropped[f"the run holds {MAX_TIMINGS_ROWS} already"] = len(rows) - room
+                rows = rows[:room]
+            if rows:
+                now = time.time()
+                self.db.executemany("INSERT INTO timings VALUES (?,?,?,?,?,?,?)",
+                                    [(iteration, host, task, n, unit, s, now) for task, n, unit, s in rows])
+                self.db.commit()
+                self._timing_rows += len(rows)
+            if dropped:
+                said = self._timing_warnings.get(host, 0)
+                self._timing_warnings[host] = said + 1
+                if said < TIMINGS_WARNINGS_PER_HOST:
+                    log.warning("%s: iteration timings dropped: %s%s", host,
+                                ", ".join(f"{k} {why}" for why, k in sorted(dropped.items())),
+                                "; further drops from this host are not logged" if said + 1 == TIMINGS_WARNINGS_PER_HOST
+                                else "")
+        return len(rows)
 
     def reconfiguration(self, r: dict) -> None:
         cols = ["epoch", "region", "iteration", "reason", "circuits_json", "xc_added", "xc_removed", "t_plan_ms",

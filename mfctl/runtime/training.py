@@ -95,6 +95,8 @@ class Training:
         t = msg["type"]
         if t == "iteration":
             self.store.iteration(host, msg)
+            if "timings" in msg:  # the job's measured all-to-all/GEMM times (validated, bounded: mfctl profile --run)
+                self.store.timings(host, msg.get("iteration"), msg["timings"])
             reg = self.plan.region_of(host)
             if host == reg.hosts[0]:
                 self.record.iterations[msg["iteration"]] = msg
