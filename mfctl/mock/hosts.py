@@ -90,13 +90,18 @@ class MockHost:
     #: that hangs (None: every call); a hung command ends when the client closes its channel
     hangs: dict[str, int | None] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)  # program → calls so far (for hangs)
+    #: link-up faults (``--inject gpu02:linkup=slow:30`` / ``=fail``): testbed seconds added to this host's
+    #: lanes' link-up after a change, or (None) its optical lanes never come up
+    linkup_extra_s: float | None = 0.0
 
     # --- link state ----------------------------------------------------------------------
     def _linkup_delay(self, port: int, changed: float) -> float:
+        """Wall seconds from the last change of a lane's circuit to its link up (paper App. C's
+        distribution, seeded by lane and change; plus an injected ``linkup=slow:N``)."""
         h = hashlib.sha256(f"{self.name}:{port}:{changed:.6f}".encode()).digest()
         r = random.Random(h)
         d = min(max(r.gauss(LINKUP_MEAN_S, LINKUP_SD_S), 5.0), 6.6)
-        return d / self.testbed.time_scale
+        return (d + (self.linkup_extra_s or 0.0)) / self.testbed.time_scale
 
     def lane_up(self, lane: MockLane) -> bool:
         if lane.ocs_tx is None:
@@ -110,6 +115,8 @@ class MockHost:
             if peer is None or emu.patches.get(peer.ocs_tx) != lane.ocs_rx:
                 return False
             changed = max(emu.changed_at.get(lane.ocs_tx, 0.0), emu.changed_at.get(peer.ocs_tx, 0.0))
+        if self.linkup_extra_s is None:  # linkup=fail: its optical lanes never come up
+            return False
         return time.monotonic() - changed >= self._linkup_delay(lane.ocs_tx, changed)
 
     # --- commands ------------------------------------------------------------------------

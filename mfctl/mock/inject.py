@@ -14,6 +14,9 @@
 ``gpu01:gpu0=nvlink-down:3`` NVLink 3 of GPU 0 inactive
 ``gpu01:nic0=crc:120``       120 CRC errors on gpu01's first NIC (also ``symbol:N``, ``discards:N``)
 ``gpu03:ssh=refuse``         the host's SSH server closes every connection
+``gpu02:linkup=slow:30``     gpu02's optical lanes come up 30 testbed s later than modelled after
+                             every change of their circuits (a slow transceiver); ``linkup=fail``:
+                             they never come up (a dead one)
 ``gpu02:nvidia-smi=hang``    every ``nvidia-smi`` on gpu02 never answers (until the client gives up);
                              ``hang:3`` only its 3rd call (any program: ``gpu02:ip=hang:5``)
 ``ocs:port7=deny``           the OCS denies cross-connects touching port 7 (``DENY SROF``)
@@ -76,6 +79,12 @@ def apply(testbed, spec: str) -> str:
     host = testbed.hosts.get(target)
     if host is None:
         raise ValueError(f"bad fault spec {spec!r}: no host {target!r} in the mock (hosts: {', '.join(testbed.hosts)})")
+    if part == "linkup" and idx is None and fault in ("slow", "fail"):
+        if fault == "fail":
+            host.linkup_extra_s = None
+            return f"{target}: optical lanes never come up"
+        host.linkup_extra_s = float(number(arg, 1, 86400, "the testbed seconds"))
+        return f"{target}: optical lanes come up {arg} s late"
     if fault == "hang" and idx is None and part not in ("gpu", "nic"):  # a program that never answers
         host.hangs[part] = number(arg, 1, 10**9, "the call that hangs") if arg is not None else None
         return f"{target}: {part} hangs" + (f" on its call {arg}" if arg is not None else "")

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
@@ -87,6 +88,24 @@ class Workers(Protocol):
 class OCS(Protocol):
     def apply(self, desired: dict[int, int], *, reason: str = ""): ...  # -> mfctl.ocs.driver.ApplyResult
     def cross_connects(self) -> dict[int, int]: ...
+
+
+class OCSDevice:
+    """One OCS as the run's regions share it: its ``driver``, a lock held by one region's change
+    at a time (APPLY to its read-back: ROLLBACK, READBACK), and ``state``, what it holds as last
+    read back (``{input: output}``; None: unknown since a failed read).
+
+    Regions on different OCSes change in parallel; on the same OCS one after the other, each its
+    own TL1 change computed from the switch's state at that moment (so a region's change never
+    undoes another's, and a DENY or rollback stays the region's). Serialising costs a waiting
+    region the switch time of those ahead (41 ms + 0.18 ms per cross-connect each, paper App. C)
+    against a link-up of 5.67 s; batching several regions into one change would save that but
+    tie their failures together (docs/scale.md)."""
+
+    def __init__(self, name: str, driver, state: dict[int, int] | None):
+        self.name, self.driver, self.state = name, driver, state
+        self.lock = threading.Lock()
+        self.changes = 0  # TL1 changes run through this device by reconfigurations
 
 
 @dataclass
@@ -268,6 +287,9 @@ class Reconfiguration:
     ocs_matches_plan: bool | None = None  # the OCS read back equals the plan
     ocs_matches_before: bool | None = None  # ... equals what it held before
     phases: list[tuple[str, float]] = field(default_factory=list)  # (phase, wall ms since the start)
+    ocs: str = ""  # the OCS (OCSDevice.name) the region's lanes reach
+    t_ocs_wait_ms: float = 0.0  # wall ms waiting for the OCS while another region's change held it
+    t_decision_to_resume_ms: float = 0.0  # wall ms from the policy's decision to every host resumed
     # not serialised: for the caller
     in_force: list[mapping.Circuit] = field(default_factory=list, repr=False)  # on the OCS now
     routed: list[mapping.Circuit] = field(default_factory=list, repr=False)  # ... and with lanes up
@@ -319,7 +341,9 @@ class Reconfiguration:
                 "t_resume_ms": round(self.t_resume_ms, 1), "t_runtime_ms": self.t_runtime_ms,
                 **dec.to_dict(), "lanes_failed": len(self.lanes_down), "lanes_down": self.lanes_down, "method": dec.method,
                 "ocs_matches_plan": self.ocs_matches_plan, "ocs_needs_recovery": self.ocs_needs_recovery,
-                "phases": [[p, round(t, 3)] for p, t in self.phases]}
+                "phases": [[p, round(t, 3)] for p, t in self.phases], "ocs": self.ocs,
+                "t_ocs_wait_ms": round(self.t_ocs_wait_ms, 2),
+                "t_decision_to_resume_ms": round(self.t_decision_to_resume_ms, 1)}
 
     def describe(self) -> str | None:
         """One sentence for the operator when it did not go as planned (None when it did)."""
@@ -350,13 +374,20 @@ class Reconfigurator:
     are testbed seconds, ``scale`` the time scale (testbed seconds per wall second). ``journal``
     is called as ``journal(op, **fields)`` (``reconfig.propose``, ``reconfig.failure``,
     ``reconfig.done``); ``guard`` is a context manager around OCS changes (deferring signals:
-    never half-applied by a Ctrl-C)."""
+    never half-applied by a Ctrl-C).
+
+    ``device`` (an :class:`OCSDevice` whose driver is ``ocs``): the OCS is shared with other
+    regions changing concurrently. Its lock is then held from APPLY to the read-back that ends
+    it (never during LINKUP or the workers' waits), the proposal's ``ocs_before`` is taken from
+    :attr:`OCSDevice.state` under it — the other regions' latest changes included — and the
+    state is left as this change read it back."""
 
     def __init__(self, ocs: OCS, workers: Workers, links: LinkPoller, *, scale: float = 1.0,
                  drain_timeout_s: float = 60.0, resume_timeout_s: float = 60.0,
                  journal: Callable[..., object] | None = None,
                  guard: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, device: OCSDevice | None = None):
+        self.device, self._held = device, False
         self.ocs, self.workers, self.links = ocs, workers, links
         self.scale = scale
         self.drain_timeout_s, self.resume_timeout_s = drain_timeout_s, resume_timeout_s
@@ -388,11 +419,18 @@ class Reconfigurator:
         handlers = {Phase.PROPOSE: self._propose, Phase.APPLY: self._apply, Phase.ROLLBACK: self._rollback,
                     Phase.READBACK: self._readback, Phase.LINKUP: self._linkup, Phase.ROUTES: self._routes}
         phase = Phase.PROPOSE
+        if self.device is not None:
+            self.rec.ocs = self.device.name
         try:
             while phase not in (Phase.DONE, Phase.FAILED):
+                if phase is Phase.APPLY:
+                    phase = self._hold_device()
+                elif phase in (Phase.LINKUP, Phase.ROUTES):
+                    self._release_device()
                 self.rec.phases.append((phase.value, (self.clock() - self._t0) * 1000))
                 phase = handlers[phase]()
         except BaseException as e:  # Ctrl-C, a lost worker: the record says where it stopped (and what the OCS holds)
+            self._release_device()
             self._fail(phase, "interrupted" if isinstance(e, KeyboardInterrupt) else _describe(e))
             self.rec.phase = Phase.FAILED
             self.rec.fatal = self.rec.fatal or self.rec.failures[-1].error
@@ -402,6 +440,35 @@ class Reconfigurator:
         self.rec.phases.append((phase.value, (self.clock() - self._t0) * 1000))
         self.journal("reconfig.done", **self.rec.to_dict())
         return self.rec
+
+    def _hold_device(self) -> Phase:
+        """Take the shared OCS (waiting for another region's change on it) and base the proposal
+        on what it holds now: APPLY, or READBACK when that is unknown and cannot be read."""
+        dev, p = self.device, self.p
+        if dev is None:
+            return Phase.APPLY
+        t0 = self.clock()
+        dev.lock.acquire()
+        self._held = True
+        self.rec.t_ocs_wait_ms = (self.clock() - t0) * 1000
+        if dev.state is None:  # unknown since a failed change (this region's or another's): read it first
+            try:
+                dev.state = self.ocs.cross_connects()
+            except (OperationFailed, UnreachableError) as e:
+                self._fail(Phase.APPLY, f"the OCS's state is unknown and could not be read: {_describe(e)}")
+                return Phase.READBACK
+        p.ocs_before = dict(dev.state)
+        self.rec.ocs_state = dict(dev.state)
+        dev.changes += 1
+        return Phase.APPLY
+
+    def _release_device(self) -> None:
+        """Leave the shared OCS as this change read it back (None: unknown)."""
+        if self.device is None or not self._held:
+            return
+        self.device.state = None if self.rec.ocs_state is None else dict(self.rec.ocs_state)
+        self._held = False
+        self.device.lock.release()
 
     def _fail(self, phase: Phase, error: str) -> None:
         self.rec.failures.append(Failure(phase.value, error))

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -22,7 +24,7 @@ import numpy as np
 from mfctl.errors import OperationFailed
 from mfctl.runtime import policy
 from mfctl.runtime.plan import RegionState, RunPlan
-from mfctl.runtime.reconfig import LinkPoller, Proposal, Reconfiguration, Reconfigurator, WaitTimeout, reread_ocs
+from mfctl.runtime.reconfig import LinkPoller, OCSDevice, Proposal, Reconfiguration, Reconfigurator, WaitTimeout, reread_ocs
 from mfctl.runtime.summary import RunRecord
 from mfctl.signals import DeferSignals
 
@@ -33,6 +35,48 @@ PROGRESS_TIMEOUT_S = 300.0  # wall seconds without any message from the runtime 
 #: state — TIMEOUT, CANCELLED, NODE_FAIL — is known once torchrun, srun and Slurm's KillWait are
 #: done: 2-4 s on an idle 2-core machine, over 5 s with a loaded one); it returns as soon as it has it
 LOST_WAIT_S = 15.0
+#: wall seconds the end of training waits for reconfigurations still under way (their OCS change is
+#: never cut short; a link-up wait is bounded by runtime.linkup_timeout_s, the workers' by their timeouts)
+JOIN_TIMEOUT_S = 60.0
+
+
+@dataclass
+class InFlight:
+    """One region's reconfiguration under way in a thread of its own: its epoch, the hosts'
+    ``paused``/``resume`` for it (``mailbox``, fed by the training loop), its record so far."""
+
+    region: str
+    epoch: int
+    hosts: list[str]
+    machine: Reconfigurator
+    t_decided: float  # time.monotonic() of the policy's decision
+    mailbox: queue.Queue = field(default_factory=queue.Queue)
+    thread: threading.Thread | None = None
+    error: BaseException | None = None
+    cpu_s: float = 0.0  # the thread's CPU time
+
+
+@dataclass
+class ControllerCPU:
+    """The controller's own CPU time in training (thread CPU, s): handling the runtime's messages
+    (receive, predict, decide, plan, log) in the training loop, and the reconfigurations' threads
+    (the protocol, OCS commands, link polls); ``iterations`` the leader iterations recorded;
+    ``process_s`` the whole mfctl process's CPU over the same time (its socket readers, SSH pools
+    and health sampler included)."""
+
+    handle_s: float = 0.0
+    reconfig_s: float = 0.0
+    messages: int = 0
+    iterations: int = 0
+    process_s: float = 0.0
+    wall_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        n = max(1, self.iterations)
+        return {"handle_cpu_s": round(self.handle_s, 4), "reconfig_cpu_s": round(self.reconfig_s, 4),
+                "process_cpu_s": round(self.process_s, 3), "wall_s": round(self.wall_s, 3), "messages": self.messages,
+                "iterations": self.iterations, "handle_cpu_ms_per_iteration": round(self.handle_s / n * 1000, 3),
+                "process_cpu_ms_per_iteration": round(self.process_s / n * 1000, 2)}
 
 
 class Training:
@@ -48,6 +92,36 @@ class Training:
         self.store, self.journal, self.obs, self.warn = store, journal, observer, warn
         self.scale, self.log_dir = scale, log_dir
         self.failed: str | None = None
+        # the OCSes the regions reach (one TL1 change at a time on each: reconfig.OCSDevice); regions
+        # reconfigure concurrently, each in a thread of its own, while this loop goes on handling events
+        self.devices: dict[str, OCSDevice] = {}
+        drivers = self._drivers()
+        known = getattr(record, "last_plans", None) or {}  # what each OCS holds, by name (RunOCS.set_initial)
+        for name, drv in drivers.items():
+            self.devices[name] = OCSDevice(name, drv, known.get(name, record.last_plan if len(drivers) == 1 else None))
+        self.inflight: dict[str, InFlight] = {}  # region → its reconfiguration under way
+        self.region_names = {h: r.name for r in plan.regions.values() for h in r.hosts}  # host → its region
+        self.finished: queue.Queue[InFlight] = queue.Queue()
+        self.cpu = ControllerCPU()
+        self._abort = threading.Event()
+        # a reconfiguration's paused/resume go to its thread as they arrive, not behind a backlog of
+        # other regions' messages in the training loop (the controller's reader threads put them)
+        ctrl.events = _Router(ctrl.events, self)
+
+    def _drivers(self) -> dict[str, object]:
+        """The run's OCS drivers by OCS name: ``driver`` a mapping (several OCSes), else the only one."""
+        if isinstance(self.driver, dict):
+            return dict(self.driver)
+        names = getattr(self.plan, "ocs_names", None) or ["ocs"]
+        return {names[0]: self.driver}
+
+    def device_of(self, reg: RegionState) -> OCSDevice:
+        """The OCS a region's lanes reach: the region's ``ocs`` (inventory ``regions[].ocs``), else
+        the only one."""
+        name = getattr(reg, "ocs", None)
+        if name and name in self.devices:
+            return self.devices[name]
+        return next(iter(self.devices.values()))
 
     # --- events ----------------------------------------------------------------------------
     def next_event(self, deadline: float, waiting_for: str) -> tuple[str, dict]:
@@ -85,15 +159,34 @@ class Training:
         """Train until every host said ``bye``. Raises OperationFailed when a runtime reports an
         error, disconnects, or says nothing for :data:`PROGRESS_TIMEOUT_S`."""
         self.obs.phase("train", f"training {self.pb.training.iterations} iterations")
-        while self.record.done_hosts != hosts:
-            host, msg = self.next_event(time.monotonic() + PROGRESS_TIMEOUT_S, "runtime progress")
-            self.handle(host, msg, allow_reconfig=True)
-            if self.failed:
-                raise OperationFailed(self.failed)
+        p0, w0 = time.process_time(), time.monotonic()
+        try:
+            while self.record.done_hosts != hosts or self.inflight:
+                try:  # (with reconfigurations under way: back every 50 ms to take in those that ended)
+                    wait = 0.05 if self.inflight else PROGRESS_TIMEOUT_S
+                    host, msg = self.next_event(time.monotonic() + wait, "runtime progress")
+                except WaitTimeout:
+                    if not self.inflight:
+                        raise
+                else:
+                    t0 = time.thread_time()
+                    self.handle(host, msg, allow_reconfig=True)
+                    self.cpu.handle_s += time.thread_time() - t0
+                    self.cpu.messages += 1
+                self._take_finished()
+                if self.failed:
+                    raise OperationFailed(self.failed)
+        finally:
+            self._join_inflight()
+            self.cpu.process_s, self.cpu.wall_s = time.process_time() - p0, time.monotonic() - w0
+            self.cpu.iterations = len(self.record.iterations)
+            self.journal.append("controller.cpu", sync=False, **self.cpu.to_dict())
 
     def handle(self, host: str, msg: dict, allow_reconfig: bool = False) -> None:
         t = msg["type"]
-        if t == "iteration":
+        if t in ("paused", "resume"):  # of no reconfiguration under way (_Router gave it the others'): late
+            log.info("%s from %s for epoch %s: no reconfiguration of it under way", t, host, msg.get("epoch"))
+        elif t == "iteration":
             self.store.iteration(host, msg)
             if "timings" in msg:  # the job's measured all-to-all/GEMM times (validated, bounded: mfctl profile --run)
                 self.store.timings(host, msg.get("iteration"), msg["timings"])
@@ -130,55 +223,127 @@ class Training:
         self.record.pred_errors.setdefault(name, []).append(err)
 
     def _traffic(self, reg: RegionState, msg: dict, allow_reconfig: bool) -> None:
-        """A region leader's per-layer traffic: predictions scored, the policy asked."""
-        it, pr = msg["iteration"], self.record
+        """A region leader's per-layer traffic: predictions scored, the policy asked (unless the
+        region is being reconfigured already)."""
+        it = msg["iteration"]
         B = np.asarray(msg["matrices"], dtype=float)
         reg.predicted = policy.score_predictions(self.plan, reg, it, B, msg.get("tokens") or {}, self._record_prediction)
-        if not (allow_reconfig and self.pb.policy.enabled and policy.due(self.plan, reg, it)):
+        if not (allow_reconfig and self.pb.policy.enabled and reg.name not in self.inflight
+                and policy.due(self.plan, reg, it)):
             return
-        if pr.last_plan is None:  # what the OCS holds is not known: no change is planned on top of it
-            pr.last_plan = reread_ocs(self.driver, self.plan.regions.values(), self.journal.append, self.driver.endpoint)
-            if pr.last_plan is None:
+        dev = self.device_of(reg)
+        if dev.state is None:  # what the OCS holds is not known: no change is planned on top of it
+            if not dev.lock.acquire(blocking=False):
+                return  # another region's change holds it: asked again at this region's next traffic
+            try:
+                dev.state = reread_ocs(dev.driver, [r for r in self.plan.regions.values() if self.device_of(r) is dev],
+                                       self.journal.append, getattr(dev.driver, "endpoint", ""))
+            finally:
+                dev.lock.release()
+            self._sync_last_plan()
+            if dev.state is None:
                 return
-        cand = policy.consider(self.plan, reg, it, policy.expected_reconfig_s(self.plan, pr.reconfigs), self.journal.append)
+        cand = policy.consider(self.plan, reg, it, policy.expected_reconfig_s(self.plan, self.record.reconfigs),
+                               self.journal.append)
         if cand is not None:
             self.reconfigure(reg, it, cand)
 
     def reconfigure(self, reg: RegionState, iteration: int, cand: policy.Candidate) -> None:
-        """Run one reconfiguration and take in its outcome: the region's circuits and routes, the
-        last plan (= what the OCS holds), the records, a warning when it did not go as planned.
-        Raises OperationFailed only when a worker did not resume (the OCS is consistent with the
-        records by then)."""
-        pr = self.record
-        assert pr.last_plan is not None  # (read again first when unknown: _traffic)
+        """Start one reconfiguration of ``reg`` in a thread of its own (:class:`InFlight`); the
+        training loop goes on handling every region's messages meanwhile, feeding this one's
+        ``paused``/``resume`` to its thread, and takes in its outcome when it ends
+        (:meth:`_take_finished`)."""
+        pr, dev = self.record, self.device_of(reg)
         pr.epoch += 1
         self.obs.phase("reconfig", f"epoch {pr.epoch}: {reg.name} at iteration {iteration}")
         prop = Proposal(epoch=pr.epoch, region=reg.name, hosts=list(reg.hosts), lanes=reg.lanes, iteration=iteration,
-                        old=list(reg.circuits), new=list(cand.new), planned=cand.planned, ocs_before=dict(pr.last_plan),
-                        region_ports=reg.ocs_ports, routed=reg.routed, decision=cand.decision)
-        machine = Reconfigurator(self.driver, self, self.links, scale=self.scale,
-                                 drain_timeout_s=self.pb.runtime.drain_timeout_s,
-                                 resume_timeout_s=self.pb.runtime.resume_timeout_s,
-                                 journal=self.journal.append, guard=DeferSignals)
+                        old=list(reg.circuits), new=list(cand.new), planned=cand.planned,
+                        ocs_before=dict(dev.state or {}), region_ports=reg.ocs_ports, routed=reg.routed,
+                        decision=cand.decision)
+        fl = InFlight(reg.name, pr.epoch, list(reg.hosts), machine=None, t_decided=time.monotonic())  # type: ignore[arg-type]
+        fl.machine = Reconfigurator(dev.driver, _RegionWorkers(self, fl), self.links, scale=self.scale,
+                                    drain_timeout_s=self.pb.runtime.drain_timeout_s,
+                                    resume_timeout_s=self.pb.runtime.resume_timeout_s,
+                                    journal=self.journal.append, guard=DeferSignals, device=dev)
+        fl.thread = threading.Thread(target=self._run_inflight, args=(fl, prop), daemon=True,
+                                     name=f"reconfig-{reg.name}-{pr.epoch}")
+        self.inflight[reg.name] = fl
+        fl.thread.start()
+
+    def _run_inflight(self, fl: InFlight, prop: Proposal) -> None:
+        t0 = time.thread_time()
         try:
-            rec = machine.run(prop)
-        except BaseException:  # interrupted, a worker lost: the records and the last plan stay true
-            if machine.rec is not None:
-                self._take(reg, machine.rec)
-            raise
-        self._take(reg, rec)
-        if rec.fatal:
-            raise OperationFailed(rec.fatal)
+            fl.machine.run(prop)
+        except BaseException as e:  # a worker lost, the run ending: the record (journalled) says where it stopped
+            fl.error = e
+        finally:
+            fl.cpu_s = time.thread_time() - t0
+            if fl.machine.rec is not None:
+                fl.machine.rec.t_decision_to_resume_ms = (time.monotonic() - fl.t_decided) * 1000
+            self.finished.put(fl)
+
+    def _take_finished(self) -> None:
+        """Take in the reconfigurations that ended (in this thread: the records, the metrics store
+        and the observer are the training loop's). Raises OperationFailed for one that cannot go on
+        (a worker that did not resume: the OCS is consistent with the records by then)."""
+        while True:
+            try:
+                fl = self.finished.get_nowait()
+            except queue.Empty:
+                return
+            self.inflight.pop(fl.region, None)
+            self.cpu.reconfig_s += fl.cpu_s
+            rec = fl.machine.rec
+            if rec is not None:
+                self._take(self.plan.regions[fl.region], rec)
+            if fl.error is not None and not self._abort.is_set():
+                if isinstance(fl.error, OperationFailed):
+                    raise fl.error
+                raise OperationFailed(f"reconfiguration of {fl.region} (epoch {fl.epoch}) failed: {fl.error}")
+            if rec is not None and rec.fatal:
+                raise OperationFailed(rec.fatal)
+
+    def _join_inflight(self) -> None:
+        """The end of training (or of the run): reconfigurations under way are told so (their
+        waits for the workers end) and waited for (an OCS change is never left half-made), then
+        their records are taken in."""
+        if not self.inflight:
+            return
+        self._abort.set()
+        with DeferSignals(reraise=False, on_signal=lambda s: self.warn("waiting for the reconfigurations under way "
+                                                                       "to finish their OCS changes")):
+            deadline = time.monotonic() + JOIN_TIMEOUT_S
+            for fl in list(self.inflight.values()):
+                fl.mailbox.put(("", {"type": "_abort"}))
+                if fl.thread is not None:
+                    fl.thread.join(max(0.0, deadline - time.monotonic()))
+        try:
+            self._take_finished()
+        except OperationFailed as e:
+            log.warning("%s", e)
+        for fl in self.inflight.values():
+            log.warning("reconfiguration of %s (epoch %d) still under way at the end of training", fl.region, fl.epoch)
+
+    def _sync_last_plan(self) -> None:
+        """What each OCS holds into the record: ``last_plans`` by name, and ``last_plan`` when
+        there is only one (the final read-back is checked against them)."""
+        plans = getattr(self.record, "last_plans", None)
+        for name, dev in self.devices.items():
+            if isinstance(plans, dict):
+                plans[name] = dev.state
+        if len(self.devices) == 1:
+            self.record.last_plan = next(iter(self.devices.values())).state
 
     def _take(self, reg: RegionState, rec: Reconfiguration) -> None:
         reg.circuits, reg.routed = rec.in_force, rec.routed
-        self.record.last_plan = rec.ocs_state  # the OCS as read back (None: it could not be read)
+        self._sync_last_plan()  # the OCS as read back (None: it could not be read)
         reg.last_reconfig_iter = rec.iteration
         self.record.reconfigs.append(rec)
         self.store.reconfiguration(rec.to_dict())
-        log.info("reconfiguration epoch %d %s: +%d/-%d cross-connects, switch %.1f ms, link-up %.2f s, runtime %.0f ms",
-                 rec.epoch, rec.outcome, rec.xc_added, rec.xc_removed, rec.t_switch_ms, rec.t_linkup_ms / 1000,
-                 rec.t_runtime_ms)
+        log.info("reconfiguration epoch %d %s %s: +%d/-%d cross-connects, switch %.1f ms, link-up %.2f s, runtime %.0f ms, "
+                 "decision to resume %.0f ms wall (OCS wait %.1f ms)", rec.epoch, rec.region, rec.outcome, rec.xc_added,
+                 rec.xc_removed, rec.t_switch_ms, rec.t_linkup_ms / 1000, rec.t_runtime_ms, rec.t_decision_to_resume_ms,
+                 rec.t_ocs_wait_ms)
         what = rec.describe()
         if what:
             self.warn(what)
@@ -191,21 +356,62 @@ class Training:
     def broadcast(self, hosts: list[str], msg: dict) -> list[str]:
         return self.ctrl.broadcast(hosts, msg)
 
+
+class _Router(queue.Queue):
+    """The controller's event queue, as the training sees it: a ``paused``/``resume`` for a
+    reconfiguration under way goes straight to its :class:`InFlight` mailbox (from the
+    controller's reader thread); everything else is queued for the training loop as before."""
+
+    def __init__(self, old: queue.Queue, training: Training):
+        super().__init__()
+        self.t = training
+        while True:  # what was queued before (hellos)
+            try:
+                super().put(old.get_nowait())
+            except queue.Empty:
+                break
+
+    def put(self, item, block: bool = True, timeout: float | None = None) -> None:
+        host, msg = item
+        if msg.get("type") in ("paused", "resume") and host in self.t.region_names:
+            fl = self.t.inflight.get(self.t.region_names[host])
+            if fl is not None and msg.get("epoch") == fl.epoch:
+                fl.mailbox.put(item)
+                return
+        super().put(item, block, timeout)
+
+
+class _RegionWorkers:
+    """One region's workers as its reconfiguration's thread sees them (:class:`reconfig.Workers`):
+    messages go straight to the controller; their ``paused``/``resume`` come through the
+    :class:`InFlight` mailbox the training loop feeds."""
+
+    def __init__(self, training: Training, fl: InFlight):
+        self.t, self.fl = training, fl
+
+    def broadcast(self, hosts: list[str], msg: dict) -> list[str]:
+        return self.t.ctrl.broadcast(hosts, msg)
+
     def await_all(self, hosts: list[str], mtype: str, epoch: int, timeout_testbed_s: float) -> set[str]:
         """Wait for ``mtype`` of ``epoch`` from every host that has not finished training (a
-        finished one has nothing to drain or resume), handling the other messages; return the
-        hosts still missing after ``timeout_testbed_s`` (+ 2 s wall of slack)."""
-        done = self.record.done_hosts
+        finished one has nothing to drain or resume); return the hosts still missing after
+        ``timeout_testbed_s`` (+ 2 s wall of slack). Raises OperationFailed when the run is ending."""
+        done = self.t.record.done_hosts
         pending = set(hosts) - done
-        deadline = time.monotonic() + timeout_testbed_s / self.scale + 2
+        deadline = time.monotonic() + timeout_testbed_s / self.t.scale + 2
         while pending:
-            try:
-                host, msg = self.next_event(deadline, f"{mtype} for epoch {epoch} from {', '.join(sorted(pending))}")
-            except WaitTimeout:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 return pending
+            try:
+                host, msg = self.fl.mailbox.get(timeout=min(remaining, 0.1))
+            except queue.Empty:
+                pending -= done
+                continue
+            if msg["type"] == "_abort":
+                raise OperationFailed(f"training ended while waiting for {mtype} for epoch {epoch} from "
+                                      f"{', '.join(sorted(pending))}")
             if msg["type"] == mtype and msg.get("epoch") == epoch:
                 pending.discard(host)
-            else:
-                self.handle(host, msg)
-                pending -= done
+            pending -= done
         return set()
