@@ -123,7 +123,7 @@ def _sweep(inventory: Path, hosts: str | None, checks: str | None, no_ocs: bool,
     inv = load_inventory(inventory)
     selected = None if hosts is None else host_names(hosts, inv)
     ctx = Context.from_settings(inv)
-    ocs_state = ocs.read_state(ctx) if ocs.NAME in names else None
+    ocs_state = ocs.read_states(ctx) if ocs.NAME in names else None
     before = H.load_baseline(inv)
     with ctx.pool() as pool, ProgressObserver(enabled=None if progress else False, warnings=False) as obs:
         report = H.sweep(pool, inv, selected, checks=names, limits=overrides, baseline=before, since_boot=since_boot,

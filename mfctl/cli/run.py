@@ -125,11 +125,12 @@ def _run_rows(t, s: "RunSummary") -> None:
         t.add_row(Text("warning", style="yellow"), w)
     if s.tflops_per_gpu_mean:
         t.add_row("TFLOP/s per GPU", f"{s.tflops_per_gpu_mean:.1f} (mean of the logged iterations)")
-    if s.ocs:
-        t.add_row("OCS read-back", (Text("matches the last plan", style="green") if s.ocs["matches_last_plan"]
-                                    else Text("DIFFERS from the last plan", style="red"))
-                  + f" — {len(s.ocs['cross_connects'])} cross-connects (a circuit is two: one per direction) "
-                    f"via {s.ocs['endpoint']}")
+    for name, o in ((s.ocs.get("by_ocs") or {"": s.ocs}).items() if s.ocs else ()):  # several OCSes: a row each
+        t.add_row(f"OCS {name} read-back" if name else "OCS read-back",
+                  (Text("matches the last plan", style="green") if o["matches_last_plan"]
+                   else Text("DIFFERS from the last plan", style="red"))
+                  + f" — {len(o['cross_connects'])} cross-connects (a circuit is two: one per direction) "
+                    f"via {o['endpoint']}")
 
 
 def _reconfig_table(recs: list[dict]):

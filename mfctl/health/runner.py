@@ -117,7 +117,8 @@ def sweep(pool, inv, hosts: list[str] | None = None, *, checks: list[str] | None
     """The health sweep: ``checks`` (names, :func:`mfctl.health.checks.select_checks`; default the
     default set) on ``hosts`` (default all) over ``pool`` (an SSHPool: its ``run`` and ``map``), then
     the OCS when ``ocs`` is
-    among the checks and ``ocs_state`` is given (:func:`mfctl.health.checks.ocs.read_state`).
+    among the checks and ``ocs_state`` is given: each OCS's state by name
+    (:func:`mfctl.health.checks.ocs.read_states`; one OCS's :func:`~mfctl.health.checks.ocs.read_state` too).
 
     ``limits``: threshold overrides (:func:`mfctl.health.thresholds.thresholds`). NIC error counters
     are judged by what they gained over ``nic_error_window_s`` against the earlier sweeps' readings in
@@ -136,5 +137,5 @@ def sweep(pool, inv, hosts: list[str] | None = None, *, checks: list[str] | None
     targets = [r.value if isinstance(r.value, HostHealth) else _unreachable(r.host, _Failed(r.error or "no result"))
                for r in res]
     if ocs.NAME in names and ocs_state is not None:
-        targets.append(ocs.judge(inv, ocs_state))
+        targets += ocs.judge_all(inv, ocs_state)
     return HealthReport(targets, lim, names)

@@ -205,9 +205,19 @@ class Job:
         self.obs.phase("health", f"{p.healthy}/{len(p.results)} hosts healthy in {p.seconds:.2f} s")
 
     def _initial_topology(self, ctx: Context) -> None:
-        self.obs.phase("ocs", "connecting to the OCS")
-        # the device lock (keyed by what the OCS says it is) is held until teardown closes the driver
-        self.driver = ctx.open_ocs(purpose=f"mfctl run {self.pb.name} ({self.run_id})", journals=[self.journal])
+        names = self.plan.ocs_names
+        self.obs.phase("ocs", "connecting to the OCS" if len(names) == 1 else f"connecting to {len(names)} OCSes")
+        # each device lock (keyed by what the OCS says it is) is held until teardown closes its driver
+        drivers = self.plan.drivers
+        try:
+            for name in names:
+                drivers[name] = ctx.open_ocs(purpose=f"mfctl run {self.pb.name} ({self.run_id})", journals=[self.journal],
+                                             ocs=name)
+        except BaseException:
+            for drv in drivers.values():
+                drv.close()
+            raise
+        self.driver = drivers[names[0]] if len(names) == 1 else dict(drivers)  # several: each region's by name
         self.ocs = RunOCS(self.driver, self.plan, self.record, journal=self.journal, warn=self._warn, scale=self.scale)
         self._stack.callback(self.ocs.close)
         self.ocs.set_initial(self.links, self.obs)

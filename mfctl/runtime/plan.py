@@ -11,6 +11,7 @@ from what the OCS holds, the caller applies it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,8 @@ from mfctl.runtime.playbook import Playbook
 @dataclass
 class RegionState:
     """One region (one EP group) during a run: its hosts (the matrices' order), OCS lanes per
-    host and ``ports`` (lanes per host, the planner's degree bound); then what the run learns:
+    host and ``ports`` (lanes per host, the planner's degree bound), the ``ocs`` they are on
+    (its ports are that switch's); then what the run learns:
     the circuits on the OCS, those carrying traffic, the latest prediction (dispatch bytes
     ``[L, n, n]``), the predictors, the last reconfiguration's iteration, the last iteration's
     time (testbed s)."""
@@ -36,6 +38,7 @@ class RegionState:
     hosts: list[str]
     ports: np.ndarray
     lanes: dict[str, list[mapping.LaneRef]]
+    ocs: str = ""  #: the OCS its lanes reach (inventory ``regions[].ocs``, else the only one), by name
     circuits: list[mapping.Circuit] = field(default_factory=list)  # on the OCS
     routed: list[mapping.Circuit] | None = None  # of those, the ones carrying traffic (lanes up); None: all
     predicted: np.ndarray | None = None  # the policy's prediction of per-layer dispatch bytes [L, n, n]
@@ -73,9 +76,26 @@ class RunPlan:
     rank_server: np.ndarray
     crosslayer: CrossLayerModel | None
     regions: dict[str, RegionState]
+    #: the run's open OCS drivers by OCS name (set by the job once it has opened them; empty before)
+    drivers: dict[str, Any] = field(default_factory=dict)
 
     def region_of(self, host: str) -> RegionState:
         return next(r for r in self.regions.values() if host in r.hosts)
+
+    @property
+    def ocs_names(self) -> list[str]:
+        """The OCSes the regions reach, in region order, each once."""
+        return list(dict.fromkeys(r.ocs for r in self.regions.values()))
+
+    def regions_on(self, ocs: str) -> list[RegionState]:
+        """The regions whose lanes reach the OCS named ``ocs``."""
+        return [r for r in self.regions.values() if r.ocs == ocs]
+
+    def driver_for(self, region: RegionState | str):
+        """The open driver of the OCS ``region`` (a RegionState or its name) reaches. KeyError
+        before the job opened it."""
+        reg = self.regions[region] if isinstance(region, str) else region
+        return self.drivers[reg.ocs]
 
     def prior_matrix(self, n: int) -> np.ndarray:
         """Expected dispatch bytes ``[layers, n, n]`` from the trace's mean routing (before any
@@ -124,7 +144,9 @@ def plan_run(pb: Playbook, inv) -> RunPlan:
     regions = {}
     for r in inv.regions:
         lanes = mapping.region_lanes(inv, r.hosts)
-        regions[r.name] = RegionState(r.name, list(r.hosts), np.array([len(lanes[h]) for h in r.hosts]), lanes)
+        o = inv.region_ocs(r)  # (the loader's cross-checks made sure there is one)
+        regions[r.name] = RegionState(r.name, list(r.hosts), np.array([len(lanes[h]) for h in r.hosts]), lanes,
+                                      ocs=o.name if o is not None else "")
     ep, tp = pb.parallelism.ep, pb.parallelism.tp
     return RunPlan(playbook=pb, trace=trace, rates=Context(inv).link_rates(), gpus_per_server=gps,
                    expert_rank=expert_to_rank(trace.num_experts, ep), rank_server=rank_to_server(ep, tp, gps),
@@ -154,15 +176,16 @@ def _check_fit(pb: Playbook, inv, trace: RoutingTrace) -> int:
     return gps
 
 
-def initial_cross_connects(plan: RunPlan, current: dict[int, int]) -> dict[int, int]:
-    """The whole OCS (``{input: output}``) for the playbook's ``topology.initial`` — ``keep``
-    what ``current`` holds, ``random`` (seeded by ``training.seed``), or planned for the trace's
-    prior traffic — and each region's ``circuits`` set to it. Cross-connects on ports outside
-    every region are left as they are."""
+def initial_cross_connects(plan: RunPlan, current: dict[int, int], ocs: str | None = None) -> dict[int, int]:
+    """The whole OCS named ``ocs`` (``{input: output}``; None: every region's, for an inventory
+    with one OCS) for the playbook's ``topology.initial`` — ``keep`` what ``current`` (that OCS's
+    cross-connects) holds, ``random`` (seeded by ``training.seed``), or planned for the trace's
+    prior traffic — and each of its regions' ``circuits`` set to it. Cross-connects on ports
+    outside its regions are left as they are."""
     pb = plan.playbook
     desired: dict[int, int] = {}
     region_ports: set[int] = set()
-    for reg in plan.regions.values():
+    for reg in (plan.regions.values() if ocs is None else plan.regions_on(ocs)):
         region_ports |= reg.ocs_ports
         prev = mapping.circuits_from_cross_connects(reg.lanes, current)
         if pb.topology.initial == "keep":

@@ -95,7 +95,8 @@ class RunRecord:
     """What a run has learnt so far (it outlives a failure: the summary is made of it). The
     topology ``epoch``; the region leaders' ``iteration`` messages by iteration; the
     reconfigurations; each predictor's relative errors; the hosts that finished (``bye``);
-    ``last_plan``: what the OCS holds (``{input: output}``; None: unknown since a failed read);
+    ``last_plan``: what the OCS holds (``{input: output}``; None: unknown since a failed read) —
+    with several OCSes ``last_plans`` by OCS name, and ``final_by_ocs`` each one's read-back at the end;
     the initial topology's apply result (:meth:`mfctl.ocs.driver.ApplyResult.to_dict`), circuit
     matrices by region and link-up (testbed ms); the final read-back and whether it matched."""
 
@@ -105,6 +106,8 @@ class RunRecord:
     pred_errors: dict[str, list[float]] = field(default_factory=dict)
     done_hosts: set[str] = field(default_factory=set)
     last_plan: dict[int, int] | None = None
+    last_plans: dict[str, dict[int, int] | None] = field(default_factory=dict)  # by OCS name (several OCSes)
+    final_by_ocs: dict[str, dict] = field(default_factory=dict)  # {name: {endpoint, cross_connects, matches_last_plan}}
     initial_apply: dict | None = None
     initial_circuits: dict[str, list] | None = None
     initial_linkup_ms: float = 0.0
@@ -121,7 +124,9 @@ class RunRecord:
 class RunSummary:
     """One run's outcome. ``reconfigurations`` holds
     :meth:`mfctl.runtime.reconfig.Reconfiguration.to_dict` entries; ``health`` is ``{hosts, ok,
-    sweep_s}``; ``ocs`` (``{endpoint, cross_connects, matches_last_plan, circuits}``) is there when
+    sweep_s}``; ``ocs`` (``{endpoint, cross_connects, matches_last_plan, circuits}``, and with
+    several OCSes ``by_ocs``: ``{name: {endpoint, cross_connects, matches_last_plan}}``, the top
+    level's endpoint and cross_connects None) is there when
     the OCS was read back at the end; ``exit_code`` is not part of summary.json."""
 
     run_id: str
@@ -172,11 +177,13 @@ class RunSummary:
         matrices' order; their circuits at the end); ``kw`` the other fields (run_id, status,
         error, inventory, run_dir, time_scale, slurm_job, wall_train_s, health; ``warnings``
         beyond the record's)."""
-        ocs = None
+        ocs: dict[str, Any] | None = None
         if rec.final_readback is not None:
             ocs = {"endpoint": rec.ocs_endpoint, "cross_connects": sorted([i, o] for i, o in rec.final_readback.items()),
                    "matches_last_plan": rec.final_matches,
                    "circuits": {r.name: [c.to_dict() for c in r.circuits] for r in regions.values()}}
+            if rec.final_by_ocs:  # several OCSes: each one's read-back (their port numbers overlap: never merged)
+                ocs |= {"endpoint": None, "cross_connects": None, "by_ocs": rec.final_by_ocs}
         t = pb.training
         return cls.of_iterations(
             iterations=rec.rows(), reconfigurations=rec.reconfigs, prediction_errors=rec.pred_errors, playbook=pb.name,

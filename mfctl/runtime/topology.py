@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from mfctl.errors import MfctlError, OperationFailed
 from mfctl.fabric import mapping
@@ -21,17 +21,24 @@ from mfctl.signals import DeferSignals
 
 
 class RunOCS:
-    """``driver`` (an open :class:`mfctl.ocs.driver.OCSDriver`), ``journal`` (the run's
-    :class:`~mfctl.ocs.journal.Journal`), ``warn(message)`` a warning of the run."""
+    """``driver`` (an open :class:`mfctl.ocs.driver.OCSDriver`, or several by OCS name: each
+    region's lanes on its own, :attr:`RegionState.ocs <mfctl.runtime.plan.RegionState.ocs>`),
+    ``journal`` (the run's :class:`~mfctl.ocs.journal.Journal`), ``warn(message)`` a warning of
+    the run. With several OCSes each one is set, read back and checked on its own, against
+    ``record.last_plans[name]``."""
 
     def __init__(self, driver, plan: RunPlan, record: RunRecord, *, journal, warn: Callable[[str], None], scale: float):
-        self.driver, self.plan, self.record = driver, plan, record
+        self.drivers: dict[str, Any] = dict(driver) if isinstance(driver, dict) else {}
+        self.driver: Any = driver if not isinstance(driver, dict) else None  # the only OCS's
+        self.plan, self.record = plan, record
         self.journal, self.warn, self.scale = journal, warn, scale
 
     def set_initial(self, links: LinkPoller, observer) -> None:
         """The playbook's initial topology (:func:`~mfctl.runtime.plan.initial_cross_connects`)
         applied (signals held), read back, its lanes polled up; each region routes over the
         circuits whose lanes came up."""
+        if self.drivers:
+            return self._set_initial_each(links, observer)
         pb, drv, rec = self.plan.playbook, self.driver, self.record
         current = drv.cross_connects()
         self.journal.append("ocs.state", endpoint=drv.endpoint, cross_connects=sorted(current.items()))
@@ -51,10 +58,39 @@ class RunOCS:
             reg.route_up(set(lw.down))
         rec.last_plan = dict(res.readback)
 
+    def _set_initial_each(self, links: LinkPoller, observer) -> None:
+        """:meth:`set_initial` with several OCSes: each one's regions planned on its own state and
+        applied on it (one after the other), then every lane polled up at once."""
+        pb, rec = self.plan.playbook, self.record
+        rec.initial_apply, endpoints = {}, []
+        for name, drv in self.drivers.items():
+            current = drv.cross_connects()
+            self.journal.append("ocs.state", ocs=name, endpoint=drv.endpoint,
+                                cross_connects=sorted(current.items()))
+            desired = initial_cross_connects(self.plan, current, name)
+            observer.phase("ocs", f"initial topology ({pb.topology.initial}) on {name} via {drv.endpoint}")
+            with DeferSignals():
+                res = drv.apply(desired, reason="initial topology")
+            rec.initial_apply[name] = res.to_dict()
+            rec.last_plans[name] = dict(res.readback)
+            endpoints.append(f"{name} {drv.endpoint}")
+        rec.ocs_endpoint = "; ".join(endpoints)
+        regions = self.plan.regions.values()
+        rec.initial_circuits = {r.name: mapping.circuit_matrix(r.circuits, r.hosts).tolist() for r in regions}
+        t = time.monotonic()
+        lw = links.wait([c for r in regions for c in r.circuits])
+        rec.initial_linkup_ms = (lw.up_at - t) * 1000 * self.scale
+        if lw.down:
+            self.warn(f"initial circuits with lanes still down after {pb.runtime.linkup_timeout_s:g} s: {', '.join(lw.down)}")
+        for reg in regions:
+            reg.route_up(set(lw.down))
+
     def final_check(self, inventory: str) -> None:
         """Read the OCS back at the end; OperationFailed when it is not the last plan (a warning
         when the last plan is unknown since a failed reconfiguration). ``inventory`` is named in
         the advice."""
+        if self.drivers:
+            return self._final_check_each(inventory)
         rec = self.record
         rb = rec.final_readback = self.driver.cross_connects()
         rec.final_matches = rb == rec.last_plan
@@ -66,9 +102,38 @@ class RunOCS:
         if not rec.final_matches:
             raise OperationFailed("final OCS read-back does not match the last plan")
 
+    def _final_check_each(self, inventory: str) -> None:
+        """:meth:`final_check` of every OCS: each read back against its own last plan."""
+        rec, differ = self.record, []
+        for name, drv in self.drivers.items():
+            rb = drv.cross_connects()
+            last = rec.last_plans.get(name)
+            rec.final_by_ocs[name] = {"endpoint": drv.endpoint, "cross_connects": sorted([i, o] for i, o in rb.items()),
+                                      "matches_last_plan": rb == last}
+            self.journal.append("ocs.final", ocs=name, readback=sorted(rb.items()), matches_plan=rb == last)
+            if last is None:
+                self.warn(f"OCS {name} could not be read back after a failed reconfiguration; at the end it holds "
+                          f"{len(rb)} cross-connects: check with `mfctl ocs show -i {inventory} --ocs {name}`")
+            elif rb != last:
+                differ.append(name)
+        rec.final_readback = {}  # (read: the summary's by_ocs has each one's)
+        rec.final_matches = not differ and all(rec.last_plans.get(n) is not None for n in self.drivers)
+        if differ:
+            raise OperationFailed(f"final OCS read-back does not match the last plan on {', '.join(differ)}")
+
     def close(self) -> None:
         """Teardown: journal what the OCS holds (unless the final check did), close the driver
         (the device lock goes with it). Never raises for the OCS's or the journal's errors."""
+        for name, drv in self.drivers.items():
+            with contextlib.suppress(MfctlError, OSError):
+                if name not in self.record.final_by_ocs:
+                    rb = drv.cross_connects()
+                    self.journal.append("ocs.final", ocs=name, readback=sorted(rb.items()),
+                                        matches_plan=rb == self.record.last_plans.get(name))
+            with contextlib.suppress(MfctlError, OSError):
+                drv.close()
+        if self.drivers:
+            return
         with contextlib.suppress(MfctlError, OSError):
             if self.record.final_readback is None:
                 rb = self.driver.cross_connects()

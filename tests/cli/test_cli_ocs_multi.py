@@ -27,7 +27,7 @@ def two_ocs(tmp_path_factory):
     from mfctl import mockctl
 
     d = tmp_path_factory.mktemp("mock2")
-    st = mockctl.start(TWO, d / "mock", time_scale=100)
+    st = mockctl.start(TWO, d / "mock", time_scale=100, sshd="paramiko", timeout=90)  # (the hosts are not the point)
     try:
         yield st
     finally:
@@ -117,3 +117,24 @@ def test_one_ocs_locked_does_not_stop_a_change_on_the_other(two_ocs):
     assert _show(inv, "ocs-a")["cross_connects"] == []
     r = invoke("ocs", "disconnect", "--all", "-i", inv, "--ocs", "ocs-b", "--yes")
     assert r.exit_code == 0
+
+
+def test_health_shows_each_ocs_as_a_target_of_its_own(two_ocs):
+    """``mfctl health --checks ocs``: one target per OCS, by its name; a dark connected output is
+    its own switch's finding (ocs-b's), not the other's."""
+    inv = two_ocs["inventory"]
+    r = invoke("ocs", "connect", "7", "199", "-i", inv, "--ocs", "ocs-b", "--yes")  # gpu07 tx -> its own rx: lit
+    assert r.exit_code == 0, r.stdout + r.stderr
+    r = invoke("ocs", "connect", "20", "300", "-i", inv, "--ocs", "ocs-b", "--yes")  # no lane on port 20: dark
+    assert r.exit_code == 0, r.stdout + r.stderr
+    try:
+        r = invoke("health", "-i", inv, "--checks", "ocs", "--json")
+        doc = json.loads(r.stdout)
+        targets = {t["host"]: t for t in doc["targets"] if t["host"].startswith("ocs-")}
+        assert set(targets) == {"ocs-a", "ocs-b"}, doc["targets"]
+        codes = {n: [f["code"] for f in t["findings"]] for n, t in targets.items()}
+        assert codes["ocs-a"] == [] and "ocs.dark_port" in codes["ocs-b"], codes
+        assert any("output port 300 is connected but dark" in f["message"] for f in targets["ocs-b"]["findings"])
+        assert r.exit_code == 1
+    finally:
+        assert invoke("ocs", "disconnect", "--all", "-i", inv, "--ocs", "ocs-b", "--yes").exit_code == 0

@@ -17,19 +17,32 @@ RUNS = "TL1: cross-connects, RTRV-ALM-ALL, output power of connected ports"
 JUDGES = "standing alarms; connected output ports with no light (critical)"
 
 
-def read_state(ctx) -> dict:
-    """``{"standing": [alarm lines], "dark_outputs": [ports]}``, or ``{"error": why}`` when the OCS
-    cannot be reached or read (``ctx``: :class:`mfctl.context.Context`)."""
+def read_state(ctx, name: str | None = None) -> dict:
+    """``{"standing": [alarm lines], "dark_outputs": [ports]}`` of the OCS ``name`` (None: the
+    only one), or ``{"error": why}`` when it cannot be reached or read (``ctx``:
+    :class:`mfctl.context.Context`)."""
     from mfctl.errors import MfctlError
 
     try:
-        with ctx.ocs() as drv:
+        with ctx.ocs(name=name) as drv:
             xc = drv.cross_connects()
             al = drv.alarms()
             power = drv.power(sorted(set(xc.values()))) if xc else {}
     except MfctlError as e:
         return {"error": str(e)}
     return {"standing": al["standing"], "dark_outputs": [p for p, v in power.items() if v is None]}
+
+
+def read_states(ctx) -> dict[str, dict]:
+    """:func:`read_state` of every OCS of the inventory, by name, read in parallel (each read is
+    bounded by the context's connect and command timeouts)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [o.name for o in ctx.inventory.ocses]
+    if len(names) == 1:
+        return {names[0]: read_state(ctx, names[0])}
+    with ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="ocs-health") as ex:
+        return dict(zip(names, ex.map(lambda n: read_state(ctx, n), names)))
 
 
 def _alarms(host: str, standing: list) -> list[Finding]:
@@ -77,9 +90,18 @@ def _dark(host: str, ports: list[int]) -> list[Finding]:
                     "ocs.dark_port", component=f"port[{r}]", value=sorted(ports), source=NAME)]
 
 
-def judge(inv, state: dict) -> HostHealth:
-    """The OCS target of a sweep from its state (:func:`read_state`)."""
-    name = inv.ocs.name
+def judge_all(inv, states: dict) -> list[HostHealth]:
+    """One target per OCS: ``states`` by OCS name (:func:`read_states`), or one OCS's state
+    (:func:`read_state`) for the inventory's only one."""
+    if "error" in states or "standing" in states or "dark_outputs" in states:
+        return [judge(inv, states)]
+    return [judge(inv, st, name) for name, st in states.items()]
+
+
+def judge(inv, state: dict, name: str | None = None) -> HostHealth:
+    """The target of the OCS ``name`` (None: the only one) of a sweep from its state
+    (:func:`read_state`)."""
+    name = name or inv.ocs.name
     hh = HostHealth(name, reachable=state.get("error") is None, kind="ocs")
     if state.get("error"):
         hh.findings.append(Finding(name, "critical", GROUP, state["error"], "ocs.unreachable", source=NAME))
