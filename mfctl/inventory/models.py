@@ -314,7 +314,7 @@ class Inventory(_Strict):
     OCS). :attr:`ocs` is the only OCS (a ConfigError naming them when there are several: the
     caller must choose, :meth:`ocs_named`, :meth:`ocs_of_region`)."""
 
-    model_config = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
+    model_config = ConfigDict(extra="forbid", serialize_by_alias=True)  # the file says "ocs", never "ocses"
 
     name: str = Field(pattern=NAME_PATTERN)
     description: str = ""

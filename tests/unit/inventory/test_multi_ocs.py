@@ -140,3 +140,9 @@ def test_optical_host_in_no_region_with_several_ocses(tmp_path):
     e = _error(p)
     assert (_line(p, "- name: gpu08"), "host 'gpu08' has optical lanes but is in no region that names its OCS (the "
             "inventory has 2: ocs-a, ocs-b)") in e.problems
+
+
+def test_the_key_is_ocs_never_the_models_field_name(tmp_path):
+    p = _mutate(tmp_path, "\nocs:\n", "\nocses:\n", src=PROTOTYPE)
+    e = _error(p)
+    assert e.line == _line(p, "ocses:") and "unknown key 'ocses' (did you mean 'ocs'?)" in str(e)
