@@ -1,9 +1,13 @@
-"""One rank of a real gloo job on the CPU that measures, through
-:class:`mfctl.integrations.torch_timing.Timings`, ``all_to_all_single`` over a sweep of send-buffer
-sizes and an expert FFN's two GEMMs over a sweep of token counts, and writes the drained samples
-(``[{"task", "n", "unit", "seconds"}, ...]``) to ``--out`` as JSON.
+"""A real gloo job on the CPU, ``--world`` ranks, each measuring through
+:class:`mfctl.integrations.torch_timing.Timings` ``all_to_all_single`` over a sweep of send-buffer
+sizes and an expert FFN's two GEMMs over a sweep of token counts, and writing its drained samples
+(``[{"task", "n", "unit", "seconds"}, ...]``) to ``OUTDIR/rank<R>.json``.
 
-    python gloo_timings_ranks.py --rank R --world W --port P --out FILE [--reps N]
+    python gloo_timings_ranks.py --world W --port P --outdir DIR [--reps N]
+
+The ranks are processes forked from this one once torch is imported (torch imported once, not
+per rank: on a loaded 2-core machine an import takes 15 s of wall), each with its own gloo
+process group over 127.0.0.1:P; exit 0 when every rank did.
 
 One intra-op thread per rank (``torch.set_num_threads(1)``): the ranks share the machine's cores,
 as the ranks of one host share its GPUs' host threads. Sizes: send buffers of 1 KiB … 4 MiB
@@ -24,21 +28,15 @@ TOKENS = [4**k for k in range(6)]  # 1 .. 1024
 HIDDEN, FFN = 128, 512
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rank", type=int, required=True)
-    ap.add_argument("--world", type=int, required=True)
-    ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--reps", type=int, default=24)
-    a = ap.parse_args()
+def rank_main(rank: int, a: argparse.Namespace) -> None:
+    import datetime
     import time
 
     t0 = time.monotonic()
     torch.set_num_threads(1)
-    torch.manual_seed(a.rank)
+    torch.manual_seed(rank)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(a.port))
-    dist.init_process_group("gloo", rank=a.rank, world_size=a.world, timeout=__import__("datetime").timedelta(seconds=60))
+    dist.init_process_group("gloo", rank=rank, world_size=a.world, timeout=datetime.timedelta(seconds=60))
     try:
         warm = torch.ones(a.world)
         dist.all_to_all_single(torch.empty_like(warm), warm)  # the connections are set up before timing
@@ -55,12 +53,34 @@ def main() -> None:
                 t.gemm(torch.matmul, h, w2, flops=2 * tok * FFN * HIDDEN)
         samples = t.drain()
         dist.barrier()
-        print(f"rank {a.rank}: rendezvous and sweeps {time.monotonic() - t0:.1f} s wall, "
-              f"{time.process_time():.1f} s CPU")
+        print(f"rank {rank}: rendezvous and sweeps {time.monotonic() - t0:.1f} s wall, "
+              f"{time.process_time():.1f} s CPU", flush=True)
     finally:
         dist.destroy_process_group()
-    with open(a.out, "w") as f:
+    with open(os.path.join(a.outdir, f"rank{rank}.json"), "w") as f:
         json.dump(samples, f)
+
+
+def main() -> None:
+    import multiprocessing as mp
+    import sys
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--world", type=int, required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--outdir", required=True)
+    ap.add_argument("--reps", type=int, default=24)
+    a = ap.parse_args()
+    ranks = [mp.get_context("fork").Process(target=rank_main, args=(r, a)) for r in range(a.world)]
+    for p in ranks:
+        p.start()
+    for p in ranks:
+        p.join(90)
+    for p in ranks:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    sys.exit(0 if all(p.exitcode == 0 for p in ranks) else 1)
 
 
 if __name__ == "__main__":
