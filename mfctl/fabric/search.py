@@ -72,7 +72,7 @@ def pair_incidence(n: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class MoveTable:
-    """Every move on ``n`` servers: ``M`` rows (1,176 for n = 8).
+    """Every move on ``n`` servers: ``M`` rows (952 for n = 8).
 
     ``pos`` ``[M, 4]``: the pairs (i, j), (i, k), (j, m), (k, m) of the move's updates
     (:data:`SIGNS`), ``P`` where k or m is none or k = m; ``give_i``, ``give_j`` ``[M]``: what
