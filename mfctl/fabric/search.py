@@ -221,7 +221,7 @@ def local_search(reg: Region, C0: np.ndarray, ports: np.ndarray, max_rounds: int
         Ca = C[active, :P]
         free = ports[active] - Ca @ incidence
         give = np.concatenate([Ca > 0, free > 0], axis=1)
-        relief = relief_pairs(cur.take(active))
+        relief = relief_pairs(cur if len(active) == R else cur.take(active))
         region, move = np.nonzero(give[:, mv.give_i] & give[:, mv.give_j] & (relief[:, mv.gain] | relief[:, mv.join]))
         if not len(region):
             break
