@@ -165,14 +165,17 @@ def _unregister(sd: Path) -> None:
 # --- start and stop --------------------------------------------------------------------------
 def start(inventory: str | Path, state_dir: Path | None = None, *, time_scale: float = 1.0,
           timeout: float = 30.0, factory: bool = False, inject: list[str] = (), sshd: str | None = None,
-          owner_pid: int | None = None, name: str | None = None, purpose: str | None = None) -> dict:
+          owner_pid: int | None = None, name: str | None = None, purpose: str | None = None,
+          torchrun: str | None = None) -> dict:
     """Start the mock for ``inventory`` with the fault specs ``inject`` (:mod:`mfctl.mock.inject`);
     return its status once it is up (``name``: its name in the registry, see :func:`_claim`).
     ``sshd``: what serves its hosts (:data:`SSHD_CHOICES`; None: the ``mock_sshd`` setting,
     ``MFCTL_MOCK_SSHD``). ``owner_pid``: the mock stops by itself once that process is gone (a
     run's own mock outlives no kill -9 of the run; ``purpose`` says what the owner is, for
     ``mfctl mock status`` and a refused ``mock down``); without one it is this process until the
-    mock is up. Anything that ends the wait (Ctrl-C, SIGTERM, the timeout) stops the mock first.
+    mock is up. ``torchrun``: what its hosts' ``torchrun`` is (``mock``/``real``: the
+    ``mock_torchrun`` setting of the mock's process; None: this process's setting). Anything that
+    ends the wait (Ctrl-C, SIGTERM, the timeout) stops the mock first.
     Raises UsageError (a bad fault spec), ConfigError (bad inventory or sshd choice; ``openssh`` where sshd is not
     installed), LockError (a mock runs from ``state_dir``) or OperationFailed."""
     sshd = sshd or settings.get("mock_sshd")
@@ -200,8 +203,9 @@ def start(inventory: str | Path, state_dir: Path | None = None, *, time_scale: f
         with DeferSignals():  # (Ctrl-C here is raised once the process exists and is in the registry)
             reg_name = _claim(sd, name)
             with open(sd / "mock.stderr", "wb") as err:
+                env = {**os.environ, "MFCTL_MOCK_TORCHRUN": torchrun} if torchrun else None
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+                                        start_new_session=True, env=env)
             _register(reg_name, {"state_dir": str(sd), "pid": proc.pid, "start_ticks": start_ticks(proc.pid),
                                  "started": time.time(), "owner": {"pid": owner, "start_ticks": owner_ticks,
                                                                    "what": purpose or f"pid {owner}"}
@@ -436,7 +440,7 @@ class MockTestbed:
         observer.phase("mock", f"starting the mock testbed for {Path(src).name}")
         self.state_dir = run_dir / "mock"  # (before it starts: stop() stops it however the start ends)
         st = start(src, self.state_dir, time_scale=self.time_scale, owner_pid=os.getpid(), name=run_dir.name,
-                   purpose=f"mfctl run {self.pb.name} ({run_dir.name})")
+                   purpose=f"mfctl run {self.pb.name} ({run_dir.name})", torchrun=self.pb.mock.torchrun)
         return st["inventory"]
 
     def check(self, inv) -> None:

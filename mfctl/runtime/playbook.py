@@ -23,6 +23,9 @@ class MockSpec(_S):
     time_scale: float = Field(1.0, gt=0, le=10000, description="simulated seconds per wall second")
     crash_host: str | None = Field(None, description="fault injection: this host's worker dies ...")
     crash_at_iteration: int | None = Field(None, ge=1, description="... at this iteration")
+    torchrun: Literal["mock", "real"] | None = Field(
+        None, description="the torchrun the run's own mock hosts answer with: mock (mfctl.mock.torchrun) or real "
+                          "(torch's, beside mfctl's Python); unset: the mock_torchrun setting (MFCTL_MOCK_TORCHRUN)")
 
 
 class ModelSpec(_S):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import socket
 import sys
 import time
@@ -69,6 +70,10 @@ class Options:
     threads: int = 1
     dist_timeout_s: float = 120.0
     log_routing: bool = True
+    # FSMoE's choices, as mfctl run passes them to a training script (docs/runtime-protocol.md):
+    grad_partitions: int = 1  # the dense gradients' all-reduce in this many parts
+    pipeline_degree: int = 0  # accepted; this job's dispatch is not pipelined (degree 1), said at start
+    bp_pipeline_degree: int = 0
     out: str | None = None  # a JSON record of this rank (tests)
 
 
@@ -92,6 +97,16 @@ def _env_int(name: str, default: int) -> int:
 
 
 def run(opt: Options) -> int:
+    # the hello first, before torch is imported (~2.5 s of CPU): the controller waits 30 s wall for every host's
+    client = RuntimeClient.from_env() if os.environ.get("MFCTL_CONTROLLER") else None
+    inbox = ControlInbox(client)
+    welcome: dict = {}
+    if client is not None:
+        try:
+            welcome = client.connect()
+        except ControllerLost as e:
+            inbox.lost = True
+            _log(f"> controller not reached ({e}); training on without it")
     import torch
     import torch.distributed as dist
 
@@ -110,15 +125,6 @@ def run(opt: Options) -> int:
     device = torch.device("cuda", lrank) if cuda else torch.device("cpu")
     if world > 1:
         dist.init_process_group(backend, timeout=timedelta(seconds=opt.dist_timeout_s))
-    client = RuntimeClient.from_env() if os.environ.get("MFCTL_CONTROLLER") else None
-    inbox = ControlInbox(client)
-    welcome: dict = {}
-    if client is not None:
-        try:
-            welcome = client.connect()
-        except ControllerLost as e:
-            inbox.lost = True
-            _log(f"> controller not reached ({e}); training on without it")
     shared = [welcome if rank == 0 else None]  # the run's figures, from global rank 0's welcome
     if world > 1:
         dist.broadcast_object_list(shared, src=0)
@@ -148,6 +154,9 @@ def run(opt: Options) -> int:
         _log(f"> mfctl torch MoE job on {host}: {world} EP ranks ({backend}), {cfg.layers} MoE layers x {cfg.experts} "
              f"experts top-{cfg.top_k}, d_model {cfg.d_model}, {opt.batch}x{cfg.seq_len} tokens per rank and "
              f"micro-batch x {mb}; traffic reported at {bpt} B/token, time scale {scale:g}x")
+    if lrank == 0 and max(opt.pipeline_degree, opt.bp_pipeline_degree) > 1:
+        _log(f"> pipeline degree {opt.pipeline_degree}/{opt.bp_pipeline_degree} asked: this job does not pipeline "
+             "its dispatch (it runs degree 1)")
     record: dict = {"rank": rank, "host": host, "iterations": [], "events": []}
     t_start = time.monotonic()
     it = 0
@@ -159,7 +168,7 @@ def run(opt: Options) -> int:
             loss, lm = model(x, y)
             (loss / (world * mb)).backward()
             lm_sum += float(lm.detach())
-        average_dense_grads(model)
+        average_dense_grads(model, partitions=opt.grad_partitions)
         optim.step()
         optim.zero_grad()
         dt = time.perf_counter() - t0
@@ -223,8 +232,13 @@ def run(opt: Options) -> int:
             record["events"].append([it, "resumed", a.resume])
             inbox.send("resume", a.resume, it)
             inbox.forget(a.resume)
-    record.update(epoch=fab.epoch, routes=fab.routes, wall_s=round(time.monotonic() - t_start, 3))
-    inbox.send("bye", iterations=it, wall_s=record["wall_s"])
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    record.update(epoch=fab.epoch, routes=fab.routes, wall_s=round(time.monotonic() - t_start, 3),
+                  cpu_s=round(ru.ru_utime + ru.ru_stime, 3))
+    if lrank == 0:
+        _log(f"> done: {it} iterations in {record['wall_s']:.1f} s wall, {record['cpu_s']:.1f} s CPU (this rank, "
+             "its start included)")
+    inbox.send("bye", iterations=it, wall_s=record["wall_s"], cpu_s=record["cpu_s"])
     if inbox.client is not None:  # wait for the controller to acknowledge by closing: nothing is lost
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and not inbox.client.lost.is_set() and not inbox.lost:

@@ -146,10 +146,11 @@ class TinyMoE(nn.Module):
         return [p for p in self.parameters() if id(p) not in experts]
 
 
-def average_dense_grads(model: TinyMoE, group=None) -> None:
+def average_dense_grads(model: TinyMoE, group=None, partitions: int = 1) -> None:
     """Sum the dense gradients over the ranks (each rank back-propagated its loss / W: the sum is
-    the mean loss's gradient). The experts' gradients already hold every rank's share (they came
-    back through the combine all-to-all's backward)."""
+    the mean loss's gradient), as ``partitions`` all-reduces of about equal size (FSMoE's gradient
+    partitions; here after the backward pass, not overlapped with it). The experts' gradients
+    already hold every rank's share (they came back through the combine all-to-all's backward)."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
@@ -158,7 +159,8 @@ def average_dense_grads(model: TinyMoE, group=None) -> None:
     if not grads:
         return
     flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat, group=group)
+    for part in torch.tensor_split(flat, max(1, min(partitions, flat.numel()))):
+        dist.all_reduce(part, group=group)  # a view: reduced in place
     i = 0
     for g in grads:
         g.copy_(flat[i:i + g.numel()].view_as(g))
