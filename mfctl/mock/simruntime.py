@@ -11,6 +11,13 @@ traffic is paused: pairs whose circuit is being changed fall back to the EPS.
 Under torchrun (``--nproc-per-node N``) only local rank 0 is the runtime (one runtime client per
 host); local ranks 1 … N-1 follow it and end with it (:mod:`mfctl.mock.localranks`), without
 importing numpy or the step model.
+
+One process may simulate several hosts (the mock at scale, issue 22): under the mock srun's
+packing (``MFCTL_MOCK_PACK``, :mod:`mfctl.mock.slurmshim`) it runs one thread per host of its
+pack, each with a connection of its own to the controller (the protocol is per host, as ever),
+the others' output lines marked ``@pack RANK`` for srun to label. The hosts of a region draw the
+same routing and, on the same circuits, get the same layer times: those are computed once per
+process (:class:`_Shared`), so a pack of a region's 8 hosts costs about one host's CPU.
 """
 
 from __future__ import annotations
@@ -18,17 +25,63 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
+import zlib
 
 from mfctl.mock import localranks
 from mfctl.runtime.client import ControllerLost, RuntimeClient, local_rank, token_from_env
 
+_out_lock = threading.Lock()
+
 
 def _log(line: str) -> None:
-    print(line, flush=True)
+    with _out_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
-def run(args) -> int:
+class _Shared:
+    """What the hosts simulated in one process share: routing traces and workloads by their
+    parameters, an iteration's mean tokens, and layer times by (iteration, layer, circuits) —
+    the same numbers for every host of a region (a few iterations kept)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.objs: dict = {}
+        self.results: dict = {}
+
+    def get(self, key, make):
+        with self.lock:
+            if key not in self.objs:
+                self.objs[key] = make()
+            return self.objs[key]
+
+    def memo(self, key, it: int, make):
+        with self.lock:
+            v = self.results.get(key)
+        if v is None:
+            v = make()
+            with self.lock:
+                self.results[key] = v
+                if len(self.results) > 4096:  # drop what is two iterations old
+                    for k in [k for k in self.results if k[1] < it - 2]:
+                        del self.results[k]
+        return v
+
+
+SHARED = _Shared()
+
+
+def region_seed(seed: int, region: str) -> int:
+    """The data seed of a region: each region is a data-parallel replica of its own and draws its
+    own micro-batches — the playbook's seed plus the region's number (``region3`` → +3; the first
+    region, ``region0``, draws the playbook's seed, as a one-region run always did)."""
+    digits = "".join(ch for ch in region if ch.isdigit())
+    return seed + (int(digits) if digits else zlib.crc32(region.encode()) % 10007)
+
+
+def run(args, log=_log) -> int:
     # imported here: torchrun's other local ranks only follow local rank 0 (mfctl.mock.localranks)
     import numpy as np
 
@@ -45,16 +98,24 @@ def run(args) -> int:
             tr[k] = getattr(args, k)
     hosts: list[str] = cfg["hosts"]
     leader = cfg["leader"] == args.host
-    trace = load_routing(m["routing"], tr.get("domains"))
+    _log = log  # noqa: N806 (this host's output)
+    doms = tuple(tr.get("domains") or ())
+    trace = SHARED.get(("trace", m["routing"], doms), lambda: load_routing(m["routing"], tr.get("domains")))
     ep, tp = par["ep"], par["tp"]
     spec = StepSpec(hidden=m["hidden"], ffn_hidden=m["ffn_hidden"], gated=m.get("gated", True),
                     bytes_per_element=m.get("bytes_per_element", 2), ep=ep, tp=tp,
                     gpus_per_server=cfg["gpus_per_server"], tokens_per_rank=tr["seq_len"] * tr["micro_batch"],
                     pipeline_degree=tr.get("pipeline_degree", 0), bp_pipeline_degree=tr.get("bp_pipeline_degree", 0))
     rates = LinkRates(circuit_Bps=cfg["rates"]["circuit_Bps"], eps_Bps=cfg["rates"]["eps_Bps"])
-    wl = Workload(trace, ep=ep, layers=m["layers"], tokens_per_rank=spec.tokens_per_rank,
-                  micro_batches=tr["micro_batches"], seed=tr.get("seed", 1),
-                  concentration=tr.get("domain_concentration", 0.3), phase_iterations=tr.get("phase_iterations", 10))
+    seed = region_seed(tr.get("seed", 1), cfg.get("region", ""))
+    wkey = ("workload", m["routing"], doms, ep, m["layers"], spec.tokens_per_rank, tr["micro_batches"],
+            seed, tr.get("domain_concentration", 0.3), tr.get("phase_iterations", 10))
+    wl = SHARED.get(wkey, lambda: Workload(trace, ep=ep, layers=m["layers"], tokens_per_rank=spec.tokens_per_rank,
+                                           micro_batches=tr["micro_batches"], seed=seed,
+                                           concentration=tr.get("domain_concentration", 0.3),
+                                           phase_iterations=tr.get("phase_iterations", 10)))
+    skey = (wkey, tp, cfg["gpus_per_server"], spec.pipeline_degree, spec.bp_pipeline_degree, rates.circuit_Bps,
+            str(rates.eps_Bps))
     er = expert_to_rank(trace.num_experts, ep)
     rs = rank_to_server(ep, tp, cfg["gpus_per_server"])
     n = len(hosts)
@@ -94,8 +155,7 @@ def run(args) -> int:
         if crash_at and it == crash_at:
             _log(f"> simulated worker crash at iteration {it}")
             os._exit(17)
-        toks = wl.tokens(it)  # [micro-batch, layer, rank, expert]
-        mean = toks.mean(axis=0)
+        mean = SHARED.memo((skey, it, "mean"), it, lambda it=it: wl.tokens(it).mean(axis=0))  # [layer, rank, expert]
         if leader:
             B = server_matrix(rank_matrix(mean, er, ep), rs, n, spec.bytes_per_token)
             trace_layers = {str(t): np.round(mean[t], 2).tolist() for t in trace.layers if t < m["layers"]}
@@ -132,7 +192,8 @@ def run(args) -> int:
                     _log(f"> controller error: {msg.get('message')}")
             C = paused_circuits if pending_epoch is not None else circuits
             paused_any |= pending_epoch is not None
-            lt = layer_time(mean[layer], C, er, rs, spec, rates)
+            lt = SHARED.memo((skey, it, layer, C.tobytes()), it,
+                             lambda C=C, x=mean[layer]: layer_time(x, C, er, rs, spec, rates))
             secs += lt.total_s * mb
             a2a += 4 * lt.a2a_s * mb
             comp += (3 * lt.dense_fwd_s + 3 * lt.expert_fwd_s) * mb
@@ -159,6 +220,46 @@ def run(args) -> int:
     while time.monotonic() < deadline and not rt.lost.is_set():
         time.sleep(0.02)
     return 0
+
+
+def _packed() -> bool:
+    from mfctl.mock.slurmshim import pack_tasks
+
+    return len(pack_tasks()) > 1
+
+
+def run_pack(args) -> int:
+    """Simulate every host of this process's pack (``MFCTL_MOCK_PACK_TASKS``), one thread each;
+    the first host's output as usual, the others' as ``@pack RANK`` lines (their task mark
+    first, as their own ``sh -c`` would print it). The worst exit code."""
+    from mfctl.mock.slurmshim import PACK_MARK, pack_tasks
+    from mfctl.runtime.render import TASK_MARK
+
+    tasks = pack_tasks()
+    rcs: dict[str, int] = {}
+
+    def one(rank: int, node: str, first: bool) -> None:
+        log = _log if first else (lambda line, r=rank: _log(f"{PACK_MARK.decode()}{r} {line}"))
+        if not first:
+            log(f"{TASK_MARK} {rank} {node}")
+        a = argparse.Namespace(**{**vars(args), "host": node})
+        try:
+            rcs[node] = run(a, log=log)
+        except ControllerLost as e:
+            log(f"mfctl-simrt: {e}")
+            rcs[node] = 3
+        except Exception as e:  # one host's simulation broke: that host fails, as its process would
+            log(f"mfctl-simrt: {type(e).__name__}: {e}")
+            rcs[node] = 1
+
+    threads = [threading.Thread(target=one, args=(r, n, i == 0), daemon=True, name=f"simrt-{n}")
+               for i, (r, n) in enumerate(tasks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(0.5)
+    return max(rcs.values(), default=1)
 
 
 def main(argv=None) -> int:
@@ -194,7 +295,7 @@ def main(argv=None) -> int:
         leader = None
     rc = 1
     try:
-        rc = run(args)
+        rc = run_pack(args) if _packed() else run(args)
     except ControllerLost as e:
         print(f"mfctl-simrt: {e}", file=sys.stderr, flush=True)
         rc = 3

@@ -9,6 +9,13 @@
   ``Terminating StepId=J.0`` and each killed task's ``*** STEP J.0 ON NODE CANCELLED ***``, as
   real 22.05's srun); srun exits with the highest task exit code (128+N for signal N);
   SIGTERM/SIGINT/SIGHUP are forwarded to every task.
+- packed tasks (the mock's economy at scale, issue 22): with ``MFCTL_MOCK_PACK=K`` in the job's
+  environment (a playbook's ``runtime.env``; real Slurm ignores it) srun starts one process per
+  K consecutive tasks instead of one per task, with ``MFCTL_MOCK_PACK_TASKS`` listing them
+  (``RANK=NODE,…``, the first being the process's own ``SLURM_PROCID``/``SLURMD_NODENAME``). A
+  line the process writes as ``@pack RANK TEXT`` is task RANK's ``TEXT`` (labelled ``RANK: ``),
+  any other line the first task's. The simulated runtime simulates every host of its pack
+  (:mod:`mfctl.mock.simruntime`); a pack that fails is each of its tasks failing.
 - ``torchrun``: :mod:`mfctl.mock.torchrun` — ``nproc_per_node`` workers per node with real
   torchrun's environment, failure and signal handling (only local rank 0 of the simulated
   runtime connects; the others follow it). Under Slurm the node rank is ``SLURM_NODEID``.
@@ -67,10 +74,15 @@ def srun(args: list[str]) -> int:
     procs: list[subprocess.Popen] = []
     _forward_signals(procs)
     out_lock = threading.Lock()
-    for rank, node in enumerate(nodes):
+    pack = _pack_size()
+    firsts = list(range(0, len(nodes), pack))  # the first task of each process (every task without packing)
+    for rank in firsts:
+        node = nodes[rank]
         env = dict(os.environ, SLURM_PROCID=str(rank), SLURM_NODEID=str(rank), SLURM_LOCALID="0",
                    SLURMD_NODENAME=node, SLURM_NTASKS=str(len(nodes)), SLURM_STEP_ID="0", SLURM_STEPID="0",
                    SLURM_STEP_NODELIST=os.environ.get("SLURM_JOB_NODELIST", ""))
+        if pack > 1:
+            env[PACK_TASKS_ENV] = ",".join(f"{r}={nodes[r]}" for r in range(rank, min(rank + pack, len(nodes))))
         try:
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL))
@@ -83,14 +95,18 @@ def srun(args: list[str]) -> int:
     def pump(rank: int, p: subprocess.Popen) -> None:
         prefix = f"{rank:>{width}}: ".encode() if label else b""
         for line in p.stdout:
+            pre = prefix
+            if pack > 1 and line.startswith(PACK_MARK):  # a packed task's line: labelled as that task
+                r, _, line = line[len(PACK_MARK):].partition(b" ")
+                pre = f"{int(r):>{width}}: ".encode() if label and r.isdigit() else pre
             with out_lock:
-                sys.stdout.buffer.write(prefix + line)
+                sys.stdout.buffer.write(pre + line)
                 sys.stdout.buffer.flush()
 
-    pumps = [threading.Thread(target=pump, args=(r, p), daemon=True) for r, p in enumerate(procs)]
+    pumps = [threading.Thread(target=pump, args=(r, p), daemon=True) for r, p in zip(firsts, procs)]
     for t in pumps:
         t.start()
-    worst, pending, killing = 0, dict(enumerate(procs)), False
+    worst, pending, killing = 0, dict(zip(firsts, procs)), False
     step = f"{os.environ.get('SLURM_JOB_ID', '0')}.0"
     while pending:
         for rank, p in list(pending.items()):
@@ -120,6 +136,28 @@ def srun(args: list[str]) -> int:
     for t in pumps:
         t.join(timeout=2)
     return worst
+
+
+PACK_ENV, PACK_TASKS_ENV = "MFCTL_MOCK_PACK", "MFCTL_MOCK_PACK_TASKS"
+PACK_MARK = b"@pack "  # a packed process's line for one of its other tasks: ``@pack RANK TEXT``
+
+
+def _pack_size() -> int:
+    """Tasks per process (``MFCTL_MOCK_PACK``, default 1: one process per task, as Slurm)."""
+    raw = os.environ.get(PACK_ENV, "1")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else 1
+
+
+def pack_tasks(environ=None) -> list[tuple[int, str]]:
+    """The ``(rank, node)`` tasks this process stands for (``MFCTL_MOCK_PACK_TASKS``); [] when
+    it is one task's, as without packing."""
+    env = os.environ if environ is None else environ
+    out = []
+    for item in env.get(PACK_TASKS_ENV, "").split(","):
+        r, eq, node = item.partition("=")
+        if eq and r.isdigit() and node:
+            out.append((int(r), node))
+    return out
 
 
 def torchrun(args: list[str]) -> int:

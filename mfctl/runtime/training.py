@@ -29,7 +29,10 @@ from mfctl.runtime.summary import RunRecord
 from mfctl.signals import DeferSignals
 
 log = logging.getLogger(__name__)
-HELLO_TIMEOUT_S = 30.0  # wall seconds for every worker's hello after the launch
+HELLO_TIMEOUT_S = 30.0  # wall seconds for every worker's hello after the launch ...
+#: ... plus this much per host: a job's processes start, import and connect on every node (128 hosts:
+#: 62 s; the mock starts them all on one machine — measured 28 s for 128 hosts at a load of 20 on 2 cores)
+HELLO_PER_HOST_S = 0.25
 PROGRESS_TIMEOUT_S = 300.0  # wall seconds without any message from the runtime during training
 #: wall seconds a lost connection waits for the launcher's word on the worker (a batch job's end
 #: state — TIMEOUT, CANCELLED, NODE_FAIL — is known once torchrun, srun and Slurm's KillWait are
@@ -101,6 +104,10 @@ class Training:
             self.devices[name] = OCSDevice(name, drv, known.get(name, record.last_plan if len(drivers) == 1 else None))
         self.inflight: dict[str, InFlight] = {}  # region → its reconfiguration under way
         self.region_names = {h: r.name for r in plan.regions.values() for h in r.hosts}  # host → its region
+        self.considered: dict[str, int] = {}  # region → the iteration it was last planned at
+        self.latest_traffic: dict[str, int] = {}  # region → its newest traffic's iteration (set as it arrives)
+        self.ended: set[str] = set()  # hosts whose bye has arrived (set as it arrives)
+        self.writer = _StoreWriter()
         self.finished: queue.Queue[InFlight] = queue.Queue()
         self.cpu = ControllerCPU()
         self._abort = threading.Event()
@@ -145,9 +152,10 @@ class Training:
                 continue
 
     def wait_hellos(self, hosts: list[str]) -> None:
-        """Wait for every worker's ``hello`` (:data:`HELLO_TIMEOUT_S`), handling other messages."""
+        """Wait for every worker's ``hello`` (:data:`HELLO_TIMEOUT_S` + :data:`HELLO_PER_HOST_S`
+        per host), handling other messages."""
         pending = set(hosts)
-        deadline = time.monotonic() + HELLO_TIMEOUT_S
+        deadline = time.monotonic() + HELLO_TIMEOUT_S + HELLO_PER_HOST_S * len(hosts)
         while pending:
             host, msg = self.next_event(deadline, "runtime workers to connect: " + ", ".join(sorted(pending)))
             if msg["type"] == "hello":
@@ -178,6 +186,7 @@ class Training:
                     raise OperationFailed(self.failed)
         finally:
             self._join_inflight()
+            self.writer.close()
             self.cpu.process_s, self.cpu.wall_s = time.process_time() - p0, time.monotonic() - w0
             self.cpu.iterations = len(self.record.iterations)
             self.journal.append("controller.cpu", sync=False, **self.cpu.to_dict())
@@ -187,7 +196,7 @@ class Training:
         if t in ("paused", "resume"):  # of no reconfiguration under way (_Router gave it the others'): late
             log.info("%s from %s for epoch %s: no reconfiguration of it under way", t, host, msg.get("epoch"))
         elif t == "iteration":
-            self.store.iteration(host, msg)
+            self.writer.put(self.store.iteration, host, msg)
             if "timings" in msg:  # the job's measured all-to-all/GEMM times (validated, bounded: mfctl profile --run)
                 self.store.timings(host, msg.get("iteration"), msg["timings"])
             reg = self.plan.region_of(host)
@@ -219,7 +228,7 @@ class Training:
 
     # --- traffic → policy → reconfiguration ---------------------------------------------------
     def _record_prediction(self, iteration: int, region: str, name: str, err: float) -> None:
-        self.store.prediction(iteration, region, name, err)
+        self.writer.put(self.store.prediction, iteration, region, name, err)
         self.record.pred_errors.setdefault(name, []).append(err)
 
     def _traffic(self, reg: RegionState, msg: dict, allow_reconfig: bool) -> None:
@@ -230,6 +239,13 @@ class Training:
         reg.predicted = policy.score_predictions(self.plan, reg, it, B, msg.get("tokens") or {}, self._record_prediction)
         if not (allow_reconfig and self.pb.policy.enabled and reg.name not in self.inflight
                 and policy.due(self.plan, reg, it)):
+            return
+        if self.latest_traffic.get(reg.name, it) > it:  # newer traffic of the region waits: decide on that one
+            return
+        # a region is planned at most every min_interval_iterations, a change made or not (planning
+        # is the controller's main cost: ~35 ms of CPU for a 64-GPU region)
+        last = self.considered.get(reg.name)
+        if last is not None and it - last < self.pb.policy.min_interval_iterations:
             return
         dev = self.device_of(reg)
         if dev.state is None:  # what the OCS holds is not known: no change is planned on top of it
@@ -243,6 +259,7 @@ class Training:
             self._sync_last_plan()
             if dev.state is None:
                 return
+        self.considered[reg.name] = it
         cand = policy.consider(self.plan, reg, it, policy.expected_reconfig_s(self.plan, self.record.reconfigs),
                                self.journal.append)
         if cand is not None:
@@ -357,6 +374,39 @@ class Training:
         return self.ctrl.broadcast(hosts, msg)
 
 
+class _StoreWriter:
+    """The metrics store's per-message rows (iterations, prediction scores) written by a thread of
+    their own: each is a committed SQLite insert (~1 ms of CPU, several ms of fsync on a busy
+    disk), ~200 per iteration at 1,024 GPUs — the training loop must not wait for them.
+    :meth:`close` writes what is queued and ends the thread."""
+
+    def __init__(self):
+        self.q: queue.Queue = queue.Queue()
+        self.errors = 0
+        self.thread = threading.Thread(target=self._run, daemon=True, name="metrics-writer")
+        self.thread.start()
+
+    def put(self, fn, *args) -> None:
+        self.q.put((fn, args))
+
+    def _run(self) -> None:
+        while True:
+            item = self.q.get()
+            if item is None:
+                return
+            fn, args = item
+            try:
+                fn(*args)
+            except Exception as e:  # a full disk, a closed store: the run goes on, said once
+                self.errors += 1
+                if self.errors == 1:
+                    log.warning("metrics store write failed (later failures not logged): %s", e)
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        self.q.put(None)
+        self.thread.join(timeout_s)
+
+
 class _Router(queue.Queue):
     """The controller's event queue, as the training sees it: a ``paused``/``resume`` for a
     reconfiguration under way goes straight to its :class:`InFlight` mailbox (from the
@@ -373,7 +423,12 @@ class _Router(queue.Queue):
 
     def put(self, item, block: bool = True, timeout: float | None = None) -> None:
         host, msg = item
-        if msg.get("type") in ("paused", "resume") and host in self.t.region_names:
+        t = msg.get("type")
+        if t == "traffic" and host in self.t.region_names:  # the newest traffic of its region, as it arrives
+            self.t.latest_traffic[self.t.region_names[host]] = msg.get("iteration")
+        elif t == "bye":  # finished: a reconfiguration under way waits for it no more (the loop records it too)
+            self.t.ended.add(host)
+        if t in ("paused", "resume") and host in self.t.region_names:
             fl = self.t.inflight.get(self.t.region_names[host])
             if fl is not None and msg.get("epoch") == fl.epoch:
                 fl.mailbox.put(item)
@@ -396,7 +451,7 @@ class _RegionWorkers:
         """Wait for ``mtype`` of ``epoch`` from every host that has not finished training (a
         finished one has nothing to drain or resume); return the hosts still missing after
         ``timeout_testbed_s`` (+ 2 s wall of slack). Raises OperationFailed when the run is ending."""
-        done = self.t.record.done_hosts
+        done = self.t.ended  # (a bye still queued for the training loop counts)
         pending = set(hosts) - done
         deadline = time.monotonic() + timeout_testbed_s / self.t.scale + 2
         while pending:
