@@ -24,8 +24,10 @@ import numpy as np
 import pytest
 import yaml
 
+from mfctl.fabric import mapping
+from mfctl.fabric.itermodel import region_objective
 from mfctl.inventory import load_inventory
-from mfctl.runtime.plan import plan_run
+from mfctl.runtime.plan import initial_cross_connects, plan_run
 from mfctl.runtime.playbook import load_playbook
 from support import ROOT, mfctl_cmd, wait_until
 
@@ -110,17 +112,20 @@ def test_mfctl_run_rewires_the_mock_ocs_from_the_real_jobs_own_routing(tmp_path,
     journal = [json.loads(ln) for ln in (run / "journal.jsonl").read_text().splitlines()]
     decisions = {d["iteration"]: d for d in journal if d["op"] == "policy.decision"}
     plan = plan_run(pb, load_inventory(pb.inventory_path()))
-    from mfctl.fabric.itermodel import region_objective
-
+    initial_cross_connects(plan, {})  # the seeded random initial topology the run set
+    reg = plan.regions["region0"]
+    now = mapping.circuit_matrix(reg.circuits, reg.hosts)
     for rc in recs:
         d = decisions[rc["iteration"]]
         pred = None
         for it in range(1, rc["iteration"] + 1):  # the run's predictor over what the job reported
             pred = mats[it] if pred is None else pb.policy.ewma_alpha * mats[it] + (1 - pb.policy.ewma_alpha) * pred
-        got = float(region_objective(pred, np.array(d["circuits"]), plan.rates)[0])
-        assert got == pytest.approx(d["objective_plan_s"], rel=1e-9), (rc["iteration"], got, d)
-        assert d["gain_s"] - d["cost_s"] > pb.policy.min_gain_s
-        assert rc["circuits_planned"] == d["circuits"] or rc["circuits_planned"]
+        planned, before = region_objective(pred, np.stack([np.array(d["circuits"]), now]), plan.rates)
+        assert float(planned) == pytest.approx(d["objective_plan_s"], rel=1e-9), (rc["iteration"], planned, d)
+        assert float(before) == pytest.approx(d["objective_now_s"], rel=1e-9), (rc["iteration"], before, d)
+        assert d["gain_s"] - d["cost_s"] > pb.policy.min_gain_s and d["objective_plan_s"] < d["objective_now_s"]
+        assert rc["circuits_planned"] == d["circuits"]
+        now = np.array(rc["circuits"])  # in force from here on
 
     # the summary, metrics, report and Prometheus export, as for the simulated runtime
     assert s["iteration_time_s"]["mean"] > 0 and s["tokens_per_s"] > 0 and s["tokens"] == iterations * 4 * 8 * 64
