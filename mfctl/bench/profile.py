@@ -104,8 +104,10 @@ def profile_of_run(run_dir: Path, inventory_name: str | None = None) -> dict:
     and task, :func:`mfctl.fabric.profile.fit_samples` (each size bin's fastest sample, fitted;
     ``alltoall`` n in bytes of a rank's send buffer, ``gemm`` n in FLOP), with ``samples`` (raw
     rows) beside ``points`` (bins); ``fits`` each task's slowest host's (:func:`slowest_per_task`).
-    A host × task with fewer than 2 bins is not fitted and said in ``skipped``. ``inventory``: the
-    run's inventory's name (its summary's, else its run row's file's) unless ``inventory_name``.
+    A host × task with fewer than 2 bins is not fitted and said in ``skipped``. ``inventory``: where
+    the fits are stored, ``inventory_name`` if given, else the run's inventory's name (its summary's,
+    else its run row's file's) — for a run on a mock of its playbook's inventory, that inventory's
+    (:func:`_modelled_inventory`); ``source.run_inventory`` is the run's own.
     Raises UsageError (exit 2: the run named cannot be profiled) when the run recorded no timings or
     its inventory is not known and none is given, OperationFailed (exit 1) when its timings cannot
     be fitted (fewer than 2 size bins on every host), DataError (exit 3) when ``metrics.db`` is
@@ -128,6 +130,7 @@ def profile_of_run(run_dir: Path, inventory_name: str | None = None) -> dict:
         try:
             has = db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='timings'").fetchone()
             rows = db.execute("SELECT host, task, n, seconds FROM timings").fetchall() if has else []
+            run_row = db.execute("SELECT playbook FROM run").fetchone()
         finally:
             db.close()
     except sqlite3.Error as e:
@@ -136,8 +139,9 @@ def profile_of_run(run_dir: Path, inventory_name: str | None = None) -> dict:
     if not rows:
         raise UsageError(f"run {run_id} recorded no timings to profile: its job sent no 'timings' with its "
                          "iterations (mfctl.integrations.torch_timing.Timings; the simulated runtime measures nothing)")
+    run_inventory = read_summary(Path(run_dir)).inventory
     if inventory_name is None:
-        inventory_name = read_summary(Path(run_dir)).inventory
+        inventory_name = _modelled_inventory(run_inventory, run_row[0] if run_row else None)
         if inventory_name in ("?", TRAINING_LOG):
             raise UsageError(f"run {run_id}'s inventory is not known: name it (--inventory)")
     per_host: dict[str, list[dict]] = {}
@@ -163,7 +167,30 @@ def profile_of_run(run_dir: Path, inventory_name: str | None = None) -> dict:
     fitted = [h for h in hosts if h in per_host]
     return {"schema": "mfctl.profile/v1", "inventory": inventory_name, "host": hostset(fitted), "hosts": fitted,
             "fits": slowest_per_task(per_host), "per_host": per_host, "skipped": skipped,
-            "source": {"kind": "run", "run_id": run_id, "run_dir": str(Path(run_dir).resolve()), "samples": len(rows)}}
+            "source": {"kind": "run", "run_id": run_id, "run_dir": str(Path(run_dir).resolve()), "samples": len(rows),
+                       "run_inventory": run_inventory}}
+
+
+def _modelled_inventory(run_inventory: str, playbook_path: str | None) -> str:
+    """The inventory a run's fits are stored for — the one ``mfctl schedule PLAYBOOK`` looks up: the
+    run's own, except for a run on a mock (``<name>-mock-<instance>``, :mod:`mfctl.mock.testbed`)
+    of its playbook's inventory ``<name>``, which stands for that testbed: then ``<name>``."""
+    import logging
+
+    from mfctl.errors import MfctlError
+
+    if not playbook_path or "-mock-" not in run_inventory:
+        return run_inventory
+    try:
+        from mfctl.inventory import load_inventory
+        from mfctl.runtime.playbook import load_playbook
+
+        base = load_inventory(load_playbook(playbook_path).inventory_path()).name
+    except (MfctlError, OSError) as e:  # the playbook moved or changed since: the run's own name
+        logging.getLogger(__name__).info("run's playbook %s not read (%s): fits stored for %s", playbook_path, e,
+                                         run_inventory)
+        return run_inventory
+    return base if run_inventory.startswith(f"{base}-mock-") else run_inventory
 
 
 def _sweep(pool, inv, h: str, hidden: int, ffn_hidden: int, obs) -> list:

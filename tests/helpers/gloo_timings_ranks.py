@@ -10,7 +10,7 @@ per rank: on a loaded 2-core machine an import takes 15 s of wall), each with it
 process group over 127.0.0.1:P; exit 0 when every rank did.
 
 One intra-op thread per rank (``torch.set_num_threads(1)``): the ranks share the machine's cores,
-as the ranks of one host share its GPUs' host threads. Sizes: send buffers of 1 KiB … 4 MiB
+as the ranks of one host share its GPUs' host threads. Sizes: send buffers of 1 KiB … 1 MiB
 (×4 steps; float32, equal splits), FFN hidden 128 × expert width 512 (×4 token steps 1 … 1024).
 """
 
@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from mfctl.integrations.torch_timing import Timings
 
-SEND_BYTES = [2**k for k in range(10, 23, 2)]  # 1 KiB .. 4 MiB
+SEND_BYTES = [2**k for k in range(10, 21, 2)]  # 1 KiB .. 1 MiB
 TOKENS = [4**k for k in range(6)]  # 1 .. 1024
 HIDDEN, FFN = 128, 512
 
@@ -69,7 +69,7 @@ def main() -> None:
     ap.add_argument("--world", type=int, required=True)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--outdir", required=True)
-    ap.add_argument("--reps", type=int, default=24)
+    ap.add_argument("--reps", type=int, default=32)
     a = ap.parse_args()
     ranks = [mp.get_context("fork").Process(target=rank_main, args=(r, a)) for r in range(a.world)]
     for p in ranks:
