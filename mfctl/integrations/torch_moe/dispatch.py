@@ -78,7 +78,7 @@ class ExpertParallel:
         recv = per_src.sum(1).tolist()
         rows = _AllToAll.apply(x[order // k], recv, send, self)
         # rows arrive by source rank, each source's by local expert: group them by local expert
-        label = torch.arange(self.local).repeat(self.world).repeat_interleave(per_src.reshape(-1))
+        label = torch.arange(self.local, device=per_src.device).repeat(self.world).repeat_interleave(per_src.reshape(-1))
         lorder = torch.argsort(label, stable=True)
         sizes = per_src.sum(0).tolist()
         grouped = rows[lorder]
