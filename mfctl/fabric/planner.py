@@ -23,6 +23,7 @@ once). :func:`plan` returns the best under the objective; :func:`plan_regions` p
 
 from __future__ import annotations
 
+import functools
 import heapq
 import os
 import time
@@ -124,8 +125,14 @@ def _certainly_too_many(ports: np.ndarray, limit: int = EXACT_MAX_CANDIDATES) ->
 
 
 def enumerate_topologies(ports: np.ndarray, limit: int = EXACT_MAX_CANDIDATES) -> np.ndarray | None:
-    """Every multigraph with ``deg(i) <= ports[i]`` as ``[K, n, n]``; None if more than ``limit``."""
-    ports = np.asarray(ports, dtype=int)
+    """Every multigraph with ``deg(i) <= ports[i]`` as ``[K, n, n]`` (read-only: the same
+    port counts give the same list, kept for the next call); None if more than ``limit``."""
+    return _enumerate(tuple(int(p) for p in np.asarray(ports).tolist()), limit)
+
+
+@functools.lru_cache(maxsize=8)
+def _enumerate(port_counts: tuple[int, ...], limit: int) -> np.ndarray | None:
+    ports = np.array(port_counts, dtype=int)
     n = len(ports)
     pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
     if _certainly_too_many(ports, limit):
@@ -157,7 +164,9 @@ def enumerate_topologies(ports: np.ndarray, limit: int = EXACT_MAX_CANDIDATES) -
 
     if not rec(0):
         return None
-    return np.stack(out)
+    allc = np.stack(out)
+    allc.setflags(write=False)
+    return allc
 
 
 def _to_pairs(C: np.ndarray) -> np.ndarray:
@@ -412,7 +421,7 @@ def plan(B: np.ndarray, ports, rates: LinkRates | None = None, *, method: str = 
         changes, obj, C, how = options[0]
         extra = {"best_objective_s": best_obj, "changed_circuits": changes, "current_objective_s": cur_obj}
         best_C, best_obj, used = C, obj, how
-    return Plan(circuits=np.asarray(best_C, dtype=int), method=used, objective_s=best_obj, greedy_objective_s=g_obj,
+    return Plan(circuits=np.array(best_C, dtype=int), method=used, objective_s=best_obj, greedy_objective_s=g_obj,
                 eps_only_objective_s=eps_obj, candidates=ncand, elapsed_ms=(time.perf_counter() - t0) * 1000, extra=extra)
 
 
