@@ -458,6 +458,12 @@ def _plan_chunk(args: tuple) -> list[Plan]:
     return [p for p in out if p is not None]
 
 
+#: without a pool of the caller's, fewer regions are planned in this process: starting a fresh pool (fork, 2
+#: workers) cost ~0.5 s on the 2-core sandbox, more than planning 512 same-shaped 8-server regions in one batch
+#: (0.4-0.7 s wall, benchmarks/planner.py, issue 22)
+FRESH_POOL_MIN_REGIONS = 1024
+
+
 def plan_regions(regions: Sequence[tuple[np.ndarray, np.ndarray]], rates: LinkRates | None = None, *,
                  method: str = "best", workers: int | None = None, executor: Executor | None = None) -> list[Plan]:
     """Plan many independent regions (``(B, ports)`` each, as :func:`plan`), in order; the
@@ -465,10 +471,13 @@ def plan_regions(regions: Sequence[tuple[np.ndarray, np.ndarray]], rates: LinkRa
 
     Same-shaped regions that need the local search are searched together, one vectorised
     pass per round over all of them (:mod:`mfctl.fabric.search`): for many small regions
-    that beats one numpy call per region by far. With ``workers`` > 1 (default: every core,
-    ``os.cpu_count()``) the regions are split into one consecutive chunk per worker, each
-    planned on a process of ``executor`` if given (keep one pool alive across iterations to
-    skip its start-up), else of a fresh process pool; ``workers=1`` plans in this process."""
+    that beats one numpy call per region by far. With ``workers`` > 1 the regions are split
+    into one consecutive chunk per worker, each planned on a process of ``executor`` if given
+    (keep one pool alive across iterations to skip its start-up), else of a fresh process
+    pool; ``workers=1`` plans in this process. Default: every core (``os.cpu_count()``) on an
+    ``executor``, or without one from :data:`FRESH_POOL_MIN_REGIONS` regions; fewer are planned
+    in this process, as a fresh pool's start-up costs more than it saves. Circuits and
+    objectives are :func:`plan`'s, whichever way."""
     if method not in METHODS:
         raise ValueError(f"unknown planning method {method!r}; one of {METHODS}")
     rates = rates or LinkRates()
@@ -476,7 +485,8 @@ def plan_regions(regions: Sequence[tuple[np.ndarray, np.ndarray]], rates: LinkRa
     for B, p in regions:
         B = np.asarray(B, dtype=float)
         jobs.append((B[None] if B.ndim == 2 else B, np.asarray(p, dtype=int)))
-    workers = workers or os.cpu_count() or 1
+    if workers is None:
+        workers = (os.cpu_count() or 1) if executor is not None or len(jobs) >= FRESH_POOL_MIN_REGIONS else 1
     if executor is None and (workers <= 1 or len(jobs) <= 1):
         return _plan_chunk((jobs, rates, method))
     k = min(workers, len(jobs))
