@@ -10,8 +10,12 @@ What is timed. ``time.perf_counter`` around the call. When the tensors are CUDA 
 is synchronized (``torch.cuda.synchronize``) before the first reading — so earlier queued kernels
 are not billed to this call — and before the second — so the call's own kernels are finished, not
 merely launched. On the CPU (gloo) the calls are synchronous and nothing is synchronized. An
-all-to-all's time is this rank's: it includes waiting for the slowest peer to join, as nccl-tests'
-``alltoall_perf`` time does.
+all-to-all's time is this rank's: it includes waiting for the slowest peer to join. In a training
+job that wait (the ranks' load imbalance: a router's uneven expert loads, a preempted peer) can be
+most of it — a 64 B count exchange measured slower than a 128 KiB dispatch in the plain-torch MoE
+job on the loaded mock — so ``Timings(sync_peers=True)`` first waits for every rank of the group
+(``torch.distributed.barrier``, untimed) and then times the collective alone, as nccl-tests'
+back-to-back ``alltoall_perf`` iterations do; it costs one barrier per call.
 
 Units. ``n`` of ``"alltoall"`` is bytes of this rank's send buffer (``input.numel() ×
 input.element_size()``: nccl-tests' ``alltoall_perf`` "size" column), unit ``"byte"``; ``n`` of
@@ -58,12 +62,14 @@ def _sync(device) -> None:
 class Timings:
     """Per-task samples ``(n, seconds)`` of one rank, bounded by ``max_samples`` per task between
     drains (reservoir sampling; see the module doc). Thread-safe. ``seed`` seeds the reservoir's
-    choice (reproducible runs)."""
+    choice (reproducible runs); ``sync_peers``: barrier the group before each timed all-to-all, so
+    that its time leaves out the wait for the slowest rank (module doc)."""
 
-    def __init__(self, max_samples: int = 64, *, seed: int = 0):
+    def __init__(self, max_samples: int = 64, *, seed: int = 0, sync_peers: bool = False):
         if not isinstance(max_samples, int) or isinstance(max_samples, bool) or max_samples < 1:
             raise ValueError(f"max_samples must be a positive int, got {max_samples!r}")
         self.max_samples = max_samples
+        self.sync_peers = bool(sync_peers)
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._seq = 0
@@ -94,12 +100,16 @@ class Timings:
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, group=None):
         """``torch.distributed.all_to_all_single(output, input, output_split_sizes,
         input_split_sizes, group=group)`` (synchronous), timed and recorded as ``"alltoall"`` with
-        ``n`` = bytes of ``input`` (this rank's send buffer). Returns what torch returns (None)."""
+        ``n`` = bytes of ``input`` (this rank's send buffer); with ``sync_peers`` after an untimed
+        barrier of ``group``. Returns what torch returns (None)."""
         import torch.distributed as dist
 
         device = _cuda_device((input, output))
         n = input.numel() * input.element_size()
         _sync(device)
+        if self.sync_peers:  # every rank is here: the time is the collective's, not this rank's wait
+            dist.barrier(group=group)
+            _sync(device)
         t0 = time.perf_counter()
         out = dist.all_to_all_single(output, input, output_split_sizes=output_split_sizes,
                                      input_split_sizes=input_split_sizes, group=group)

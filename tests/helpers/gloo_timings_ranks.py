@@ -1,7 +1,8 @@
 """A real gloo job on the CPU, ``--world`` ranks, each measuring through
 :class:`mfctl.integrations.torch_timing.Timings` ``all_to_all_single`` over a sweep of send-buffer
 sizes and an expert FFN's two GEMMs over a sweep of token counts, and writing its drained samples
-(``[{"task", "n", "unit", "seconds"}, ...]``) to ``OUTDIR/rank<R>.json``.
+(``[{"task", "n", "unit", "seconds"}, ...]``) to ``OUTDIR/rank<R>.json``; then 64 KiB all-to-alls
+with rank 1 arriving 20 ms late, timed without and with ``sync_peers`` (marked ``"skew": true``).
 
     python gloo_timings_ranks.py --world W --port P --outdir DIR [--reps N]
 
@@ -26,6 +27,7 @@ from mfctl.integrations.torch_timing import Timings
 SEND_BYTES = [2**k for k in range(10, 21, 2)]  # 1 KiB .. 1 MiB
 TOKENS = [4**k for k in range(6)]  # 1 .. 1024
 HIDDEN, FFN = 128, 512
+SKEW_S, SKEW_CALLS = 0.020, 8  # rank 1's extra compute before each all-to-all of the skew phase
 
 
 def rank_main(rank: int, a: argparse.Namespace) -> None:
@@ -52,6 +54,16 @@ def rank_main(rank: int, a: argparse.Namespace) -> None:
                 h = torch.relu(t.gemm(torch.matmul, x, w1, flops=2 * tok * HIDDEN * FFN))
                 t.gemm(torch.matmul, h, w2, flops=2 * tok * FFN * HIDDEN)
         samples = t.drain()
+        # a skewed peer: rank 1 computes 20 ms longer before each all-to-all (a hot expert's rank);
+        # rank 0's time includes that wait, unless the peers are synchronized before the clock starts
+        for sync in (False, True):
+            skew = Timings(max_samples=SKEW_CALLS, sync_peers=sync)
+            for _ in range(SKEW_CALLS):
+                if rank == 1:
+                    time.sleep(SKEW_S)
+                x = torch.ones(65536 // 4)
+                skew.all_to_all_single(torch.empty_like(x), x)
+            samples += [s | {"skew": True, "sync_peers": sync} for s in skew.drain()]
         dist.barrier()
         print(f"rank {rank}: rendezvous and sweeps {time.monotonic() - t0:.1f} s wall, "
               f"{time.process_time():.1f} s CPU", flush=True)

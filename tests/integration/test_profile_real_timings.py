@@ -61,7 +61,7 @@ def measured(tmp_path_factory) -> list[list[dict]]:
 
 
 def _task(samples: list[dict], task: str) -> tuple[np.ndarray, np.ndarray]:
-    xs = [s for s in samples if s["task"] == task]
+    xs = [s for s in samples if s["task"] == task and not s.get("skew")]
     return np.array([s["n"] for s in xs], dtype=float), np.array([s["seconds"] for s in xs])
 
 
@@ -93,6 +93,17 @@ def test_the_fit_of_real_all_to_all_and_gemm_times_has_a_small_residual(measured
         assert a2a.beta_s_per_unit > 0 and gemm.beta_s_per_unit > 0
 
 
+def test_sync_peers_leaves_a_late_peer_out_of_the_all_to_all_time(measured):
+    # rank 1 sleeps 20 ms before each all-to-all: rank 0 waits for it inside an unsynchronized call
+    # (every one of them: its fastest is over 18 ms), a synchronized one times the exchange alone
+    # (64 KiB: ~0.2-1 ms here; its fastest of 8 under 10 ms even on a loaded machine)
+    late = {sync: [s["seconds"] for s in measured[0] if s.get("skew") and s["sync_peers"] == sync] for sync in (False, True)}
+    assert len(late[False]) == len(late[True]) == 8
+    print(f"rank 0, 64 KiB, peer 20 ms late: fastest {min(late[False]) * 1e3:.2f} ms as it waits, "
+          f"{min(late[True]) * 1e3:.2f} ms synchronized")
+    assert min(late[False]) > 0.018 and min(late[True]) < 0.010
+
+
 def _run_dir_with(measured, runs_dir, run_id="20261201-230000-abcdef", inventory=PROTOTYPE):
     """A run directory whose metrics.db holds the job's real samples, stored as the controller does
     (MetricsStore.timings per host and iteration; one rank per mock host)."""
@@ -101,8 +112,9 @@ def _run_dir_with(measured, runs_dir, run_id="20261201-230000-abcdef", inventory
     st = MetricsStore(runs_dir / run_id / "metrics.db")
     st.start_run(run_id, str(PLAYBOOK), str(inventory), 1.0)
     for host, samples in zip(("gpu01", "gpu02"), measured):
+        sweep = [{k: s[k] for k in ("task", "n", "unit", "seconds")} for s in samples if not s.get("skew")]
         for it in range(4):  # over 4 iterations, as a job drains each iteration's
-            chunk = samples[it::4]
+            chunk = sweep[it::4]
             assert st.timings(host, it + 1, chunk) == len(chunk)
     st.close()
     return run_id
@@ -124,7 +136,8 @@ def test_profile_of_a_run_stores_fits_that_schedule_prices_with(measured, tmp_pa
     doc = json.loads(r.stdout)
     assert doc["schema"] == "mfctl.profile/v1" and doc["inventory"] == "mfabric-prototype"
     assert doc["source"]["kind"] == "run" and doc["source"]["run_id"] == run_id
-    assert doc["source"]["samples"] == sum(len(s) for s in measured) and doc["hosts"] == ["gpu01", "gpu02"]
+    assert doc["source"]["samples"] == sum(len(_task(s, "alltoall")[0]) + len(_task(s, "gemm")[0]) for s in measured)
+    assert doc["hosts"] == ["gpu01", "gpu02"]
     fits = {f["task"]: f for f in doc["fits"]}
     assert set(fits) == {"alltoall", "gemm"} and not doc["skipped"]
     for task in ("alltoall", "gemm"):  # the slowest host's fit of each task, fitted from the stored samples
