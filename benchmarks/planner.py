@@ -139,6 +139,7 @@ def main() -> None:
                 r["mfctl"] = timed(lambda regions=regions, rates=rates: plan_regions(regions, rates, workers=1), reps[n])
                 r["mfctl_all_cores"] = timed(
                     lambda regions=regions, rates=rates: plan_regions(regions, rates, executor=pool), reps[n])
+            r["mfctl_cpu_ms_per_region"] = round(r["mfctl"]["cpu_ms"] / len(Bs), 3)
             plans = plan_regions(regions, rates, workers=1)
             r["ratio_to_greedy_worst"] = round(max(p.objective_s / p.greedy_objective_s for p in plans), 4)
             r["ratio_to_greedy_mean"] = round(float(np.mean([p.objective_s / p.greedy_objective_s for p in plans])), 4)
@@ -160,12 +161,13 @@ def main() -> None:
     print()
     print(f"load average {load_start} at the start, {load_end} at the end; {cores} cores; ms, median of repeats; "
           "cpu = this process's CPU, wall = median (min–max)")
-    print(f"{'GPUs':>6} | {'regions':>7} | {'greedy cpu':>10} | {'mfctl cpu':>9} | {'mfctl wall':>24} | "
+    print(f"{'GPUs':>6} | {'regions':>7} | {'greedy cpu':>10} | {'mfctl cpu':>9} | {'per region':>10} | {'mfctl wall':>24} | "
           f"{'mfctl wall, ' + str(cores) + ' cores':>24} | {'ours/greedy worst':>17} | {'gap to opt worst':>16} | target")
     for n, r in res.items():
         gap = f"{100 * r['gap_to_optimum_worst']:.2f}%" if "gap_to_optimum_worst" in r else "—"
         target = "—" if TARGETS[n] is None else f"≤ {TARGETS[n]:g} ms"
-        print(f"{n:>6} | {r['regions']:>7} | {cell(r['greedy']):>10} | {cell(r['mfctl']):>9} | {cell(r['mfctl'], 'wall'):>24} | "
+        print(f"{n:>6} | {r['regions']:>7} | {cell(r['greedy']):>10} | {cell(r['mfctl']):>9} | "
+              f"{r['mfctl_cpu_ms_per_region']:>10.3f} | {cell(r['mfctl'], 'wall'):>24} | "
               f"{cell(r.get('mfctl_all_cores'), 'wall'):>24} | {r['ratio_to_greedy_worst']:>17.4f} | {gap:>16} | {target}")
     cold = res["32768"]["mfctl_cold_pool"]
     print(f"32,768 GPUs on a cold pool of {cores} processes (start-up counted): wall {cell(cold, 'wall')} ms; "
