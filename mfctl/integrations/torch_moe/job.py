@@ -17,7 +17,10 @@ forward to the optimizer step; the safe point itself is not in it) times the wel
 controller measures itself, so the reconfiguration's phases (the mock's link-up is 5.67 testbed s)
 and the job's iterations stay on one clock. ``playbooks/moe-torch-mock.yaml`` runs at time scale 1,
 where that is the plain wall clock. ``a2a_s`` is the host's largest per-rank sum of measured
-all-to-all seconds (× time scale), ``compute_s`` the rest of ``seconds``.
+all-to-all seconds (× time scale), ``compute_s`` the rest of ``seconds``. With ``--sync-timings``
+(the default) each timed all-to-all follows an untimed barrier of the EP group, so its seconds are
+the exchange's, not the wait for a peer that is late (the routing's uneven expert loads, a busy
+core); that wait is in ``seconds``, outside ``a2a_s``.
 
 What a pause does here. The job's all-to-alls go over gloo on the mock's loopback, not over the
 mock's optical lanes, so a pause changes no packet: it changes the accounting — while an epoch is
@@ -70,6 +73,7 @@ class Options:
     threads: int = 1
     dist_timeout_s: float = 120.0
     log_routing: bool = True
+    sync_timings: bool = True  # Timings(sync_peers=): an untimed barrier before each timed all-to-all
     # FSMoE's choices, as mfctl run passes them to a training script (docs/runtime-protocol.md):
     grad_partitions: int = 1  # the dense gradients' all-reduce in this many parts
     pipeline_degree: int = 0  # accepted; this job's dispatch is not pipelined (degree 1), said at start
@@ -143,7 +147,7 @@ def run(opt: Options) -> int:
                  routes=welcome.get("routes") or {})
     # every call of an iteration kept (the sums below are exact): 5 all-to-alls and 2 GEMMs per local expert
     calls = mb * cfg.layers * (5 + 2 * (cfg.experts // max(world, 1)))
-    timings = Timings(max_samples=max(64, calls), seed=rank)
+    timings = Timings(max_samples=max(64, calls), seed=rank, sync_peers=opt.sync_timings and world > 1)
     ep = ExpertParallel(cfg.experts, timings=timings)
     model = TinyMoE(cfg, ep).to(device)
     optim = Adam(model.parameters(), lr=opt.lr)
