@@ -195,6 +195,15 @@ def relief_pairs(t: Times) -> np.ndarray:
     return out
 
 
+def best_per_region(region: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """Index of each region's lowest value, ties to the first; ``region`` is sorted (one region: an argmin)."""
+    if region[0] == region[-1]:
+        return np.array([np.argmin(vals)])
+    counts = np.bincount(region)
+    first = (np.cumsum(counts) - counts)[counts > 0]  # each region's first candidate
+    return np.lexsort((vals, region))[first]
+
+
 def local_search(reg: Region, C0: np.ndarray, ports: np.ndarray, max_rounds: int,
                  stop_below: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """Best-improvement local search of ``R`` regions at once (module docstring).
@@ -230,9 +239,7 @@ def local_search(reg: Region, C0: np.ndarray, ports: np.ndarray, max_rounds: int
         cand[:, P] = 0
         t = times(reg, active[region], cand)
         vals = t.objective()
-        counts = np.bincount(region, minlength=len(active))
-        first = (np.cumsum(counts) - counts)[counts > 0]  # each region's first candidate (region is sorted)
-        pick = np.lexsort((vals, region))[first]  # each region's best candidate, ties to the lower move
+        pick = best_per_region(region, vals)
         who = active[region[pick]]
         better = vals[pick] < best[who] * (1 - REL_EPS)
         pick, who = pick[better], who[better]
