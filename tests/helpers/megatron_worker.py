@@ -102,6 +102,25 @@ def _run(rank: int, scenario: str, world: int, port: int, out_dir: str, controll
     dist.destroy_process_group()
 
 
+def dispatcher_checks() -> dict[str, str | None]:
+    """``check_dispatcher`` on megatron-core's own dispatcher classes (not constructed: they need
+    process groups): class name → the UnsupportedDispatcher message, or None where it is accepted.
+    Any other exception ends the job. Written by the ``traffic`` job as ``OUT_DIR/dispatchers.json``:
+    the test reads it rather than importing megatron-core (~9 s of CPU) a third time in its own process."""
+    from megatron.core.transformer.moe import token_dispatcher as td
+
+    from mfctl.integrations.megatron import UnsupportedDispatcher, check_dispatcher
+
+    out: dict[str, str | None] = {}
+    for cls in (td.MoEAllGatherTokenDispatcher, td.MoEFlexTokenDispatcher, td.MoEAlltoAllTokenDispatcher):
+        try:
+            check_dispatcher(cls.__new__(cls))
+            out[cls.__name__] = None
+        except UnsupportedDispatcher as e:
+            out[cls.__name__] = str(e)
+    return out
+
+
 def main(argv: list[str]) -> None:
     import faulthandler
 
@@ -113,6 +132,9 @@ def main(argv: list[str]) -> None:
     faulthandler.dump_traceback_later(280, exit=True)  # a hung collective shows where (the test kills the group)
     scenario, world, port, out_dir = argv[0], int(argv[1]), int(argv[2]), argv[3]
     controller = argv[4] if len(argv) > 4 else ""
+    if scenario == "traffic":
+        with open(os.path.join(out_dir, "dispatchers.json"), "w", encoding="utf-8") as f:
+            json.dump(dispatcher_checks(), f)
     mp.start_processes(_run, args=(scenario, world, port, out_dir, controller), nprocs=world, join=True,
                        start_method="fork")
 
