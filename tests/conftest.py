@@ -20,6 +20,54 @@ import pytest
 
 from support import PROTOTYPE, SessionMock, mfctl_cmd
 
+# --- Suite time: which worker runs what (pyproject addopts: -n 4 --dist loadfile --no-loadscope-reorder) ---
+# loadfile: each module runs on one worker, so a module-scoped fixture (a mock, an OpenSSH mock, the
+# megatron traffic job, a Slurm cluster through real_slurm) is set up once, not once per worker that
+# got one of its tests (--dist load split modules), and a module's tests run in order on one process
+# (test_e2e_session_mock relies on it). (Not loadgroup: with pytest 9.2 its xdist_group marks are
+# silently ignored, pytest-xdist issue #1386.) The modules go out in the order below, the longest
+# first (their summed --durations, whole suite on 2 cores, 2026-12-01, load ~20): a worker that
+# draws one late does not keep the suite waiting while the others are idle; then the other e2e
+# and integration modules, then the rest in collection order. Only the order changes.
+LONGEST_FIRST = (
+    "tests/e2e/test_mock_lifecycle.py",  # 826 s
+    "tests/e2e/test_e2e_hil_suite.py",  # 574 s
+    "tests/e2e/test_e2e_run.py",  # 499 s
+    "tests/unit/runtime/test_runtime_reconfig.py",  # 453 s
+    "tests/cli/test_cli_runs_manage.py",  # 343 s
+    "tests/e2e/test_e2e_mock_openssh.py",  # 329 s
+    "tests/cli/test_cli_hosts_progress.py",  # 325 s
+    "tests/unit/runtime/test_runtime_slurm.py",  # 322 s
+    "tests/e2e/test_e2e_real_slurm.py",  # 135-190 s at load 4-9 (docs/real-peers.md)
+    "tests/cli/test_cli_provision_firmware.py",  # 301 s
+    "tests/unit/pytest_plugin/test_pytest_plugin.py",  # 291 s
+    "tests/unit/provision/test_provision_service.py",  # 254 s
+    "tests/cli/test_cli_ocs_session.py",  # 237 s
+    "tests/unit/ocs/test_ocs_integrity.py",  # 214 s
+    "tests/unit/runtime/test_megatron_hook.py",  # 296 s with a megatron import in the worker, ~150 s without
+    "tests/unit/provision/test_provision_checks.py",  # 194 s
+    "tests/cli/test_cli_topo_whatif.py",  # 188 s
+    "tests/unit/lock/test_lock_race.py",  # 186 s
+    "tests/cli/test_cli_provision_rollout.py",  # 185 s
+    "tests/cli/test_cli_simulate.py",  # 162 s
+    "tests/cli/test_help_and_exit_codes.py",  # 158 s
+    "tests/unit/provision/test_provision_apply_verify.py",  # 158 s
+    "tests/cli/test_lock_cli.py",  # 151 s
+    "tests/cli/test_cli_topo.py",  # 145 s
+)
+
+
+_RANK = {m: i for i, m in enumerate(LONGEST_FIRST)}
+
+
+def _order(item) -> tuple[int, int]:
+    path = item.nodeid.split("::", 1)[0]
+    return _RANK.get(path, len(_RANK)), 0 if path.startswith(("tests/e2e/", "tests/integration/")) else 1
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=_order)  # stable: a module's tests stay in their order
+
 
 @pytest.fixture(autouse=True)
 def _isolated_state(tmp_path, monkeypatch):
