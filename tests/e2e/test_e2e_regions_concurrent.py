@@ -43,7 +43,7 @@ def _files(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_a_slow_link_up_in_one_region_does_not_stall_another(tmp_path):
     inv, pb = _files(tmp_path)
-    mock = mockctl.start(inv, tmp_path / "mock", time_scale=SCALE, inject=["gpu01:linkup=slow:100"])
+    mock = mockctl.start(inv, tmp_path / "mock", time_scale=SCALE, inject=["gpu01:linkup=slow:100"], sshd="paramiko")
     try:
         s = Job(load_playbook(pb), inventory_override=mock["inventory"], runs_dir=str(tmp_path / "runs")).run()
         assert s["status"] == "ok", (s.get("error"), s.get("warnings"))
