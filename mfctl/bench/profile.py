@@ -144,12 +144,17 @@ def profile_of_run(run_dir: Path, inventory_name: str | None = None) -> dict:
         inventory_name = _modelled_inventory(run_inventory, run_row[0] if run_row else None)
         if inventory_name in ("?", TRAINING_LOG):
             raise UsageError(f"run {run_id}'s inventory is not known: name it (--inventory)")
+    if "/" in inventory_name or inventory_name.startswith("."):  # a file name under profiles/, nothing else
+        raise UsageError(f"run {run_id}'s inventory name {inventory_name!r} is not one: name the inventory (--inventory)")
+    by: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for host, task, n_, s_ in rows:
+        by.setdefault((host, task), []).append((n_, s_))
     per_host: dict[str, list[dict]] = {}
     skipped: list[dict] = []
-    hosts = sorted({r[0] for r in rows})
+    hosts = sorted({h for h, _ in by})
     for h in hosts:
         for task, unit in TASK_UNITS.items():
-            mine = [(n, s) for host, t, n, s in rows if host == h and t == task]
+            mine = by.get((h, task))
             if not mine:
                 continue
             n, t = np.array([m[0] for m in mine]), np.array([m[1] for m in mine])
