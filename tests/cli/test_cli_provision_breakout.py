@@ -23,8 +23,15 @@ def _runner(cli_env):
     return lambda *a: subprocess.run(mfctl_cmd(*a), capture_output=True, text=True, env=cli_env, timeout=240)
 
 
+def _doc(r: subprocess.CompletedProcess) -> dict:
+    """A ``--json`` command's document; a command that printed none fails the test with its exit
+    code and stderr (an empty stdout once failed this module under a full suite's load, unexplained)."""
+    assert r.stdout.strip(), f"no JSON on stdout: exit {r.returncode}, stderr: {r.stderr[-3000:]}"
+    return json.loads(r.stdout)
+
+
 def _exec(run, inv, host, *argv) -> dict:
-    doc = json.loads(run("exec", host, "-i", inv, "--json", "--", *argv).stdout)
+    doc = _doc(run("exec", host, "-i", inv, "--json", "--", *argv))
     return doc["results"][0] if "results" in doc else doc
 
 
@@ -39,7 +46,7 @@ def test_the_breakout_inventory_converges_from_the_factory_and_is_judged_per_sub
         assert cx6["rc"] == 3 and "-E- The Device doesn't support MODULE_SPLIT_M0[0] parameter" in cx6["stderr"]
         cx7 = _exec(run, inv, "gpu01", "mlxconfig", "-y", "-d", "0000:0c:00.0", "set", "NUM_OF_PF=4")
         assert cx7["rc"] == 3 and "-E- The Device doesn't support value 4 for NUM_OF_PF (1..2 on ConnectX-7)" in cx7["stderr"]
-        plan = json.loads(run("provision", "plan", SPEC, "-i", inv, "--json", "--hosts", "gpu01").stdout)
+        plan = _doc(run("provision", "plan", SPEC, "-i", inv, "--json", "--hosts", "gpu01"))
         acts = plan["hosts"][0]["actions"]
         [split] = [a for a in acts if a["what"].startswith("breakout")]
         assert (split["before"], split["after"], split["needs"]) == ("1 port(s)", "2x50G: 2 ports", ["reset"])
@@ -52,7 +59,7 @@ def test_the_breakout_inventory_converges_from_the_factory_and_is_judged_per_sub
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
         assert "Cannot find device" not in r.stdout + r.stderr
         again = run("provision", "apply", SPEC, "-i", inv, "--json", "--yes")
-        doc = json.loads(again.stdout)
+        doc = _doc(again)
         assert again.returncode == 0 and all(h["applied"] == [] for h in doc["hosts"]), again.stdout[-2000:]
         # what the host shows after the split: two PCI functions, two netdevs, each configured
         ports = json.loads(_exec(run, inv, "gpu01", "devlink", "-j", "port", "show")["stdout"])["port"]
@@ -71,7 +78,7 @@ def test_the_breakout_inventory_converges_from_the_factory_and_is_judged_per_sub
         topo = tmp_path / "c.yaml"
         topo.write_text("circuits:\n  - [gpu01/nic0.1, gpu02/nic0.0]\n")
         assert run("ocs", "apply", topo, "-i", inv, "--yes").returncode == 0
-        o = wait_until(lambda: (d := json.loads(run("provision", "optics", SPEC, "-i", inv, "--json").stdout))["bad"] == 0
+        o = wait_until(lambda: (d := _doc(run("provision", "optics", SPEC, "-i", inv, "--json")))["bad"] == 0
                        and d, what="the lit sub-ports' optics ok")
         lit = {(x["host"], x["lane"]): x for x in o["lanes"] if x["status"] == "ok"}
         assert sorted(lit) == [("gpu01", "nic0.1"), ("gpu02", "nic0.0")]
@@ -103,7 +110,7 @@ def test_a_lane_named_with_the_switch_convention_is_a_finding_with_both_names(tm
         r = run("provision", "apply", SPEC, "-i", inv, "--json", "--yes", "--hosts", "gpu01")
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
         assert "Cannot find device" not in r.stdout + r.stderr
-        plan = json.loads(run("provision", "plan", SPEC, "-i", inv, "--json", "--hosts", "gpu01").stdout)
+        plan = _doc(run("provision", "plan", SPEC, "-i", inv, "--json", "--hosts", "gpu01"))
         acts = plan["hosts"][0]["actions"]
         assert [(a["target"], a["outcome"], a["after"]) for a in acts if a["what"] == "netdev name"] == [
             ("ens1f0np0", "netdev differs from the inventory", "the inventory names nic0 lane 0 'ens1f0np0s0' but the "
