@@ -104,7 +104,8 @@ def profile_of_run(run_dir: Path, inventory_name: str | None = None) -> dict:
     and task, :func:`mfctl.fabric.profile.fit_samples` (each size bin's fastest sample, fitted;
     ``alltoall`` n in bytes of a rank's send buffer, ``gemm`` n in FLOP), with ``samples`` (raw
     rows) beside ``points`` (bins); ``fits`` each task's slowest host's (:func:`slowest_per_task`).
-    A host × task with fewer than 2 bins is not fitted and said in ``skipped``. ``inventory``: where
+    A host × task with fewer than 2 bins is not fitted and said in ``skipped``; a fit whose β is not
+    positive (time not growing with n) is said in ``warnings``. ``inventory``: where
     the fits are stored, ``inventory_name`` if given, else the run's inventory's name (its summary's,
     else its run row's file's) — for a run on a mock of its playbook's inventory, that inventory's
     (:func:`_modelled_inventory`); ``source.run_inventory`` is the run's own.
@@ -151,6 +152,7 @@ def profile_of_run(run_dir: Path, inventory_name: str | None = None) -> dict:
         by.setdefault((host, task), []).append((n_, s_))
     per_host: dict[str, list[dict]] = {}
     skipped: list[dict] = []
+    warnings: list[str] = []
     hosts = sorted({h for h, _ in by})
     for h in hosts:
         for task, unit in TASK_UNITS.items():
@@ -164,6 +166,11 @@ def profile_of_run(run_dir: Path, inventory_name: str | None = None) -> dict:
                 skipped.append({"host": h, "task": task, "samples": len(mine), "why": str(e)})
                 continue
             per_host.setdefault(h, []).append(fit.to_dict() | {"samples": len(mine)})
+            if fit.beta_s_per_unit <= 0:  # larger calls no slower: something other than n sets their times
+                warnings.append(f"{h} {task}: the time does not grow with n (β = {fit.beta_s_per_unit:.3g} s/{unit}): "
+                                + ("the samples wait for late peers more than they move bytes — time the job's "
+                                   "all-to-alls with Timings(sync_peers=True)" if task == "alltoall" else
+                                   "the sizes measured are too close together or too noisy"))
     if not per_host:
         raise OperationFailed(f"run {run_id}'s timings cannot be fitted: "
                               + "; ".join(f"{s['host']} {s['why']} ({s['samples']} samples)" for s in skipped))
@@ -171,7 +178,7 @@ def profile_of_run(run_dir: Path, inventory_name: str | None = None) -> dict:
 
     fitted = [h for h in hosts if h in per_host]
     return {"schema": "mfctl.profile/v1", "inventory": inventory_name, "host": hostset(fitted), "hosts": fitted,
-            "fits": slowest_per_task(per_host), "per_host": per_host, "skipped": skipped,
+            "fits": slowest_per_task(per_host), "per_host": per_host, "skipped": skipped, "warnings": warnings,
             "source": {"kind": "run", "run_id": run_id, "run_dir": str(Path(run_dir).resolve()), "samples": len(rows),
                        "run_inventory": run_inventory}}
 

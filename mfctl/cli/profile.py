@@ -81,6 +81,8 @@ def _render(doc: dict, title: str, path: Path) -> None:
     con.print(t)
     for s in doc.get("skipped", []):
         con.print(f"not fitted: {s['host']} {s['why']} ({s['samples']} samples)", highlight=False)
+    for w in doc.get("warnings", []):
+        print_error(w, "warning")
     con.print(f"stored: {path}", highlight=False)
 
 
