@@ -167,10 +167,11 @@ def profile_of_run(run_dir: Path, inventory_name: str | None = None) -> dict:
                 continue
             per_host.setdefault(h, []).append(fit.to_dict() | {"samples": len(mine)})
             if fit.beta_s_per_unit <= 0:  # larger calls no slower: something other than n sets their times
-                warnings.append(f"{h} {task}: the time does not grow with n (β = {fit.beta_s_per_unit:.3g} s/{unit}): "
-                                + ("the samples wait for late peers more than they move bytes — time the job's "
-                                   "all-to-alls with Timings(sync_peers=True)" if task == "alltoall" else
-                                   "the sizes measured are too close together or too noisy"))
+                warnings.append(f"{h} {task}: the time does not grow with n over {n.min():.4g}..{n.max():.4g} {unit} "
+                                f"(β = {fit.beta_s_per_unit:.3g} s/{unit}): the fixed cost and the noise outweigh "
+                                "the work there — sizes too close together, a loaded host"
+                                + (", or waiting for late peers (time with Timings(sync_peers=True))"
+                                   if task == "alltoall" else ""))
     if not per_host:
         raise OperationFailed(f"run {run_id}'s timings cannot be fitted: "
                               + "; ".join(f"{s['host']} {s['why']} ({s['samples']} samples)" for s in skipped))
