@@ -42,7 +42,7 @@ def _run_dir(run_id: str, runs_dir: Path | None) -> Path:
 @handle_errors
 def export(run_id: str = typer.Argument("latest", help="Run id, or latest."),
            fmt: str = typer.Option("prometheus", "--format", help="prometheus, csv or json."),
-           table: str = typer.Option("iterations", help="CSV: iterations, reconfigurations, predictions or health."),
+           table: str = typer.Option("iterations", help="CSV: iterations, reconfigurations, predictions, health or timings."),
            runs_dir: Path = RUNS_DIR_OPT):
     """Write a run's metrics to stdout."""
     import sys

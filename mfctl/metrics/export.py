@@ -93,7 +93,22 @@ def prometheus_text(run_dir: Path) -> str:
     return generate_latest(registry(run_dir)).decode()
 
 
-TABLES = ("iterations", "reconfigurations", "predictions", "health")
+#: the tables ``--format csv --table`` and ``--format json`` export (docs/metrics.md)
+TABLES = ("iterations", "reconfigurations", "predictions", "health", "timings")
+
+
+def _rows(db: sqlite3.Connection, table: str) -> tuple[list[str], list[tuple]]:
+    """Column names and rows of ``table`` (one of :data:`TABLES`). A run recorded before the table
+    existed (``timings`` came with issue 20) has none: its columns from the schema, no rows."""
+    from mfctl.metrics.store import SCHEMA
+
+    have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if table not in have:
+        empty = sqlite3.connect(":memory:")
+        empty.executescript(SCHEMA)
+        db = empty
+    cur = db.execute(f"SELECT * FROM {table}")  # table name checked against TABLES by the callers
+    return [d[0] for d in cur.description], cur.fetchall()
 
 
 def to_csv(run_dir: Path, table: str) -> str:
@@ -101,20 +116,18 @@ def to_csv(run_dir: Path, table: str) -> str:
         from mfctl.errors import UsageError
 
         raise UsageError(f"--table must be one of {', '.join(TABLES)}")
-    db = _db(run_dir)
-    cur = db.execute(f"SELECT * FROM {table}")  # table name checked against TABLES above
+    cols, rows = _rows(_db(run_dir), table)
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow([d[0] for d in cur.description])
-    w.writerows(cur.fetchall())
+    w.writerow(cols)
+    w.writerows(rows)
     return buf.getvalue()
 
 
 def to_json(run_dir: Path) -> dict:
     db = _db(run_dir)
-    out = {"schema": "mfctl.metrics/v1"}
+    out: dict = {"schema": "mfctl.metrics/v1"}
     for t in TABLES:
-        cur = db.execute(f"SELECT * FROM {t}")
-        cols = [d[0] for d in cur.description]
-        out[t] = [dict(zip(cols, r)) for r in cur.fetchall()]
+        cols, rows = _rows(db, t)
+        out[t] = [dict(zip(cols, r)) for r in rows]
     return out
