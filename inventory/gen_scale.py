@@ -14,7 +14,7 @@ Usage::
     python inventory/gen_scale.py --servers 32 --per-region 8 --ocses 2 -o inventory/mfabric-256.yaml
 
 Addresses are from the documentation ranges (RFC 5737 192.0.2.0/24 for the first 250 hosts,
-198.51.100.0/24 and 203.0.113.0/24 after); the mock (``mfctl mock up``) rewrites them to 127.0.0.1.
+198.51.100.0/24 and 203.0.113.0/24 after, then 2001:db8::/32, RFC 3849); the mock (``mfctl mock up``) rewrites them to 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ NETS = ("192.0.2", "198.51.100", "203.0.113")  # RFC 5737 documentation ranges
 def address(i: int) -> str:
     """The ``i``-th host's management address (0-based), 250 per documentation range."""
     net, host = divmod(i, 250)
-    if net >= len(NETS):
-        raise ValueError(f"more than {250 * len(NETS)} hosts: no documentation address left")
+    if net >= len(NETS):  # the IPv6 documentation prefix (RFC 3849) for the rest
+        return f"2001:db8::{i + 1:x}"
     return f"{NETS[net]}.{host + 11 if net == 0 else host + 1}"
 
 
