@@ -295,7 +295,9 @@ class _Stopped(BaseException):
 def serve(inventory_path: str, state_dir: str, time_scale: float, factory: bool = False, inject: list[str] = (),
           sshd: str = "auto") -> int:
     """Run the mock in the foreground until SIGTERM/SIGINT/SIGHUP (the watch on the process that
-    started it, :mod:`mfctl.mock.owner`, sends SIGTERM once that process is gone). A signal while
+    started it, :mod:`mfctl.mock.owner`, sends SIGTERM once that process is gone), or until its
+    ``status.json`` is gone (its state directory deleted: its inventory, keys and sockets with it,
+    so nobody can use it; checked every 0.5 s). A signal while
     the mock is still starting abandons the start: what was started is stopped and the mock exits
     0 without saying it is up."""
     state = Path(state_dir)
@@ -320,8 +322,11 @@ def serve(inventory_path: str, state_dir: str, time_scale: float, factory: bool 
         tb.start()
         starting[0] = False
         log.info("mock testbed up")
+        status = state / "status.json"
         while not stop.wait(0.5):
-            pass
+            if not status.exists():  # its state directory deleted (a test's tmp dir cleaned up after a
+                log.warning("%s is gone: stopping (nobody can reach this mock any more)", status)  # killed run)
+                break
     except _Stopped:
         log.info("stopped while starting: the start is abandoned")
     finally:
