@@ -5,7 +5,8 @@ Per region: every predictor's guess of an iteration's dispatch bytes is scored a
 (:func:`score_predictions`, relative error); the policy's predictor (``policy.predictor``) then
 gives the next prediction, and :func:`consider` plans circuits for it with minimum change. A
 change is proposed when the predicted gain over the window (``policy.window_iterations``
-iterations, testbed s) minus the expected cost of reconfiguring exceeds ``policy.min_gain_s``.
+iterations, testbed s, counted from when the change is expected to be done and cut at the run's
+last iteration) minus the expected cost of reconfiguring exceeds ``policy.min_gain_s``.
 Gain and cost are priced with the what-if step model's all-to-all time
 (:func:`mfctl.fabric.itermodel.region_objective`: circuits and EPS together, as in ``mfctl simulate``).
 The cost is the expected reconfiguration time (the mean of the run's so far, else
@@ -129,7 +130,10 @@ def consider(plan: RunPlan, reg: RegionState, iteration: int, expected_s: float,
     C_keep = mapping.circuit_matrix([c for c in new if c in reg.circuits], reg.hosts)
     mb = pb.training.micro_batches
     o_cur, o_new, o_keep = (float(x) for x in objective(B, np.stack([C_cur, p.circuits, C_keep]), plan.rates))
-    window = min(pol.window_iterations, pb.training.iterations - iteration)
+    # the new circuits carry traffic only once the change is done (~expected_s): the iterations
+    # trained meanwhile gain nothing, and a change that would end after the run's last gains nothing
+    after = max(0.0, pb.training.iterations - iteration - expected_s / max(last_iter_s, 1e-9))
+    window = min(pol.window_iterations, after)
     slowdown = max(0.0, (o_keep - o_cur) * mb) / max(last_iter_s, 1e-9)
     cost = expected_s * slowdown / (1 + slowdown)
     gain = (o_cur - o_new) * mb * window

@@ -60,3 +60,24 @@ def test_the_step_models_objective_never_exceeds_the_planners_and_is_zero_withou
     ours, planner = itermodel.region_objective(B, C, plan.rates)[0], objective(B, C, plan.rates)[0]
     assert 0 < ours <= planner * (1 + 1e-6)  # the EPS also carries circuit pairs' overflow
     assert itermodel.region_objective(np.zeros_like(B), C, plan.rates)[0] == 0.0
+
+
+def test_the_gain_counts_from_when_the_change_is_done_and_none_past_the_last_iteration(plan):
+    """The gain counts the iterations after the new circuits are up: at 5.6 s an iteration and a 6 s
+    change, a decision 2 iterations before the end gains 2 - 6/5.6 = 0.93 iterations' worth; one
+    that would be done after the last iteration gains nothing and is not made (the trial's run
+    changed at iteration 24 of 40 at 0.3 s an iteration and a 6.2 s link-up: no iteration ran on it)."""
+    reg = plan.regions["region0"]
+    reg.last_iter_s = 5.6
+    n = len(reg.hosts)
+    reg.predicted = hot(plan, n, 0, 3)
+    iters, mb = plan.playbook.training.iterations, plan.playbook.training.micro_batches
+    decisions = []
+    record = lambda op, **f: decisions.append(f)  # noqa: E731
+    early = policy.consider(plan, reg, 2, 6.0, record)
+    saved = (early.decision.objective_before_s - early.decision.objective_after_s) * mb
+    assert early.decision.predicted_gain_s == pytest.approx(saved * plan.playbook.policy.window_iterations)
+    late = policy.consider(plan, reg, iters - 2, 6.0, record)
+    assert late is not None and late.decision.predicted_gain_s == pytest.approx(saved * (2 - 6.0 / 5.6))
+    assert policy.consider(plan, reg, iters - 2, 12.0, record) is None and decisions[-1]["gain_s"] == 0.0
+    assert policy.consider(plan, reg, iters - 1, 6.0, record) is None and decisions[-1]["gain_s"] == 0.0
