@@ -45,9 +45,12 @@ def up(inventory: Path = typer.Argument(Path("inventory/mfabric-prototype.yaml")
     if json_out:
         emit_json({"schema": "mfctl.mock.status/v1", "running": True, **st})
         return
+    ocses = _ocses(st)
     typer.echo(f"mock testbed up (pid {st['pid']}): {len(st['hosts'])} SSH hosts ({st['sshd']}), "
-               f"OCS on {st['ocs']['serial']} "
-               f"(serial), 127.0.0.1:{st['ocs']['tcp']} (TL1/TCP), 127.0.0.1:{st['ocs']['ssh']} (TL1/SSH)")
+               f"{len(ocses)} OCS{'es' if len(ocses) > 1 else ''}")
+    for name, e in ocses.items():
+        typer.echo(f"  OCS {name}: {e['serial']} (serial), 127.0.0.1:{e['tcp']} (TL1/TCP), "
+                   f"127.0.0.1:{e['ssh']} (TL1/SSH)")
     typer.echo(f"inventory: {st['inventory']}")
 
 
@@ -111,6 +114,12 @@ def status(name: str = typer.Argument(None, metavar="[NAME]", show_default=False
         raise typer.Exit(ExitCode.FAILED)
 
 
+def _ocses(st: dict) -> dict:
+    """The mock's OCS endpoints by inventory name (``status.json``'s ``ocses``; a mock from before
+    several OCSes has only ``ocs``)."""
+    return st.get("ocses") or {"ocs": st["ocs"]}
+
+
 def _show(m: dict) -> None:
     """One mock, as ``mfctl mock status`` prints it."""
     import time
@@ -128,7 +137,8 @@ def _show(m: dict) -> None:
         typer.echo(f"  {'inventory':<10} {m['inventory']}")
         for h, e in m["hosts"].items():
             typer.echo(f"  {h:<10} ssh 127.0.0.1:{e['port']}")
-        typer.echo(f"  {'OCS':<10} serial {m['ocs']['serial']}, tcp {m['ocs']['tcp']}, ssh {m['ocs']['ssh']}")
+        for name, e in _ocses(m).items():
+            typer.echo(f"  {'OCS ' + name:<10} serial {e['serial']}, tcp {e['tcp']}, ssh {e['ssh']}")
     from mfctl import mockctl
 
     for u in m.get("in_use_by") or []:
