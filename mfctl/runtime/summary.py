@@ -57,8 +57,8 @@ def _iteration_figures(iterations: list[dict]) -> dict:
     on_ocs = sum(r["ocs_bytes"] for r in iterations)
     tokens = sum(r["tokens"] for r in iterations)
     by_epoch: dict[int, list[float]] = {}
-    for r in iterations:
-        if not r.get("paused"):
+    for r in iterations:  # (with several regions each has epochs of its own: no per-epoch figure)
+        if not r.get("paused") and r.get("regions", 1) == 1:
             by_epoch.setdefault(r["epoch"], []).append(r["seconds"])
     out = {"iterations": len(iterations), "tokens": tokens, "simulated_train_s": _r(sum(secs)),
            "iteration_time_s": None, "tokens_per_s": None,
@@ -115,6 +115,25 @@ class RunRecord:
     final_readback: dict[int, int] | None = None
     final_matches: bool | None = None
     warnings: list[str] = field(default_factory=list)
+
+    by_region: dict[int, dict[str, dict]] = field(default_factory=dict)  # iteration → region → its leader's message
+
+    def add_iteration(self, region: str, msg: dict) -> None:
+        """A region leader's ``iteration`` message. The job's iteration (:attr:`iterations`) is
+        every region's so far: it takes as long as its slowest region (the data-parallel gradient
+        all-reduce waits for it), its tokens and bytes are the regions' sums, it is ``paused`` if
+        any region was; ``regions`` says how many reported it. One region: its message as it came."""
+        it = msg["iteration"]
+        got = self.by_region.setdefault(it, {})
+        got[region] = msg
+        if len(got) == 1:
+            self.iterations[it] = msg
+            return
+        slowest = max(got.values(), key=lambda m: m.get("seconds") or 0.0)
+        total = lambda k: sum(m.get(k) or 0 for m in got.values())  # noqa: E731
+        self.iterations[it] = {**slowest, "tokens": total("tokens"), "inter_bytes": total("inter_bytes"),
+                               "ocs_bytes": total("ocs_bytes"), "paused": any(m.get("paused") for m in got.values()),
+                               "regions": len(got)}
 
     def rows(self) -> list[dict]:
         return [self.iterations[k] for k in sorted(self.iterations)]

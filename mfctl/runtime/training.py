@@ -107,6 +107,7 @@ class Training:
         self.considered: dict[str, int] = {}  # region → the iteration it was last planned at
         self.latest_traffic: dict[str, int] = {}  # region → its newest traffic's iteration (set as it arrives)
         self.ended: set[str] = set()  # hosts whose bye has arrived (set as it arrives)
+        self._shown_iteration = 0  # the newest iteration the observer has heard of
         self.writer = _StoreWriter()
         self.finished: queue.Queue[InFlight] = queue.Queue()
         self.cpu = ControllerCPU()
@@ -201,9 +202,11 @@ class Training:
                 self.store.timings(host, msg.get("iteration"), msg["timings"])
             reg = self.plan.region_of(host)
             if host == reg.hosts[0]:
-                self.record.iterations[msg["iteration"]] = msg
+                self.record.add_iteration(reg.name, msg)
                 reg.last_iter_s = msg["seconds"]
-                self.obs.iteration(msg["iteration"], self.pb.training.iterations, msg)
+                if msg["iteration"] > self._shown_iteration:  # several regions: each iteration once, in order
+                    self._shown_iteration = msg["iteration"]
+                    self.obs.iteration(msg["iteration"], self.pb.training.iterations, msg)
         elif t == "traffic":
             self._traffic(next(r for r in self.plan.regions.values() if host == r.hosts[0]), msg, allow_reconfig)
         elif t == "bye":
