@@ -133,10 +133,21 @@ def schedule(playbook: Path = typer.Argument(..., help="Run playbook YAML (its m
     con = out_console()
     con.print(t)
     con.print(_costs_line(s.costs, source), highlight=False)
+    if "gemm" in s.costs["profiled"] and s.costs["gemm_eta"] < OTHER_HARDWARE_ETA:
+        from mfctl.fabric.stepmodel import StepSpec
+
+        print_error(f"the profiled expert GEMM runs at {100 * s.costs['gemm_eta']:.3g} % of the "
+                    f"{StepSpec.peak_flops / 1e12:.0f} TFLOP/s the step model takes for a GPU: a profile of other "
+                    "hardware (a CPU?) — the step times above are that hardware's, not the testbed's GPUs'", "warning")
     con.print(f"gradient all-reduce ({s.grad_bytes / 2**30:.2f} GiB per GPU over the EPS), exposed ms by partitions: "
               + ", ".join(f"{p['partitions']}: {p['exposed_allreduce_s'] * 1e3:.1f}" for p in s.gradient_partitions)
               + f" → best {s.best_partitions} (included above)", highlight=False)
     con.print(f"run with: {cmd}", highlight=False)
+
+
+#: a profiled expert-GEMM efficiency below this (of the step model's GPU peak) is not a GPU's: an A100
+#: runs large bf16 GEMMs at 60–80 % of peak, the mock's and a CPU's profile at well under 1 %
+OTHER_HARDWARE_ETA = 0.01
 
 
 def _costs_line(costs: dict, source: dict | None) -> str:

@@ -166,8 +166,11 @@ def test_profile_of_a_run_stores_fits_that_schedule_prices_with(measured, tmp_pa
     assert out["costs"]["all_reduce_alpha_s"] == base["costs"]["all_reduce_alpha_s"] == 22e-6  # not measured: default
     # a CPU's GEMMs (well under 1 TFLOP/s) priced on an A100-class model: every choice is slower
     assert all(c["iteration_s"] > b["iteration_s"] * 5 for c, b in zip(out["choices"], base["choices"]))
-    text = invoke("schedule", PLAYBOOK).stdout
+    said = invoke("schedule", PLAYBOOK)
+    text = said.stdout
     assert f"run {run_id}'s profile" in text and "gradient all-reduce α 22.0 µs (default: run" in text
+    # ... and says that a CPU's profile prices a CPU, not the testbed's GPUs
+    assert "the profiled expert GEMM runs at" in said.output and "a profile of other hardware (a CPU?)" in said.output
     shown = invoke("profile", "--run", run_id)
     assert shown.exit_code == 0 and "GFLOP/s" in shown.stdout and "samples" in shown.stdout
 
