@@ -90,8 +90,12 @@ def score_predictions(plan: RunPlan, reg: RegionState, iteration: int, B: np.nda
         n = len(reg.hosts)
         for (a, b) in plan.crosslayer.P:
             if str(a) in tokens and str(b) in tokens:
-                ta, tb = np.asarray(tokens[str(a)]), np.asarray(tokens[str(b)])
-                err = rel_error(plan.server_tokens(plan.crosslayer.predict_tokens(ta, a, b), n), plan.server_tokens(tb, n))
+                try:
+                    ta, tb = np.asarray(tokens[str(a)], dtype=float), np.asarray(tokens[str(b)], dtype=float)
+                    err = rel_error(plan.server_tokens(plan.crosslayer.predict_tokens(ta, a, b), n),
+                                    plan.server_tokens(tb, n))
+                except (TypeError, ValueError, IndexError):  # not EP ranks × experts counts: not scored
+                    continue
                 record(iteration, reg.name, f"crosslayer-{a}-{b}", err)
     return reg.predictors[pb.policy.predictor].predict()
 

@@ -52,14 +52,15 @@ _r = rounded
 
 def _iteration_figures(iterations: list[dict]) -> dict:
     """The summary's iteration fields from the leader's iteration messages, in order."""
+    # (the figures a runtime may leave out — the Megatron hook sends no bytes — count as none)
     secs = [r["seconds"] for r in iterations]
-    inter = sum(r["inter_bytes"] for r in iterations)
-    on_ocs = sum(r["ocs_bytes"] for r in iterations)
-    tokens = sum(r["tokens"] for r in iterations)
+    inter = sum(r.get("inter_bytes") or 0 for r in iterations)
+    on_ocs = sum(r.get("ocs_bytes") or 0 for r in iterations)
+    tokens = sum(r.get("tokens") or 0 for r in iterations)
     by_epoch: dict[int, list[float]] = {}
     for r in iterations:  # (with several regions each has epochs of its own: no per-epoch figure)
         if not r.get("paused") and r.get("regions", 1) == 1:
-            by_epoch.setdefault(r["epoch"], []).append(r["seconds"])
+            by_epoch.setdefault(r.get("epoch") or 0, []).append(r["seconds"])
     out = {"iterations": len(iterations), "tokens": tokens, "simulated_train_s": _r(sum(secs)),
            "iteration_time_s": None, "tokens_per_s": None,
            "iteration_time_by_epoch_s": {str(e): _r(np.mean(v)) for e, v in sorted(by_epoch.items())},
@@ -68,7 +69,7 @@ def _iteration_figures(iterations: list[dict]) -> dict:
     if secs:
         out["iteration_time_s"] = {"mean": _r(np.mean(secs)), "p50": _r(np.percentile(secs, 50)),
                                    "min": _r(min(secs)), "max": _r(max(secs))}
-        out["tokens_per_s"] = _r(tokens / sum(secs))
+        out["tokens_per_s"] = _r(tokens / sum(secs)) if tokens else None
     return out
 
 

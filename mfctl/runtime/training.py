@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
 from mfctl.errors import OperationFailed
-from mfctl.runtime import policy
+from mfctl.runtime import messages, policy
 from mfctl.runtime.plan import RegionState, RunPlan
+from mfctl.runtime.protocol import ProtocolError
 from mfctl.runtime.reconfig import LinkPoller, OCSDevice, Proposal, Reconfiguration, Reconfigurator, WaitTimeout, reread_ocs
 from mfctl.runtime.summary import RunRecord
 from mfctl.signals import DeferSignals
@@ -108,6 +107,7 @@ class Training:
         self.latest_traffic: dict[str, int] = {}  # region → its newest traffic's iteration (set as it arrives)
         self.ended: set[str] = set()  # hosts whose bye has arrived (set as it arrives)
         self._shown_iteration = 0  # the newest iteration the observer has heard of
+        self._warned_figures: set[str] = set()  # hosts told of figures left out of their iteration messages
         self.writer = _StoreWriter()
         self.finished: queue.Queue[InFlight] = queue.Queue()
         self.cpu = ControllerCPU()
@@ -196,19 +196,11 @@ class Training:
         t = msg["type"]
         if t in ("paused", "resume"):  # of no reconfiguration under way (_Router gave it the others'): late
             log.info("%s from %s for epoch %s: no reconfiguration of it under way", t, host, msg.get("epoch"))
-        elif t == "iteration":
-            self.writer.put(self.store.iteration, host, msg)
-            if "timings" in msg:  # the job's measured all-to-all/GEMM times (validated, bounded: mfctl profile --run)
-                self.store.timings(host, msg.get("iteration"), msg["timings"])
-            reg = self.plan.region_of(host)
-            if host == reg.hosts[0]:
-                self.record.add_iteration(reg.name, msg)
-                reg.last_iter_s = msg["seconds"]
-                if msg["iteration"] > self._shown_iteration:  # several regions: each iteration once, in order
-                    self._shown_iteration = msg["iteration"]
-                    self.obs.iteration(msg["iteration"], self.pb.training.iterations, msg)
-        elif t == "traffic":
-            self._traffic(next(r for r in self.plan.regions.values() if host == r.hosts[0]), msg, allow_reconfig)
+        elif t in ("iteration", "traffic"):
+            try:
+                (self._iteration if t == "iteration" else self._traffic)(host, msg, allow_reconfig)
+            except ProtocolError as e:  # a figure the run cannot do without: the run fails, saying which and whose
+                self.failed = f"runtime on {host} sent a bad message: {e}"
         elif t == "bye":
             self.record.done_hosts.add(host)
         elif t == "error":
@@ -234,12 +226,38 @@ class Training:
         self.writer.put(self.store.prediction, iteration, region, name, err)
         self.record.pred_errors.setdefault(name, []).append(err)
 
-    def _traffic(self, reg: RegionState, msg: dict, allow_reconfig: bool) -> None:
-        """A region leader's per-layer traffic: predictions scored, the policy asked (unless the
-        region is being reconfigured already)."""
+    def _iteration(self, host: str, msg: dict, _allow_reconfig: bool) -> None:
+        """A host's ``iteration`` (checked: :func:`mfctl.runtime.messages.iteration`): stored; a
+        region leader's is the region's iteration (the job's with the other regions')."""
+        msg, dropped = messages.iteration(msg)
+        if dropped and host not in self._warned_figures:
+            self._warned_figures.add(host)
+            self.warn(f"runtime on {host} sent iteration figures that are not numbers of their kind: "
+                      f"{', '.join(dropped)} (left out; said once per host)")
+        self.writer.put(self.store.iteration, host, msg)
+        if "timings" in msg:  # the job's measured all-to-all/GEMM times (validated, bounded: mfctl profile --run)
+            self.store.timings(host, msg.get("iteration"), msg["timings"])
+        reg = self.plan.region_of(host)
+        if host == reg.hosts[0]:
+            self.record.add_iteration(reg.name, msg)
+            reg.last_iter_s = msg["seconds"]
+            if msg["iteration"] > self._shown_iteration:  # several regions: each iteration once, in order
+                self._shown_iteration = msg["iteration"]
+                self.obs.iteration(msg["iteration"], self.pb.training.iterations, msg)
+
+    def _traffic(self, host: str, msg: dict, allow_reconfig: bool) -> None:
+        """A region leader's per-layer traffic (checked: :func:`mfctl.runtime.messages.traffic_matrices`):
+        predictions scored, the policy asked (unless the region is being reconfigured already).
+        Another host's traffic is not the protocol's (leader only) and is ignored."""
+        reg = self.plan.region_of(host)
+        if host != reg.hosts[0]:
+            log.info("traffic from %s, not its region's leader %s: ignored", host, reg.hosts[0])
+            return
+        B = messages.traffic_matrices(msg, len(reg.hosts))
         it = msg["iteration"]
-        B = np.asarray(msg["matrices"], dtype=float)
-        reg.predicted = policy.score_predictions(self.plan, reg, it, B, msg.get("tokens") or {}, self._record_prediction)
+        got = msg.get("tokens")
+        tokens: dict = got if isinstance(got, dict) else {}
+        reg.predicted = policy.score_predictions(self.plan, reg, it, B, tokens, self._record_prediction)
         if not (allow_reconfig and self.pb.policy.enabled and reg.name not in self.inflight
                 and policy.due(self.plan, reg, it)):
             return
@@ -427,8 +445,9 @@ class _Router(queue.Queue):
     def put(self, item, block: bool = True, timeout: float | None = None) -> None:
         host, msg = item
         t = msg.get("type")
-        if t == "traffic" and host in self.t.region_names:  # the newest traffic of its region, as it arrives
-            self.t.latest_traffic[self.t.region_names[host]] = msg.get("iteration")
+        it = msg.get("iteration")
+        if t == "traffic" and host in self.t.region_names and messages.is_count(it):  # the newest traffic of its
+            self.t.latest_traffic[self.t.region_names[host]] = it  # region, as it arrives (a bad one: the loop says)
         elif t == "bye":  # finished: a reconfiguration under way waits for it no more (the loop records it too)
             self.t.ended.add(host)
         if t in ("paused", "resume") and host in self.t.region_names:
