@@ -440,7 +440,8 @@ class MockTestbed:
         observer.phase("mock", f"starting the mock testbed for {Path(src).name}")
         self.state_dir = run_dir / "mock"  # (before it starts: stop() stops it however the start ends)
         st = start(src, self.state_dir, time_scale=self.time_scale, owner_pid=os.getpid(), name=run_dir.name,
-                   purpose=f"mfctl run {self.pb.name} ({run_dir.name})", torchrun=self.pb.mock.torchrun)
+                   purpose=f"mfctl run {self.pb.name} ({run_dir.name})", torchrun=self.pb.mock.torchrun,
+                   sshd=self.pb.mock.sshd)
         return st["inventory"]
 
     def check(self, inv) -> None:

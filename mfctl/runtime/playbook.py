@@ -26,6 +26,10 @@ class MockSpec(_S):
     torchrun: Literal["mock", "real"] | None = Field(
         None, description="the torchrun the run's own mock hosts answer with: mock (mfctl.mock.torchrun) or real "
                           "(torch's, beside mfctl's Python); unset: the mock_torchrun setting (MFCTL_MOCK_TORCHRUN)")
+    sshd: Literal["auto", "openssh", "paramiko"] | None = Field(
+        None, description="what serves the run's own mock hosts' SSH: a real OpenSSH sshd per host (openssh), "
+                          "paramiko servers in the mock's process (paramiko: one process for any number of hosts, "
+                          "docs/scale.md), or auto; unset: the mock_sshd setting (MFCTL_MOCK_SSHD)")
 
 
 class ModelSpec(_S):
