@@ -7,6 +7,7 @@ profile --run``). Documented in ``docs/metrics.md``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sqlite3
@@ -89,13 +90,28 @@ class MetricsStore:
         self.db = sqlite3.connect(str(self.path), check_same_thread=False)
         self.db.executescript(SCHEMA)
         self._lock = threading.Lock()
+        self._tls = threading.local()  # .batching: this thread's writes are committed by batch()'s end
         self._timing_rows: int | None = None  # rows in ``timings`` (counted at the first message)
         self._timing_warnings: dict[str, int] = {}
 
     def _x(self, sql: str, args=()) -> None:
         with self._lock:
             self.db.execute(sql, args)
-            self.db.commit()
+            if not getattr(self._tls, "batching", False):
+                self.db.commit()
+
+    @contextlib.contextmanager
+    def batch(self):
+        """This thread's writes inside the block are committed once, at its end (one fsync for many
+        rows: a committed insert costs ~1 ms of CPU and several ms on a busy disk). Another thread's
+        write meanwhile commits them with its own, which is harmless: a row is never lost or torn."""
+        self._tls.batching = True
+        try:
+            yield self
+        finally:
+            self._tls.batching = False
+            with self._lock:
+                self.db.commit()
 
     def start_run(self, run_id: str, playbook: str, inventory: str, time_scale: float) -> None:
         self._x("INSERT INTO run (run_id, playbook, inventory, started_unix, status, time_scale) VALUES (?,?,?,?,?,?)",

@@ -11,6 +11,7 @@ reconfiguration protocol (:class:`mfctl.runtime.reconfig.Reconfigurator`) — it
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -108,7 +109,7 @@ class Training:
         self.ended: set[str] = set()  # hosts whose bye has arrived (set as it arrives)
         self._shown_iteration = 0  # the newest iteration the observer has heard of
         self._warned_figures: set[str] = set()  # hosts told of figures left out of their iteration messages
-        self.writer = _StoreWriter()
+        self.writer = _StoreWriter(store)
         self.finished: queue.Queue[InFlight] = queue.Queue()
         self.cpu = ControllerCPU()
         self._abort = threading.Event()
@@ -401,7 +402,11 @@ class _StoreWriter:
     disk), ~200 per iteration at 1,024 GPUs — the training loop must not wait for them.
     :meth:`close` writes what is queued and ends the thread."""
 
-    def __init__(self):
+    #: rows written per commit at most (what is queued when the writer wakes, up to this)
+    BATCH = 512
+
+    def __init__(self, store):
+        self.store = store
         self.q: queue.Queue = queue.Queue()
         self.errors = 0
         self.thread = threading.Thread(target=self._run, daemon=True, name="metrics-writer")
@@ -411,17 +416,32 @@ class _StoreWriter:
         self.q.put((fn, args))
 
     def _run(self) -> None:
-        while True:
-            item = self.q.get()
-            if item is None:
-                return
-            fn, args = item
+        done = False
+        while not done:
+            items = [self.q.get()]
+            while len(items) < self.BATCH:
+                try:
+                    items.append(self.q.get_nowait())
+                except queue.Empty:
+                    break
+            if None in items:  # close(): what was queued before it, then end
+                done, items = True, items[:items.index(None)]
+            batch = getattr(self.store, "batch", None)
             try:
-                fn(*args)
-            except Exception as e:  # a full disk, a closed store: the run goes on, said once
-                self.errors += 1
-                if self.errors == 1:
-                    log.warning("metrics store write failed (later failures not logged): %s", e)
+                with batch() if batch else contextlib.nullcontext():  # one commit for what was queued
+                    for fn, args in items:
+                        try:
+                            fn(*args)
+                        except Exception as e:
+                            self._failed(e)
+            except Exception as e:  # (the commit)
+                self._failed(e)
+
+    def _failed(self, e: Exception) -> None:
+        """A write failed (a full disk, a closed store): the run goes on, said once."""
+        self.errors += 1
+        if self.errors == 1:
+            log.warning("metrics store write failed (later failures not logged): %s", e)
 
     def close(self, timeout_s: float = 60.0) -> None:
         self.q.put(None)
