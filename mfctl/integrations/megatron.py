@@ -37,7 +37,7 @@ import os
 import socket
 from typing import Any
 
-from mfctl.integrations.safepoint import agree
+from mfctl.integrations.safepoint import ControlInbox, agree
 from mfctl.runtime.client import ControllerLost, RuntimeClient
 
 SUPPORTED_RANGE = ">=0.16,<0.17"
@@ -113,10 +113,7 @@ class MFabricHook:
         self.routes: dict = {}
         self.epoch = 0
         self.pending: int | None = None  # epoch proposed, paused for, routes not yet in force
-        self.lost = client is None
-        self._propose: dict[int, dict] = {}  # epoch → message, received by this host's client
-        self._routes: dict[int, dict] = {}
-        self._stop: str | None = None
+        self.inbox = ControlInbox(client)  # the control messages this host's client received, by epoch
         self._said_bye = False
         self.last_traffic: dict | None = None  # what the last safe point computed (every rank)
         self.events: list[tuple[int, str, int]] = []  # (iteration, "paused"|"resumed", epoch), every rank
@@ -134,6 +131,15 @@ class MFabricHook:
             except ControllerLost:
                 hook.lost = True
         return hook
+
+    @property
+    def lost(self) -> bool:
+        """The controller is lost (or this rank has no client): training goes on on the last routes."""
+        return self.inbox.lost
+
+    @lost.setter
+    def lost(self, value: bool) -> None:
+        self.inbox.lost = value
 
     def welcome(self, config: dict) -> None:
         self.config = config
@@ -179,31 +185,6 @@ class MFabricHook:
         return list(d.get_process_group_ranks(dispatcher.ep_group))
 
     # --- the safe point ----------------------------------------------------------------------------
-    def _drain(self) -> None:
-        if self.client is None or self.lost:
-            return
-        try:
-            msgs = self.client.poll()
-        except ControllerLost:
-            self.lost = True
-            return
-        for m in msgs:
-            if m.get("type") == "propose":
-                self._propose[int(m["epoch"])] = m
-            elif m.get("type") == "routes":
-                self._routes[int(m["epoch"])] = m
-            elif m.get("type") == "stop":
-                self._stop = str(m.get("reason") or "stopped")
-
-    def _send(self, call: str, *a, **kw) -> None:
-        """``self.client.<call>(...)`` where this rank has a connected client."""
-        if self.client is None or self.lost:
-            return
-        try:
-            getattr(self.client, call)(*a, **kw)
-        except ControllerLost:
-            self.lost = True  # keep training on the last routes
-
     def _payload(self) -> dict:
         counts = {layer: [int(v) for v in c.detach().cpu().tolist()] for layer, c in sorted(self.counts.items())}
         d = _dist()
@@ -212,10 +193,7 @@ class MFabricHook:
             "host": self.host,
             "counts": counts,
             "ep": {layer: self._ep_ranks(self.layers[layer]) for layer in counts},
-            "client": self.client is not None and not self.lost,
-            "propose": max(self._propose) if self._propose else None,
-            "routes": max(self._routes) if self._routes else None,
-            "stop": self._stop,
+            **self.inbox.vote(),  # client, propose, routes, stop (mfctl.integrations.safepoint.agree)
             "hosts": self.config.get("hosts") if self.leader else None,
         }
 
@@ -224,7 +202,7 @@ class MFabricHook:
         the routing, reports it (leader), answers the protocol together with every other rank.
         Returns True when the controller asked the job to stop (every rank returns True at the
         same iteration; the caller leaves its loop and calls :meth:`close`)."""
-        self._drain()
+        self.inbox.drain()
         mine = self._payload()
         d = _dist()
         if d is not None:
@@ -235,9 +213,9 @@ class MFabricHook:
         self.counts = {}
         self.last_traffic = traffic = self._traffic(gathered)
         if self.leader and traffic["matrices"]:
-            self._send("traffic", iteration, traffic["matrices"], epoch=self.epoch,
+            self.inbox.send("traffic", iteration, traffic["matrices"], epoch=self.epoch,
                        tokens=traffic["tokens"])
-        self._send("iteration", iteration, epoch=self.epoch,
+        self.inbox.send("iteration", iteration, epoch=self.epoch,
                    paused=self.pending is not None, **metrics)
         return self._agree(iteration, gathered)
 
@@ -250,16 +228,15 @@ class MFabricHook:
         if a.pause is not None:
             self.pending = a.pause  # OCS-path traffic of the changing circuits stops here, on every rank
             self.events.append((iteration, "paused", a.pause))
-            self._send("paused", a.pause, iteration)
+            self.inbox.send("paused", a.pause, iteration)
         if a.resume is not None:
-            msg = self._routes.get(a.resume)
+            msg = self.inbox.routes.get(a.resume)
             if msg is not None:
                 self.routes = msg.get("routes", {})
             self.epoch, self.pending = a.resume, None
             self.events.append((iteration, "resumed", a.resume))
-            self._send("resume", a.resume, iteration)
-            self._propose = {e: m for e, m in self._propose.items() if e > a.resume}
-            self._routes = {e: m for e, m in self._routes.items() if e > a.resume}
+            self.inbox.send("resume", a.resume, iteration)
+            self.inbox.forget(a.resume)
         return False
 
     def _traffic(self, gathered: list) -> dict:
@@ -306,5 +283,5 @@ class MFabricHook:
         if self.client is None or self._said_bye:
             return
         self._said_bye = True
-        self._send("bye", iterations=iterations, **extra)
+        self.inbox.send("bye", iterations=iterations, **extra)
         self.client.close()
