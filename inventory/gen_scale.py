@@ -98,9 +98,15 @@ def inventory(servers: int, per_region: int, ocses: int, name: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--servers", type=int, default=128)
-    ap.add_argument("--per-region", type=int, default=8, help="servers per region (one EP group)")
-    ap.add_argument("--ocses", type=int, default=4, help="optical switches (whole regions per switch)")
+
+    def positive(v: str) -> int:
+        if not v.isdigit() or int(v) < 1:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {v!r}")
+        return int(v)
+
+    ap.add_argument("--servers", type=positive, default=128)
+    ap.add_argument("--per-region", type=positive, default=8, help="servers per region (one EP group)")
+    ap.add_argument("--ocses", type=positive, default=4, help="optical switches (whole regions per switch)")
     ap.add_argument("--name", default=None, help="the inventory's name (default mfabric-<GPUs>)")
     ap.add_argument("-o", "--output", default="-", help="file to write (default: stdout)")
     a = ap.parse_args(argv)

@@ -42,3 +42,11 @@ def test_regions_that_do_not_fit_are_refused():
     with pytest.raises(ValueError, match="over 1,024 a side"):
         mod.inventory(4096, 8, 1, "x")  # 512 regions x 24 ports on one switch
     assert mod.inventory(4096, 8, 32, "x")["ocs"][0]["size"] == {"inputs": 384, "outputs": 384}  # docs/scale.md's example
+
+
+@pytest.mark.parametrize("args, said", [(["--per-region", "0"], "argument --per-region: expected a whole number >= 1"),
+                                        (["--servers", "0"], "argument --servers: expected a whole number >= 1"),
+                                        (["--ocses", "x"], "argument --ocses: expected a whole number >= 1, got 'x'")])
+def test_counts_below_one_are_usage_errors_not_tracebacks(args, said):
+    r = subprocess.run([sys.executable, str(GEN), *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr
