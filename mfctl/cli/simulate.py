@@ -76,7 +76,8 @@ def _reproduce(plot: Path | None, json_out: bool) -> None:
 
 
 @handle_errors
-def simulate(model: str = typer.Option("mixtral-8x7b", help="mixtral-8x22b, mixtral-8x7b, llama-moe, qwen-moe, "
+def simulate(ctx: typer.Context,
+             model: str = typer.Option("mixtral-8x7b", help="mixtral-8x22b, mixtral-8x7b, llama-moe, qwen-moe, "
                                                             "deepseek-256 (paper Table 1; docs/planning.md)."),
              gpus: int = typer.Option(1024, min=8, help="Cluster size (GPUs, 8 per server): a multiple of the model's "
                                                         "EP x TP x PP (mixtral-8x22b 512, mixtral-8x7b 128, llama-moe 64, "
@@ -94,7 +95,7 @@ def simulate(model: str = typer.Option("mixtral-8x7b", help="mixtral-8x22b, mixt
                                                   help="Compare with the MixNet paper's normalized iteration times "
                                                        "(4 models x 100/400G x 4 fabrics, 1,024 GPUs): ours, the "
                                                        "paper's and the error per cell; --plot writes a Fig. 12-like "
-                                                       "PNG. Other options are ignored."),
+                                                       "PNG. It takes no other option but --plot and --json."),
              json_out: bool = JSON_OPT):
     """What-if: a model on a cluster, compared across fabrics (see docs/planning.md for the model)."""
     from rich.table import Table
@@ -103,6 +104,11 @@ def simulate(model: str = typer.Option("mixtral-8x7b", help="mixtral-8x22b, mixt
     from mfctl.fabric import whatif
 
     if reproduce_paper:
+        given = [p.opts[0] for p in ctx.command.params if p.name not in ("reproduce_paper", "plot", "json_out")
+                 and getattr(ctx.get_parameter_source(p.name), "name", None) in ("COMMANDLINE", "ENVIRONMENT")]
+        if given:  # the paper's setup is fixed (1,024 GPUs, 100/400G, Table 1): an option would be ignored
+            raise UsageError(f"--reproduce-paper uses the paper's own setup: it takes no {', '.join(given)} "
+                             "(only --plot and --json)")
         _reproduce(plot, json_out)
         return
     fabrics = _checked(model, gpus, link_gbps, plot, fabric)
