@@ -334,11 +334,17 @@ def markup(template: str, *args, **kwargs):
 
 def shipped(path: Path, default: Path) -> Path:
     """``path`` itself, unless it is the relative ``default`` and missing here: then the copy
-    in the mfctl checkout (so ``mfctl mock up`` or ``provision plan`` work from any folder)."""
+    in the mfctl checkout (so ``mfctl mock up`` or ``provision plan`` work from any folder).
+    UsageError when there is neither (an mfctl installed from a wheel has no checkout: its
+    inventories and recipes are in the source tree, not the package)."""
     if path == default and not path.exists():
         candidate = Path(__file__).resolve().parents[2] / default
         if candidate.exists():
             return candidate
+        from mfctl.errors import UsageError
+
+        raise UsageError(f"the default {default} is neither here nor in an mfctl checkout beside this mfctl "
+                         f"({candidate.parent}): give the file's path (a checkout of mfctl has it under {default.parent}/)")
     return path
 
 
