@@ -20,7 +20,7 @@ class _S(BaseModel):
 
 class MockSpec(_S):
     enabled: bool = False
-    time_scale: float = Field(1.0, gt=0, le=10000, description="simulated seconds per wall second")
+    time_scale: float = Field(1.0, gt=0, le=10000, allow_inf_nan=False, description="simulated seconds per wall second")
     crash_host: str | None = Field(None, description="fault injection: this host's worker dies ...")
     crash_at_iteration: int | None = Field(None, ge=1, description="... at this iteration")
     torchrun: Literal["mock", "real"] | None = Field(
