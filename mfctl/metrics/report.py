@@ -197,6 +197,18 @@ def _page(summary, plots: list[tuple[str, str, str]]) -> str:
              ("tokens/s", f"{summary.tokens_per_s or 0:,.0f}"),
              ("reconfigurations", str(len(summary.reconfigurations))),
              ("EP bytes on circuits", f"{100 * share:.1f} %" if share else "—")]
+    ocs = summary.ocs or {}
+    for name, o in (ocs.get("by_ocs") or ({"": ocs} if ocs else {})).items():  # each OCS's read-back at the end
+        facts.append((f"OCS {name} read-back" if name else "OCS read-back",
+                      f"{'matches' if o.get('matches_last_plan') else 'DIFFERS from'} the last plan, "
+                      f"{len(o.get('cross_connects') or [])} cross-connects via {o.get('endpoint')}"))
+    by_region: dict[str, list[dict]] = {}
+    for r in summary.reconfigurations:
+        by_region.setdefault(str(r.get("region")), []).append(r)
+    if len(by_region) > 1:  # several regions: each one's reconfigurations, and its OCS
+        facts += [(f"region {reg}", f"{len(rs)} reconfiguration(s) on OCS {rs[0].get('ocs') or '—'}, "
+                                    f"{sum(x.get('outcome', 'applied') == 'applied' for x in rs)} applied")
+                  for reg, rs in sorted(by_region.items())]
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(str(v))}</td></tr>" for k, v in facts)
     figs = "".join(f'<figure id="{i}"><figcaption>{esc(t)}</figcaption><img alt="{esc(t)}" src="{u}"></figure>'
                    for i, t, u in plots)
