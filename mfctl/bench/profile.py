@@ -19,6 +19,10 @@ from pathlib import Path
 #: 2-core machine 8–40 % (tests/integration/test_profile_real_timings.py bounds it by the same 50 %)
 POOR_FIT = 0.50
 
+#: units/s above which a fitted rate is no hardware's: 10 TB/s of all-to-all or all-reduce per rank (an H100's NVLink is
+#: 0.9 TB/s), 10 PFLOP/s of GEMM (an H100's dense bf16 peak is ~1 PFLOP/s)
+IMPLAUSIBLE_RATE = {"alltoall": 1e13, "all_reduce": 1e13, "gemm": 1e16}
+
 #: the sweeps take minutes on real hosts: the per-command timeout is at least this, s
 SWEEP_TIMEOUT_S = 300.0
 
@@ -177,6 +181,10 @@ def profile_of_run(run_dir: Path, inventory_name: str | None = None) -> dict:
                                 "the work there — sizes too close together, a loaded host"
                                 + (", or waiting for late peers (time with Timings(sync_peers=True))"
                                    if task == "alltoall" else ""))
+            elif fit.rate > IMPLAUSIBLE_RATE[task]:
+                warnings.append(f"{h} {task}: {fit.rate:.3g} {unit}/s is faster than any hardware "
+                                f"(over {IMPLAUSIBLE_RATE[task]:.0e}): the times barely grow with n over "
+                                f"{n.min():.4g}..{n.max():.4g} {unit} — the samples cannot tell the rate")
             elif fit.rel_rms_error > POOR_FIT:
                 warnings.append(f"{h} {task}: fit error {100 * fit.rel_rms_error:.0f} % (> {100 * POOR_FIT:.0f} %): the "
                                 f"times spread widely about α + β·n over {n.min():.4g}..{n.max():.4g} {unit} — a loaded "

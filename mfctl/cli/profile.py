@@ -92,11 +92,31 @@ def _profile_run(run_id: str, runs_dir: Path | None, inventory_name: str | None,
     from mfctl.cli.metrics import _run_dir
 
     doc = profile_of_run(_run_dir(run_id, runs_dir), inventory_name)
+    before = _replaced(doc["inventory"])
     path = store(doc)
+    if before:
+        doc["replaced"] = before
     if json_out:
         emit_json(doc | {"path": str(path)})
         return
     _render(doc, f"profile of run {doc['source']['run_id']} ({doc['host']}, {doc['source']['samples']} samples)", path)
+    if before:
+        out_console().print(f"(it replaces the profile fitted on {before}: mfctl schedule uses this one now)",
+                            highlight=False)
+
+
+def _replaced(inventory_name: str) -> str | None:
+    """What the inventory's stored profile was fitted on (``run RUN`` or ``a sweep of HOSTS``), or None."""
+    from mfctl.bench.profile import load_profile
+
+    try:
+        old, _ = load_profile(inventory_name)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(old, dict):
+        return None
+    src = old.get("source") or {"kind": "sweep"}
+    return f"run {src.get('run_id')}" if src.get("kind") == "run" else f"a sweep of {old.get('host', '?')}"
 
 
 @handle_errors

@@ -173,6 +173,7 @@ def test_profile_of_a_run_stores_fits_that_schedule_prices_with(measured, tmp_pa
     assert "the profiled expert GEMM runs at" in said.output and "a profile of other hardware (a CPU?)" in said.output
     shown = invoke("profile", "--run", run_id)
     assert shown.exit_code == 0 and "GFLOP/s" in shown.stdout and "samples" in shown.stdout
+    assert f"(it replaces the profile fitted on run {run_id}: mfctl schedule uses this one now)" in shown.stdout
 
 
 def test_a_run_on_a_mock_is_profiled_for_the_inventory_it_stands_for(measured, tmp_path):

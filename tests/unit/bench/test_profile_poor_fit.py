@@ -28,3 +28,9 @@ def test_a_poor_fit_is_stored_with_a_warning_and_a_good_one_without(tmp_path):
     assert poor["fits"][0]["rel_rms_error"] > POOR_FIT
     assert any("gpu01 alltoall: fit error" in w and "mfctl schedule prices with it all the same" in w
                for w in poor["warnings"]), poor["warnings"]
+
+
+def test_a_rate_no_hardware_has_is_a_warning(tmp_path):
+    n = np.geomspace(1e3, 1e7, 24)
+    flat = profile_of_run(_run(tmp_path / "c", 1e-4 + n / 1e17), "inv")  # 100 PB/s: the times do not grow
+    assert any("gpu01 alltoall:" in w and "is faster than any hardware" in w for w in flat["warnings"]), flat["warnings"]
