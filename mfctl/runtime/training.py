@@ -237,7 +237,7 @@ class Training:
                       f"{', '.join(dropped)} (left out; said once per host)")
         self.writer.put(self.store.iteration, host, msg)
         if "timings" in msg:  # the job's measured all-to-all/GEMM times (validated, bounded: mfctl profile --run)
-            self.store.timings(host, msg.get("iteration"), msg["timings"])
+            self.store.timings(host, msg.get("iteration"), msg.pop("timings"))  # (stored: not kept in the record)
         reg = self.plan.region_of(host)
         if host == reg.hosts[0]:
             self.record.add_iteration(reg.name, msg)
