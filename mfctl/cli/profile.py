@@ -111,7 +111,8 @@ def _replaced(inventory_name: str) -> str | None:
 
     try:
         old, _ = load_profile(inventory_name)
-    except (OSError, ValueError):
+    except (OSError, ValueError) as e:  # a damaged stored profile is replaced all the same: say so
+        print_error(f"the stored profile of {inventory_name} could not be read ({e}): it is replaced", "warning")
         return None
     if not isinstance(old, dict):
         return None

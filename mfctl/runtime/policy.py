@@ -16,6 +16,7 @@ circuits carry traffic.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -28,6 +29,8 @@ from mfctl.fabric.planner import plan as plan_circuits
 from mfctl.fabric.predict import EWMAPredictor, LastPredictor, rel_error
 from mfctl.runtime.plan import RegionState, RunPlan
 from mfctl.runtime.reconfig import Decision, Reconfiguration
+
+log = logging.getLogger(__name__)
 
 BISECTION_STEPS = 60  # as mfctl.fabric.itermodel.mixnet_time's
 
@@ -94,7 +97,8 @@ def score_predictions(plan: RunPlan, reg: RegionState, iteration: int, B: np.nda
                     ta, tb = np.asarray(tokens[str(a)], dtype=float), np.asarray(tokens[str(b)], dtype=float)
                     err = rel_error(plan.server_tokens(plan.crosslayer.predict_tokens(ta, a, b), n),
                                     plan.server_tokens(tb, n))
-                except (TypeError, ValueError, IndexError):  # not EP ranks × experts counts: not scored
+                except (TypeError, ValueError, IndexError) as e:  # not EP ranks × experts counts: not scored
+                    log.info("iteration %d (%s): cross-layer tokens %s→%s not scored: %s", iteration, reg.name, a, b, e)
                     continue
                 record(iteration, reg.name, f"crosslayer-{a}-{b}", err)
     return reg.predictors[pb.policy.predictor].predict()
