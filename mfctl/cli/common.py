@@ -240,6 +240,34 @@ HOSTS_OPT = typer.Option(None, "--hosts", help="Only these hosts: a host set (al
                          "@region0); default all.")
 
 
+def _one_value(ctx: typer.Context, param: typer.CallbackParam, value: list[str] | None) -> list[str] | None:
+    """A single-valued option taken as a list (:func:`one_option`): given twice it is a usage error
+    naming both values (click itself would keep the last one silently)."""
+    if value and len(value) > 1:
+        flag = max(param.opts, key=len)
+        raise typer.BadParameter(f"given {len(value)} times ({', '.join(repr(v) for v in value)}): give {flag} "
+                                 "once", ctx=ctx, param=param)
+    return value
+
+
+def one_option(*flags: str, metavar: str, help: str):
+    """An option that may be given at most once, declared ``list[str] | None`` (click keeps only the
+    last of a repeated single-valued option, so it is collected as a list and a second value is a
+    usage error, exit 2, naming both); :func:`one_value` turns the parameter into ``str | None``."""
+    return typer.Option(None, *flags, metavar=metavar, help=help, callback=_one_value, show_default=False)
+
+
+def one_value(value: list[str] | str | None) -> str | None:
+    """The value of a :func:`one_option` (None: not given)."""
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value
+
+
+OCS_OPT = one_option("--ocs", metavar="NAME", help="The OCS to work on, by its inventory name (default: the only "
+                     "one; required when the inventory has several).")
+
+
 def output_path(path: Path | None, option: str) -> Path | None:
     """A report file an option names (``--junit F``), checked before the work that fills it: its
     directory must exist and be writable, and it must not be a directory — else UsageError (2),

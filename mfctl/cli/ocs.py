@@ -9,7 +9,19 @@ from pathlib import Path
 
 import typer
 
-from mfctl.cli.common import JSON_OPT, confirm, emit_json, handle_errors, markup, number_option, option, out_console, print_error
+from mfctl.cli.common import (
+    JSON_OPT,
+    OCS_OPT,
+    confirm,
+    emit_json,
+    handle_errors,
+    markup,
+    number_option,
+    one_value,
+    option,
+    out_console,
+    print_error,
+)
 from mfctl.errors import ExitCode
 
 app = typer.Typer(help="Drive the optical circuit switch (TL1): inspect, change with a dry-run diff, journal, recover.",
@@ -18,12 +30,10 @@ app = typer.Typer(help="Drive the optical circuit switch (TL1): inspect, change 
 INV_OPT = option("inventory", "--inventory", "-i", default=..., help="Inventory YAML.")
 DRY_OPT = typer.Option(False, "--dry-run", help="Print the diff and change nothing (exit 6 if anything would change).")
 YES_OPT = option("yes", "--yes", "-y", help="Do not ask for confirmation.")
-OCS_OPT = typer.Option(None, "--ocs", metavar="NAME", help="The OCS to work on, by its inventory name (default: the only one; "
-                 "required when the inventory has several).")
 
 
 @contextmanager
-def _driver(inventory: Path, *, mutating: bool, purpose: str = "ocs", precheck=None, ocs: str | None = None):
+def _driver(inventory: Path, *, mutating: bool, purpose: str = "ocs", precheck=None, ocs: list[str] | str | None = None):
     """Connected driver, port map and the device's journal; ``mutating`` holds the device lock
     (keyed by what the device says it is, not by the inventory) until the block ends.
     ``precheck(port_map)``: the command's own arguments checked against the inventory first (a bad
@@ -34,7 +44,7 @@ def _driver(inventory: Path, *, mutating: bool, purpose: str = "ocs", precheck=N
     from mfctl.ocs.service import PortMap
 
     inv = load_inventory(inventory)
-    name = inv.ocs_named(ocs).name
+    name = inv.ocs_named(one_value(ocs)).name
     pm = PortMap.from_inventory(inv, name)
     if precheck is not None:
         precheck(pm)
@@ -75,7 +85,7 @@ def _render_diff(pm, d: dict, json_out: bool) -> None:
 
 
 def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool, purpose: str, what: str,
-            precheck=None, ocs: str | None = None) -> None:
+            precheck=None, ocs: list[str] | str | None = None) -> None:
     """Shared plan → confirm → apply → read back flow of every mutating command (``precheck``: see
     :func:`_driver`)."""
     from mfctl.signals import DeferSignals
@@ -119,7 +129,7 @@ def _change(inventory: Path, build, *, dry_run: bool, yes: bool, json_out: bool,
 
 @app.command()
 @handle_errors
-def show(inventory: Path = INV_OPT, ocs: str | None = OCS_OPT, json_out: bool = JSON_OPT):
+def show(inventory: Path = INV_OPT, ocs: list[str] | None = OCS_OPT, json_out: bool = JSON_OPT):
     """Read every cross-connect (RTRV-PATCH) and name both ends from the inventory."""
     from rich.table import Table
 
@@ -147,7 +157,7 @@ def show(inventory: Path = INV_OPT, ocs: str | None = OCS_OPT, json_out: bool = 
 @handle_errors
 def connect(a: str = typer.Argument(..., help="Lane HOST/NIC[.LANE] or OCS input port."),
             b: str = typer.Argument(..., help="Lane HOST/NIC[.LANE] or OCS output port."),
-            inventory: Path = INV_OPT, ocs: str | None = OCS_OPT,
+            inventory: Path = INV_OPT, ocs: list[str] | None = OCS_OPT,
             replace: bool = typer.Option(False, "--replace", help="Take ports already in use."),
             dry_run: bool = DRY_OPT, yes: bool = YES_OPT, json_out: bool = JSON_OPT):
     """Connect two lanes with a duplex circuit (two cross-connects), or one input to one output."""
@@ -161,7 +171,7 @@ def connect(a: str = typer.Argument(..., help="Lane HOST/NIC[.LANE] or OCS input
 @app.command()
 @handle_errors
 def disconnect(endpoints: list[str] = typer.Argument(None, help="Lanes or ports whose cross-connects to remove."),
-               inventory: Path = INV_OPT, ocs: str | None = OCS_OPT,
+               inventory: Path = INV_OPT, ocs: list[str] | None = OCS_OPT,
                all_: bool = typer.Option(False, "--all",
                                          help="Remove every cross-connect a confirmed read shows "
                                               "(DLT-PATCH of those ports, never ::ALL)."),
@@ -184,7 +194,7 @@ def disconnect(endpoints: list[str] = typer.Argument(None, help="Lanes or ports 
 @handle_errors
 def apply_cmd(file: Path = typer.Argument(..., help="YAML/JSON: cross_connects: [[in, out]...] "
                                                     "and/or circuits: [[LANE, LANE]...]."),
-              inventory: Path = INV_OPT, ocs: str | None = OCS_OPT, dry_run: bool = DRY_OPT, yes: bool = YES_OPT,
+              inventory: Path = INV_OPT, ocs: list[str] | None = OCS_OPT, dry_run: bool = DRY_OPT, yes: bool = YES_OPT,
               json_out: bool = JSON_OPT):
     """Make the OCS hold exactly the topology in FILE (only what differs changes)."""
     from mfctl.ocs.service import load_topology_file
@@ -195,7 +205,7 @@ def apply_cmd(file: Path = typer.Argument(..., help="YAML/JSON: cross_connects: 
 
 @app.command()
 @handle_errors
-def power(inventory: Path = INV_OPT, ocs: str | None = OCS_OPT, json_out: bool = JSON_OPT):
+def power(inventory: Path = INV_OPT, ocs: list[str] | None = OCS_OPT, json_out: bool = JSON_OPT):
     """Optical power per port with its lane; flags ports below the optics' sensitivity + margin. Exit 1 if any is flagged."""
     from rich.table import Table
 
@@ -226,7 +236,7 @@ def power(inventory: Path = INV_OPT, ocs: str | None = OCS_OPT, json_out: bool =
 
 @app.command()
 @handle_errors
-def alarms(inventory: Path = INV_OPT, ocs: str | None = OCS_OPT,
+def alarms(inventory: Path = INV_OPT, ocs: list[str] | None = OCS_OPT,
            wait: float = number_option(0.0, "--wait", min=0.0, max=3600.0,
                                        help="Also listen this many seconds for autonomous messages."),
            json_out: bool = JSON_OPT):
@@ -254,7 +264,7 @@ def alarms(inventory: Path = INV_OPT, ocs: str | None = OCS_OPT,
 
 @app.command()
 @handle_errors
-def journal(inventory: Path = INV_OPT, ocs: str | None = OCS_OPT,
+def journal(inventory: Path = INV_OPT, ocs: list[str] | None = OCS_OPT,
             last: int = typer.Option(30, min=1, help="Show the last N records."),
             json_out: bool = JSON_OPT):
     """The OCS's change journal (intent, commands, read-back, outcome, recoveries)."""
@@ -266,7 +276,7 @@ def journal(inventory: Path = INV_OPT, ocs: str | None = OCS_OPT,
     from mfctl.ocs.service import journal_report
 
     inv = load_inventory(inventory)
-    name = inv.ocs_named(ocs).name
+    name = inv.ocs_named(one_value(ocs)).name
     ident = known_identity(inv, name)
     if ident is None:  # the journal is keyed by what the device says it is: ask it (read-only)
         with _driver(inventory, mutating=False, ocs=name) as (_, drv, _, _):
@@ -295,8 +305,10 @@ def journal(inventory: Path = INV_OPT, ocs: str | None = OCS_OPT,
     con.print(t)
     if pend:
         more = f", {pend['recoveries']} recovery attempt(s) interrupted" if pend["recoveries"] else ""
-        con.print(markup("[yellow]apply {} ({}) did not finish{}: run mfctl ocs recover[/]", pend["apply_id"],
-                         pend.get("reason"), more), highlight=False)
+        from mfctl.ocs.driver import recover_command
+
+        con.print(markup("[yellow]apply {} ({}) did not finish{}: run {}[/]", pend["apply_id"],
+                         pend.get("reason"), more, recover_command(inv, name)), highlight=False)
 
 
 def _nothing_to_recover(plan: dict, json_out: bool) -> None:
@@ -311,7 +323,7 @@ def _nothing_to_recover(plan: dict, json_out: bool) -> None:
 
 @app.command()
 @handle_errors
-def recover(inventory: Path = INV_OPT, ocs: str | None = OCS_OPT,
+def recover(inventory: Path = INV_OPT, ocs: list[str] | None = OCS_OPT,
             rollback: bool = typer.Option(False, "--rollback",
                                           help="Return to the state before the interrupted apply "
                                                "(default: complete it)."),

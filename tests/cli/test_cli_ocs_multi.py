@@ -44,6 +44,18 @@ def test_without_ocs_several_is_a_usage_error_naming_them(cmd, tmp_path):
     assert r.exit_code == 2 and "no OCS 'ocs-c' in inventory mfabric-2ocs (it has ocs-a, ocs-b)" in r.stdout
 
 
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_a_repeated_ocs_is_a_usage_error_naming_both(cmd):
+    """Click keeps the last of a repeated option: ``--ocs ocs-a --ocs ocs-b`` would silently work on
+    ocs-b. It is refused (exit 2, before the inventory is read or a switch reached), naming both."""
+    r = invoke("ocs", *cmd, "-i", TWO, "--ocs", "ocs-a", "--ocs=ocs-b", "--json")
+    err = json.loads(r.stdout)["error"]
+    assert r.exit_code == 2 and err["type"] == "UsageError", r.stdout
+    assert err["message"] == "Invalid value for '--ocs': given 2 times ('ocs-a', 'ocs-b'): give --ocs once"
+    r = invoke("ocs", *cmd, "-i", TWO, "--ocs", "ocs-a", "--ocs", "ocs-a")  # the same name twice: still a slip
+    assert r.exit_code == 2 and "given 2 times ('ocs-a', 'ocs-a')" in r.stderr
+
+
 def test_ocs_option_on_every_command_is_documented():
     for cmd in ("show", "connect", "disconnect", "apply", "power", "alarms", "journal", "recover"):
         r = invoke("ocs", cmd, "--help")
