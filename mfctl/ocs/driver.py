@@ -113,6 +113,9 @@ class OCSDriver:
         self.device_records: list[dict] = []  # the device journal as open_ocs read it (once per session)
         self.size: tuple[int, int] | None = None
         self.read_attempts = read_attempts
+        #: the command that recovers this switch's unfinished change, as its errors say it (with several
+        #: OCSes in the inventory it names this one: driver_from_inventory sets ``--ocs NAME``)
+        self.recover_command = "mfctl ocs recover"
 
     # --- connection -------------------------------------------------------------------
     def _open(self, t):
@@ -465,7 +468,7 @@ class OCSDriver:
             extra = {i: o for i, o in readback.items() if desired.get(i) != o}
             err = OperationFailed(f"OCS {self.ocs.name}: read-back differs from plan after {self.retries} retries: "
                                   f"missing {_pairs(missing)}, unexpected {_pairs(extra)}; "
-                                  f"run mfctl ocs recover to finish or roll back")
+                                  f"run {self.recover_command} to finish or roll back")
             err.chain = this
             raise err
         if chain is None:
@@ -505,7 +508,7 @@ class OCSDriver:
         e.left = "unchanged" if unchanged else "unknown"
         if unchanged or now is None:
             if not unchanged:
-                e.args = (f"{e.args[0]}; the OCS may be half-changed: run mfctl ocs recover",)
+                e.args = (f"{e.args[0]}; the OCS may be half-changed: run {self.recover_command}",)
             return
         log.warning("OCS %s: %s refused mid-change; rolling back to the state before", self.ocs.name, e.code)
         try:
@@ -514,7 +517,7 @@ class OCSDriver:
             else:
                 self.apply(before, reason=f"rollback of {apply_id} after {e.code}", chain=e.chain)
         except (TL1Deny, TL1ConnectionError, TL1Timeout, UnreachableError, OperationFailed) as e2:
-            e.args = (f"{e.args[0]}; the rollback failed too ({e2}): run mfctl ocs recover",)
+            e.args = (f"{e.args[0]}; the rollback failed too ({e2}): run {self.recover_command}",)
             return
         e.left = "rolled-back"
         e.args = (f"{e.args[0]}; rolled back: the OCS holds what it held before (confirmed read)",)
@@ -730,10 +733,21 @@ def driver_from_inventory(inv, *, journal: Journal | None = None, connect_timeou
     when it has none of that name; None: the only one, a ConfigError when there are several),
     with its SSH known_hosts settings."""
     o = inv.ocs if ocs is None else inv.ocs_named(ocs)
-    return OCSDriver(o, base_dir=inv.base_dir, known_hosts=o.known_hosts or inv.ssh.known_hosts,
-                     host_key_policy=inv.ssh.host_key_policy, connect_timeout=connect_timeout,
-                     command_timeout=command_timeout, journal=journal,
-                     max_pairs_per_command=o.max_pairs_per_command)
+    drv = OCSDriver(o, base_dir=inv.base_dir, known_hosts=o.known_hosts or inv.ssh.known_hosts,
+                    host_key_policy=inv.ssh.host_key_policy, connect_timeout=connect_timeout,
+                    command_timeout=command_timeout, journal=journal,
+                    max_pairs_per_command=o.max_pairs_per_command)
+    drv.recover_command = recover_command(inv, o.name)
+    return drv
+
+
+def recover_command(inv, ocs: str | None = None) -> str:
+    """``mfctl ocs recover -i INVENTORY [--ocs NAME]`` for the OCS named ``ocs`` of ``inv``: with
+    several OCSes ``--ocs`` is required, so a hint without it would be a usage error."""
+    import shlex
+
+    cmd = "mfctl ocs recover" + (f" -i {shlex.quote(inv.source)}" if inv.source else "")
+    return cmd + (f" --ocs {ocs}" if ocs and len(inv.ocses) > 1 else "")
 
 
 def open_ocs(inv, *, purpose: str | None = None, journals: list[Journal] | tuple = (),

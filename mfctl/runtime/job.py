@@ -283,7 +283,8 @@ class Job:
             run_dir=str(self.run_dir), time_scale=self.scale, health=self.preflight.summary(),
             slurm_job=self.launcher.job_id if self.launcher is not None else None,
             wall_train_s=max(0.0, time.monotonic() - self.t_train0) if self.t_train0 is not None else 0.0,
-            warnings=recovery_hint(self.record.reconfigs, self.journal.records, inv))
+            warnings=recovery_hint(self.record.reconfigs, self.journal.records, inv,
+                                   len(self.inv.ocses) if self.inv is not None else 1))
 
 
 def run_playbook(path: str, **kw) -> dict:

@@ -638,25 +638,42 @@ def reread_ocs(ocs: OCS, regions, journal: Callable[..., object], endpoint: str 
     return rb
 
 
-def recovery_hint(reconfigs: list[Reconfiguration], journal_records: Callable[[], list[dict]], inventory: str) -> list[str]:
-    """The warning to run ``mfctl ocs recover`` when the last reconfiguration (not cancelled) left
-    the OCS differing from its plan and that change is still pending in the run's journal
-    (``journal_records()``, as ``ocs recover`` finds it: a later change supersedes it)."""
+def recovery_hint(reconfigs: list[Reconfiguration], journal_records: Callable[[], list[dict]], inventory: str,
+                  ocses: int = 1) -> list[str]:
+    """The warnings to run ``mfctl ocs recover`` — one per OCS whose last reconfiguration (not
+    cancelled) left it differing from its plan with that change still pending in the run's journal
+    (``journal_records()``, that OCS's records, as ``ocs recover`` finds them: a later change on the
+    same switch supersedes it). With several OCSes in the inventory (``ocses``) the command names
+    the switch (``--ocs NAME``: without it ``ocs recover`` is a usage error there)."""
+    import shlex
+
     from mfctl.ocs.driver import pending_apply
 
-    last = next((r for r in reversed(reconfigs) if r.outcome != "cancelled"), None)
-    if last is None or not last.ocs_needs_recovery:
-        return []
-    try:
-        pend = pending_apply([r for r in journal_records() if str(r.get("op", "")).startswith("ocs.")])
-    except (OSError, ValueError) as e:
-        log.warning("run journal not readable for the recovery hint: %s", e)
-        pend = {"reason": f"epoch {last.epoch}"}
-    if pend is None:
-        return []
-    return [f"the OCS was left differing from the plan by epoch {last.epoch} ({last.outcome}; change "
-            f"{pend.get('reason')!r} unfinished): run `mfctl ocs recover -i {inventory}` after the run to finish it, "
-            "or with --rollback to undo it"]
+    last_by_ocs: dict[str, Reconfiguration] = {}
+    for r in reconfigs:
+        if r.outcome != "cancelled":
+            last_by_ocs[r.ocs] = r
+    hints = []
+    records: list[dict] | None = None
+    for name, last in last_by_ocs.items():
+        if not last.ocs_needs_recovery:
+            continue
+        try:
+            if records is None:
+                records = [r for r in journal_records() if str(r.get("op", "")).startswith("ocs.")]
+            mine = records if ocses <= 1 or not name else [r for r in records if r.get("ocs") in (name, None)]
+            pend = pending_apply(mine)
+        except (OSError, ValueError) as e:
+            log.warning("run journal not readable for the recovery hint: %s", e)
+            pend = {"reason": f"epoch {last.epoch}"}
+        if pend is None:
+            continue
+        which = f" --ocs {name}" if ocses > 1 and name else ""
+        on = f"OCS {name}" if ocses > 1 and name else "the OCS"
+        hints.append(f"{on} was left differing from the plan by epoch {last.epoch} ({last.outcome}; change "
+                     f"{pend.get('reason')!r} unfinished): run `mfctl ocs recover -i {shlex.quote(inventory)}{which}` "
+                     "after the run to finish it, or with --rollback to undo it")
+    return hints
 
 
 def _known(found: list[mapping.Circuit], known: list[mapping.Circuit]) -> list[mapping.Circuit]:

@@ -98,3 +98,44 @@ def test_run_ocs_sets_and_checks_each_switch_on_its_own(tmp_path):
     assert rec.final_by_ocs["ocs-a"]["matches_last_plan"] is True and rec.final_by_ocs["ocs-b"]["matches_last_plan"] is False
     ocs.close()
     assert all(d.closed for d in drivers.values())
+
+
+def _intent(apply_id, ocs, reason):
+    return {"op": "ocs.intent", "apply_id": apply_id, "ocs": ocs, "reason": reason, "before": [[1, 193]],
+            "desired": [[1, 194]], "diff": {"add": [[1, 194]], "delete": [[1, 193]], "keep": 0}}
+
+
+def test_the_recovery_hint_names_the_ocs_left_half_changed_with_several():
+    """Issue 22: with several OCSes ``mfctl ocs recover`` without ``--ocs`` is a usage error, so the hint
+    after a run that left one switch half-changed names that switch (and only it: the other one's
+    last change finished)."""
+    from mfctl.inventory import load_inventory
+    from mfctl.ocs.driver import driver_from_inventory, recover_command
+    from mfctl.runtime.reconfig import Reconfiguration, recovery_hint
+
+    a = Reconfiguration(epoch=3, region="region0", iteration=5, circuits_planned=[], outcome="applied", ocs="ocs-a")
+    b = Reconfiguration(epoch=4, region="region1", iteration=6, circuits_planned=[], outcome="partial", ocs="ocs-b")
+    recs = [_intent("a1", "ocs-a", "epoch 3"), {"op": "ocs.outcome", "apply_id": "a1", "ocs": "ocs-a", "ok": True},
+            _intent("b1", "ocs-b", "epoch 4"),
+            {"op": "ocs.outcome", "apply_id": "b1", "ocs": "ocs-b", "ok": False, "error": "SROF"}]
+    hints = recovery_hint([a, b], lambda: recs, "/tmp/inv.yaml", ocses=2)
+    assert hints == ["OCS ocs-b was left differing from the plan by epoch 4 (partial; change 'epoch 4' unfinished): "
+                     "run `mfctl ocs recover -i /tmp/inv.yaml --ocs ocs-b` after the run to finish it, or with "
+                     "--rollback to undo it"]
+    # both switches half-changed: a hint each, each for its own pending change
+    a.outcome = "unknown"
+    recs[1] = {"op": "ocs.outcome", "apply_id": "a1", "ocs": "ocs-a", "ok": False}
+    hints = recovery_hint([a, b], lambda: recs, "/tmp/inv.yaml", ocses=2)
+    assert [h.split(" was")[0] for h in hints] == ["OCS ocs-a", "OCS ocs-b"]
+    assert "--ocs ocs-a`" in hints[0] and "'epoch 3'" in hints[0] and "--ocs ocs-b`" in hints[1]
+    # one OCS: no --ocs (the only one is the default), the wording as before
+    one = recovery_hint([Reconfiguration(epoch=1, region="region0", iteration=2, circuits_planned=[], outcome="partial",
+                                         ocs="ocs")], lambda: [_intent("x", "ocs", "epoch 1")], "inv.yaml")
+    assert one == ["the OCS was left differing from the plan by epoch 1 (partial; change 'epoch 1' unfinished): run "
+                   "`mfctl ocs recover -i inv.yaml` after the run to finish it, or with --rollback to undo it"]
+    # the driver's own errors ("... run mfctl ocs recover") say the same command
+    inv = load_inventory(TWO)
+    assert recover_command(inv, "ocs-b") == f"mfctl ocs recover -i {inv.source} --ocs ocs-b"
+    assert driver_from_inventory(inv, ocs="ocs-a").recover_command == f"mfctl ocs recover -i {inv.source} --ocs ocs-a"
+    proto = load_inventory(DATA.parent.parent / "inventory" / "mfabric-prototype.yaml")
+    assert driver_from_inventory(proto).recover_command == f"mfctl ocs recover -i {proto.source}"
