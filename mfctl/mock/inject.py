@@ -22,10 +22,15 @@
 ``ocs:port7=deny``           the OCS denies cross-connects touching port 7 (``DENY SROF``)
 ``ocs:patch2=deny``          the OCS denies its 2nd ``ENT-PATCH`` (``DENY SROF``, nothing made), once;
                              ``deny:3`` that one and the 2 after it (the initial topology is the 1st)
+``ocs/ocs-b:patch2=deny``    the same on the OCS the inventory names ``ocs-b`` (``ocs/NAME:``, any
+                             OCS fault); plain ``ocs:`` is the only OCS, or the first of several
 ``mock:start=slow:5``        the mock's start takes 5 s more, its hosts and OCS already listening
                              (a loaded machine: what a Ctrl-C during ``mfctl mock up`` meets)
 ==========================  ==============================================================
 
+The grammar: ``TARGET:PART[N]=FAULT[:ARG]`` with TARGET a host, ``mock``, ``ocs`` or ``ocs/NAME``
+(NAME an OCS of the inventory: letters, digits, ``_ . -``), PART a lower-case word and N its
+number, FAULT a lower-case word (``xid`` may end in digits), ARG letters, digits, ``_ . -``.
 Raises ValueError with the spec and what was expected.
 """
 
@@ -36,7 +41,7 @@ import time
 
 from mfctl.mock.gputools import NVLINKS, SLOWDOWNS, SM_MAX_MHZ
 
-_SPEC = re.compile(r"^(?P<target>[A-Za-z0-9_.-]+):(?P<part>[a-z][a-z0-9_-]*?)(?P<index>\d*)"
+_SPEC = re.compile(r"^(?P<target>[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)?):(?P<part>[a-z][a-z0-9_-]*?)(?P<index>\d*)"
                    r"=(?P<fault>[a-z-]+\d*)(?::(?P<arg>[\w.-]+))?$")
 GPU_FAULTS = ("xidN", "remap-pending", "remap-failure", "ecc:N", "slowdown[:REASON]", "sm-clock:MHZ", "nvlink-down:LINK")
 
@@ -46,7 +51,7 @@ def parse(spec: str) -> tuple[str, str, int | None, str, str | None]:
     m = _SPEC.match(spec.strip())
     if not m:
         raise ValueError(f"bad fault spec {spec!r}: expected TARGET:PART=FAULT, e.g. gpu02:gpu3=xid79, "
-                         "gpu03:ssh=refuse, ocs:port7=deny")
+                         "gpu03:ssh=refuse, ocs:port7=deny, ocs/ocs-b:patch2=deny")
     idx = int(m["index"]) if m["index"] else None
     return m["target"], m["part"], idx, m["fault"], m["arg"]
 
@@ -67,15 +72,18 @@ def apply(testbed, spec: str) -> str:
             time.sleep(seconds)  # (a signal meanwhile abandons the start: mfctl.mock.testbed.serve)
             return f"the start took {seconds} s more"
         raise ValueError(f"bad fault spec {spec!r}: the mock takes start=slow:SECONDS")
-    if target == "ocs":
-        ports = testbed.ocs.inputs + testbed.ocs.outputs
+    if target == "ocs" or target.startswith("ocs/"):
+        name, emu = _ocs(testbed, spec, target.partition("/")[2] or None)
+        ports = emu.inputs + emu.outputs
         if part == "port" and idx is not None and fault == "deny":
-            testbed.ocs.faults.deny_ports.add(number(idx, 1, ports, "the OCS port"))
-            return f"OCS denies cross-connects on port {idx}"
+            emu.faults.deny_ports.add(number(idx, 1, ports, "the OCS port"))
+            return f"OCS {name} denies cross-connects on port {idx}"
         if part == "patch" and idx is not None and fault == "deny":
-            return _deny_patches(testbed.ocs, number(idx, 1, 10**6, "the ENT-PATCH number"),
-                                 number(arg, 1, 10**6, "the count") if arg is not None else 1)
+            return f"OCS {name}: " + _deny_patches(emu, number(idx, 1, 10**6, "the ENT-PATCH number"),
+                                                   number(arg, 1, 10**6, "the count") if arg is not None else 1)
         raise ValueError(f"bad fault spec {spec!r}: the OCS takes portN=deny or patchN=deny[:COUNT]")
+    if "/" in target:
+        raise ValueError(f"bad fault spec {spec!r}: only an OCS is named so (ocs/NAME:...); a host is HOST:...")
     host = testbed.hosts.get(target)
     if host is None:
         raise ValueError(f"bad fault spec {spec!r}: no host {target!r} in the mock (hosts: {', '.join(testbed.hosts)})")
@@ -128,6 +136,20 @@ def apply(testbed, spec: str) -> str:
     else:
         raise ValueError(f"bad fault spec {spec!r}: unknown GPU fault {fault!r} (one of {', '.join(GPU_FAULTS)})")
     return f"{target}: GPU {idx} {fault}{f':{arg}' if arg else ''}"
+
+
+def _ocs(testbed, spec: str, name: str | None):
+    """``(name, emulator)`` of the mock's OCS ``name`` (None: the first, the only one of most
+    inventories). ValueError naming the OCSes the mock has when there is none of that name."""
+    ocses = getattr(testbed, "ocses", None) or {}
+    if name is None:
+        if ocses:
+            first = next(iter(ocses))
+            return first, ocses[first].emulator
+        return "ocs", testbed.ocs
+    if name not in ocses:
+        raise ValueError(f"bad fault spec {spec!r}: no OCS {name!r} in the mock (OCSes: {', '.join(ocses) or 'none'})")
+    return name, ocses[name].emulator
 
 
 def _deny_patches(emu, first: int, count: int) -> str:

@@ -22,6 +22,8 @@ def _mock_up(tmp_path, *args):
     ("gpu02-gpu3", "expected TARGET:PART=FAULT"),
     ("gpu99:gpu0=xid79", "no host 'gpu99' in the mock (hosts: gpu01, gpu02, gpu03, gpu04)"),
     ("ocs:port999=deny", "the OCS port must be an integer from 1 to 768"),
+    ("ocs/ocs-z:port1=deny", "no OCS 'ocs-z' in the mock (OCSes: ocs1)"),
+    ("gpu01/nic0:ssh=refuse", "only an OCS is named so (ocs/NAME:...); a host is HOST:..."),
 ])
 def test_bad_fault_spec_exits_2_and_leaves_no_mock(tmp_path, spec, said):
     r = _mock_up(tmp_path, str(PROTOTYPE), "--inject", spec)

@@ -34,3 +34,35 @@ def test_up_and_status_list_every_ocs(tmp_path):
             assert f"OCS {name}" in st.stdout and f"serial {e['serial']}, tcp {e['tcp']}, ssh {e['ssh']}" in st.stdout
     finally:
         mfctl("down", "--force")
+
+
+def test_inject_names_the_ocs_and_plain_ocs_is_the_first(tmp_path):
+    """``--inject ocs/NAME:...`` aims a fault at that OCS; ``ocs:...`` keeps meaning the first (the
+    only one of most inventories). Port 1 of ocs-b is denied, port 2 of ocs-a (the first): each
+    switch refuses exactly its own port, and the other's same number works."""
+    from typer.testing import CliRunner
+
+    from mfctl import mockctl
+    from mfctl.cli.app import build
+
+    st = mockctl.start(TWO, tmp_path / "mock", time_scale=100, sshd="paramiko", timeout=90,
+                       inject=["ocs/ocs-b:port1=deny", "ocs:port2=deny"])
+    try:
+        def connect(ocs, i, o):
+            r = CliRunner().invoke(build(), ["ocs", "connect", str(i), str(o), "-i", st["inventory"], "--ocs", ocs,
+                                             "--yes", "--json"])
+            return r.exit_code, json.loads(r.stdout)
+
+        code, out = connect("ocs-b", 1, 193)
+        assert code == 1 and out["error"]["message"] == ("OCS denied 'ENT-PATCH::1,193:12;': SROF (requested operation "
+                                                         "failed): switching failure on port 1"), out
+        code, out = connect("ocs-a", 1, 193)
+        assert code == 0 and out["changed"] is True and out["result"]["readback"] == [[1, 193]], out
+        code, out = connect("ocs-a", 2, 194)
+        assert code == 1 and "SROF" in out["error"]["message"] and "port 2" in out["error"]["message"], out
+        code, out = connect("ocs-b", 2, 194)
+        assert code == 0 and out["result"]["readback"] == [[2, 194]], out
+        log = (tmp_path / "mock" / "mock.log").read_text()
+        assert "OCS ocs-b denies cross-connects on port 1" in log and "OCS ocs-a denies cross-connects on port 2" in log
+    finally:
+        mockctl.stop(tmp_path / "mock")
