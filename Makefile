@@ -8,7 +8,8 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test lint install clean distclean
 
-$(BIN)/mfctl: pyproject.toml
+# the planner's compiled search is built by the install: a change to its C source installs again
+$(BIN)/mfctl: pyproject.toml mfctl/fabric/_search_kernel.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet -e '.[test]'
 	@touch $(BIN)/mfctl

@@ -14,7 +14,10 @@ side: 32 GPUs (one prototype region), 64 GPUs (one OLMoE region), 1,024 and 32,7
 and 512 OLMoE regions, each region's matrix drawn from a real domain x layer). One region is
 planned by ``plan``; a cluster by ``plan_regions``, in this process (``workers=1``: its
 regions searched as one vectorised batch) and over every core (one batch per process, on a
-warm process pool, and on a cold one whose start-up is counted). Each figure is the median
+warm process pool, and on a cold one whose start-up is counted); and beside it the same
+search in numpy (setting planner_kernel=numpy: what runs where the compiled search,
+mfctl/fabric/_search_kernel.c, was not built), with whether its plans equal the compiled
+one's. Each figure is the median
 (and min-max) of several repeats: CPU ms of this process (steady under load; meaningless for
 the pool, whose work is in other processes) and wall ms. The load average is printed at the
 start and the end: the machine is shared.
@@ -24,7 +27,9 @@ Last line: one JSON object, {"benchmark": "planner", ...} with every figure.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import statistics
 import sys
@@ -36,6 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mfctl.fabric import search  # noqa: E402
 from mfctl.fabric.planner import LinkRates, greedy, ilp, objective, plan, plan_regions  # noqa: E402
 from mfctl.fabric.traffic import expert_to_rank, load_routing, rank_matrix, rank_to_server, server_matrix  # noqa: E402
 
@@ -78,6 +84,17 @@ def timed(fn, repeats: int) -> dict:
     return {"cpu_ms": round(statistics.median(cpu), 3), "cpu_min_ms": round(min(cpu), 3),
             "wall_ms": round(statistics.median(wall), 3), "wall_min_ms": round(min(wall), 3),
             "wall_max_ms": round(max(wall), 3), "repeats": repeats}
+
+
+@contextlib.contextmanager
+def numpy_search():
+    """Plans in this process by the numpy search (setting planner_kernel), as where the compiled one was not built."""
+    before = os.environ.get("MFCTL_PLANNER_KERNEL")
+    os.environ["MFCTL_PLANNER_KERNEL"] = "numpy"
+    try:
+        yield
+    finally:
+        os.environ.pop("MFCTL_PLANNER_KERNEL") if before is None else os.environ.update(MFCTL_PLANNER_KERNEL=before)
 
 
 def optimum(B: np.ndarray, ports: np.ndarray, rates: LinkRates) -> float:
@@ -139,8 +156,14 @@ def main() -> None:
                 r["mfctl"] = timed(lambda regions=regions, rates=rates: plan_regions(regions, rates, workers=1), reps[n])
                 r["mfctl_all_cores"] = timed(
                     lambda regions=regions, rates=rates: plan_regions(regions, rates, executor=pool), reps[n])
-            r["mfctl_cpu_ms_per_region"] = round(r["mfctl"]["cpu_ms"] / len(Bs), 3)
             plans = plan_regions(regions, rates, workers=1)
+            with numpy_search():  # the same search in numpy (the fallback where the kernel was not built), in this process
+                r["mfctl_numpy"] = timed(lambda regions=regions, rates=rates: plan_regions(regions, rates, workers=1), reps[n])
+                r["numpy_plans_equal"] = all(
+                    (a.circuits == b.circuits).all() and math.isclose(a.objective_s, b.objective_s, rel_tol=1e-12)
+                    for a, b in zip(plan_regions(regions, rates, workers=1), plans))
+            r["mfctl_cpu_ms_per_region"] = round(r["mfctl"]["cpu_ms"] / len(Bs), 3)
+            r["numpy_cpu_ms_per_region"] = round(r["mfctl_numpy"]["cpu_ms"] / len(Bs), 3)
             r["ratio_to_greedy_worst"] = round(max(p.objective_s / p.greedy_objective_s for p in plans), 4)
             r["ratio_to_greedy_mean"] = round(float(np.mean([p.objective_s / p.greedy_objective_s for p in plans])), 4)
             if len(Bs) <= 16:  # the optimum: exhaustive or one MILP per region (~1 s each; 512 would take minutes)
@@ -161,12 +184,14 @@ def main() -> None:
     print()
     print(f"load average {load_start} at the start, {load_end} at the end; {cores} cores; ms, median of repeats; "
           "cpu = this process's CPU, wall = median (min–max)")
-    print(f"{'GPUs':>6} | {'regions':>7} | {'greedy cpu':>10} | {'mfctl cpu':>9} | {'per region':>10} | {'mfctl wall':>24} | "
+    print(f"search: {search.kernel()} (numpy: the same search in numpy, this process)")
+    print(f"{'GPUs':>6} | {'regions':>7} | {'greedy cpu':>10} | {'mfctl cpu':>9} | {'numpy cpu':>9} | {'per region':>10} | "
+          f"{'mfctl wall':>24} | "
           f"{'mfctl wall, ' + str(cores) + ' cores':>24} | {'ours/greedy worst':>17} | {'gap to opt worst':>16} | target")
     for n, r in res.items():
         gap = f"{100 * r['gap_to_optimum_worst']:.2f}%" if "gap_to_optimum_worst" in r else "—"
         target = "—" if TARGETS[n] is None else f"≤ {TARGETS[n]:g} ms"
-        print(f"{n:>6} | {r['regions']:>7} | {cell(r['greedy']):>10} | {cell(r['mfctl']):>9} | "
+        print(f"{n:>6} | {r['regions']:>7} | {cell(r['greedy']):>10} | {cell(r['mfctl']):>9} | {cell(r['mfctl_numpy']):>9} | "
               f"{r['mfctl_cpu_ms_per_region']:>10.3f} | {cell(r['mfctl'], 'wall'):>24} | "
               f"{cell(r.get('mfctl_all_cores'), 'wall'):>24} | {r['ratio_to_greedy_worst']:>17.4f} | {gap:>16} | {target}")
     cold = res["32768"]["mfctl_cold_pool"]
@@ -179,7 +204,9 @@ def main() -> None:
                       "sizes": res, "parallel_equals_serial": same,
                       "worst_ratio_to_greedy": round(max(ratios), 4), "worst_gap_to_optimum": round(max(gaps), 4),
                       "mean_gap_to_optimum": round(float(np.mean(gaps)), 5),
-                      "plan_64_cpu_ms": res["64"]["mfctl"]["cpu_ms"], "plan_32768_wall_ms": t32k,
+                      "search": search.kernel(), "plan_64_cpu_ms": res["64"]["mfctl"]["cpu_ms"],
+                      "plan_64_numpy_cpu_ms": res["64"]["mfctl_numpy"]["cpu_ms"], "plan_32768_wall_ms": t32k,
+                      "plan_32768_numpy_wall_ms": res["32768"]["mfctl_numpy"]["wall_ms"],
                       "target_64_le_1ms": res["64"]["mfctl"]["cpu_ms"] <= 1.0, "target_32768_le_1s": t32k <= 1000.0}))
 
 

@@ -133,6 +133,9 @@ SETTINGS: dict[str, Setting] = {
         Setting("json", "", "Print one JSON object on stdout (--json, for CI).", type=bool),
         Setting("yes", "", "Do not ask for confirmation (--yes/-y).", type=bool),
         Setting("skip_health", "", "mfctl run --skip-health.", type=bool),
+        Setting("planner_kernel", "auto", "The circuit planner's local search: compiled (mfctl/fabric/_search_kernel.c, "
+                "built at install where a C compiler is found), numpy (the same search, ~7x slower), or auto: compiled "
+                "where it was built."),
         Setting("mock_state_dir", "", "mfctl mock --state-dir (default: <state_dir>/mock).", type=Path),
         Setting("mock_time_scale", "1", "mfctl mock up --time-scale: simulated seconds per wall second.", type=float,
                 min=0.01, max=10000),

@@ -75,6 +75,18 @@ def _root(_version: bool = typer.Option(False, "--version", "-V", is_eager=True,
     pass
 
 
+def _planner_search() -> str:
+    """The planner's local search as the setting ``planner_kernel`` and the install make it: ``compiled``,
+    ``numpy``, or ``invalid: …`` (the setting's error)."""
+    from mfctl.errors import ConfigError
+    from mfctl.fabric import searchkind
+
+    try:
+        return searchkind.chosen(searchkind.built())
+    except ConfigError as e:
+        return f"invalid: {e}"
+
+
 def version(json_out: bool = JSON_OPT,
             settings_table: bool = typer.Option(False, "--settings",
                                                 help="List settings and their MFCTL_* variables."),
@@ -85,7 +97,7 @@ def version(json_out: bool = JSON_OPT,
     from mfctl import settings
     from mfctl.errors import EXIT_CODES
 
-    data: dict = {"schema": "mfctl.version/v1", "version": __version__}
+    data: dict = {"schema": "mfctl.version/v1", "version": __version__, "planner_search": _planner_search()}
     if settings_table:
         data["settings"] = settings.table()
     if exit_codes:
@@ -94,7 +106,7 @@ def version(json_out: bool = JSON_OPT,
     if json_out:
         emit_json(data)
         return
-    typer.echo(f"mfctl {__version__}")
+    typer.echo(f"mfctl {__version__} (circuit planner's search: {data['planner_search']})")
     for r in EXIT_CODES if exit_codes else ():
         typer.echo(f"  {int(r.code):>3}  {r.code.name:<12} {r.meaning}"
                    + (f" ({', '.join(r.raised_by)})" if r.raised_by else ""))

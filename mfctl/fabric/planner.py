@@ -205,10 +205,12 @@ class _Batch:
         S[:, idx, idx] = 0.0
         Cg = np.stack([greedy(s, p) for s, p in zip(S, ports)])
         region = search.Region.of(B, rates.circuit_Bps, rates.eps_Bps, max(int(ports.max(initial=1)), max_circuits))
-        rows = np.arange(len(B))
+        R = len(B)
         greedy_pairs = _to_pairs(Cg)
-        return cls(region, ports, greedy_pairs, search.times(region, rows, greedy_pairs).objective(),
-                   search.times(region, rows, np.zeros_like(greedy_pairs)).objective())
+        # the greedy plans and no circuits at all, judged in one pass
+        both = search.times(region, np.tile(np.arange(R), 2), np.concatenate([greedy_pairs, np.zeros_like(greedy_pairs)]))
+        obj = both.objective()
+        return cls(region, ports, greedy_pairs, obj[:R], obj[R:])
 
     def objective(self, C: np.ndarray, row: int = 0) -> np.ndarray:
         """``[K]`` objective (s) of symmetric candidates ``C`` ``[K, n, n]`` for region ``row``:
@@ -458,10 +460,10 @@ def _plan_chunk(args: tuple) -> list[Plan]:
     return [p for p in out if p is not None]
 
 
-#: without a pool of the caller's, fewer regions are planned in this process: starting a fresh pool (fork, 2
-#: workers) cost ~0.5 s on the 2-core sandbox, more than planning 512 same-shaped 8-server regions in one batch
-#: (0.4-0.7 s wall, benchmarks/planner.py, issue 22)
-FRESH_POOL_MIN_REGIONS = 1024
+#: without a pool of the caller's, fewer regions are planned in this process, by search kind: starting a fresh
+#: pool (fork, 2 workers) cost ~0.3-0.5 s on the 2-core sandbox, more than planning 512 same-shaped 8-server
+#: regions here (compiled: ~0.07 s CPU; numpy: 0.4-0.7 s wall; benchmarks/planner.py, issue 22)
+FRESH_POOL_MIN_REGIONS = {"compiled": 8192, "numpy": 1024}
 
 
 def plan_regions(regions: Sequence[tuple[np.ndarray, np.ndarray]], rates: LinkRates | None = None, *,
@@ -469,13 +471,13 @@ def plan_regions(regions: Sequence[tuple[np.ndarray, np.ndarray]], rates: LinkRa
     """Plan many independent regions (``(B, ports)`` each, as :func:`plan`), in order; the
     plans are :func:`plan`'s.
 
-    Same-shaped regions that need the local search are searched together, one vectorised
-    pass per round over all of them (:mod:`mfctl.fabric.search`): for many small regions
-    that beats one numpy call per region by far. With ``workers`` > 1 the regions are split
+    Same-shaped regions that need the local search are searched together (:mod:`mfctl.fabric.search`:
+    one call of the compiled search, or one vectorised numpy pass per round over all of them,
+    which for many small regions beats numpy calls per region by far). With ``workers`` > 1 the regions are split
     into one consecutive chunk per worker, each planned on a process of ``executor`` if given
     (keep one pool alive across iterations to skip its start-up), else of a fresh process
     pool; ``workers=1`` plans in this process. Default: every core (``os.cpu_count()``) on an
-    ``executor``, or without one from :data:`FRESH_POOL_MIN_REGIONS` regions; fewer are planned
+    ``executor``, or without one from :data:`FRESH_POOL_MIN_REGIONS` regions (by search kind); fewer are planned
     in this process, as a fresh pool's start-up costs more than it saves. Circuits and
     objectives are :func:`plan`'s, whichever way."""
     if method not in METHODS:
@@ -486,7 +488,8 @@ def plan_regions(regions: Sequence[tuple[np.ndarray, np.ndarray]], rates: LinkRa
         B = np.asarray(B, dtype=float)
         jobs.append((B[None] if B.ndim == 2 else B, np.asarray(p, dtype=int)))
     if workers is None:
-        workers = (os.cpu_count() or 1) if executor is not None or len(jobs) >= FRESH_POOL_MIN_REGIONS else 1
+        big = len(jobs) >= FRESH_POOL_MIN_REGIONS[search.kernel()]
+        workers = (os.cpu_count() or 1) if executor is not None or big else 1
     if executor is None and (workers <= 1 or len(jobs) <= 1):
         return _plan_chunk((jobs, rates, method))
     k = min(workers, len(jobs))

@@ -149,3 +149,19 @@ def test_one_topology_format_from_plan_through_eval_to_apply(mock_testbed, cli_e
         r = run(*cmd)
         assert r.returncode == 3
         assert "this plan was made for inventory 'mfabric-breakout', not 'mfabric-prototype-mock-" in r.stderr
+
+
+def test_a_bad_planner_kernel_setting_is_a_configuration_error(tmp_path, monkeypatch):
+    """8 servers x 6 lanes: too many topologies to enumerate, so the local search runs and reads the setting."""
+    B = np.random.default_rng(4).gamma(0.5, 1e9, size=(8, 8))
+    np.fill_diagonal(B, 0)
+    np.save(tmp_path / "b.npy", B)
+    monkeypatch.setenv("MFCTL_PLANNER_KERNEL", "gpu")
+    r = invoke("topo", "plan", tmp_path / "b.npy", "--ports", "6", "--json")
+    assert r.exit_code == 3 and json.loads(r.stdout)["error"]["message"] == \
+        "MFCTL_PLANNER_KERNEL='gpu': one of auto, compiled, numpy"
+    monkeypatch.setenv("MFCTL_PLANNER_KERNEL", "numpy")  # the fallback plans the same circuits
+    numpy_plan = json.loads(invoke("topo", "plan", tmp_path / "b.npy", "--ports", "6", "--json").stdout)
+    monkeypatch.setenv("MFCTL_PLANNER_KERNEL", "auto")
+    auto_plan = json.loads(invoke("topo", "plan", tmp_path / "b.npy", "--ports", "6", "--json").stdout)
+    assert numpy_plan["circuits"] == auto_plan["circuits"] and numpy_plan["method"] == "local"

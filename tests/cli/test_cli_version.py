@@ -14,8 +14,18 @@ def invoke(*args, **kw):
 
 
 def test_version_and_every_declared_setting_with_its_type_and_limits(monkeypatch):
+    from mfctl.fabric import search
+
     r = invoke("version", "--json")
-    assert r.exit_code == 0 and json.loads(r.stdout) == {"schema": "mfctl.version/v1", "version": __version__}
+    assert r.exit_code == 0 and json.loads(r.stdout) == {"schema": "mfctl.version/v1", "version": __version__,
+                                                         "planner_search": search.kernel()}
+    monkeypatch.setenv("MFCTL_PLANNER_KERNEL", "numpy")
+    assert json.loads(invoke("version", "--json").stdout)["planner_search"] == "numpy"
+    assert invoke("version").stdout == f"mfctl {__version__} (circuit planner's search: numpy)\n"
+    monkeypatch.setenv("MFCTL_PLANNER_KERNEL", "cuda")
+    assert json.loads(invoke("version", "--json").stdout)["planner_search"] == \
+        "invalid: MFCTL_PLANNER_KERNEL='cuda': one of auto, compiled, numpy"
+    monkeypatch.delenv("MFCTL_PLANNER_KERNEL")
     monkeypatch.setenv("MFCTL_FANOUT", "8")
     rows = json.loads(invoke("version", "--settings", "--json").stdout)["settings"]
     assert [x["name"] for x in rows] == list(settings.SETTINGS)

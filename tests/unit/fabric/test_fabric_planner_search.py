@@ -4,6 +4,7 @@ and plan quality on the shipped real routing traces at cluster scale (issue 22).
 import numpy as np
 import pytest
 
+from mfctl.errors import ConfigError
 from mfctl.fabric import search
 from mfctl.fabric.planner import LinkRates, _Batch, _from_pairs, _to_pairs, greedy, ilp, objective, plan, plan_regions
 
@@ -128,3 +129,100 @@ def test_within_2_percent_of_the_milp_optimum_on_more_real_64_gpu_regions():
         assert C is not None
         opt = objective(B, C, LANE_2EPS)[0]
         assert opt * (1 - 1e-3) <= plan(B, np.full(8, 6), LANE_2EPS).objective_s <= opt * 1.02
+
+
+needs_kernel = pytest.mark.skipif(search._kernel is None, reason="mfctl.fabric._search_kernel was not built "
+                                  "(no C compiler or Python headers at install): only the numpy search is here")
+
+
+def _searches(B, ports, rates, C0, **kw):
+    """The compiled and the numpy search of one region from ``C0``: ((circuits, objective, rounds), ...)."""
+    batch = _Batch.of(B[None], ports[None], rates, int(C0.max(initial=0)))
+    start = _to_pairs(C0[None])[:, :-1]
+    return [search.local_search(batch.region, start, ports[None], how=how, **kw) for how in ("compiled", "numpy")]
+
+
+@needs_kernel
+def test_the_compiled_search_takes_the_numpy_searchs_moves():
+    """Same start, same moves: real 64-GPU regions from the greedy, random regions of 3-9 servers and 1-4
+    all-to-alls from random circuits, with a round limit and a stop objective."""
+    rng = np.random.default_rng(11)
+    cases = [(B[None], np.full(8, 6), LANE_2EPS, None) for B in real_olmoe_regions(seed=3)]
+    for _ in range(40):
+        n, L = int(rng.integers(3, 10)), int(rng.integers(1, 5))
+        ports = rng.integers(1, 5, size=n)
+        C0 = np.zeros((n, n), dtype=int)
+        for _ in range(3 * n):  # random circuits within the ports
+            i, j = rng.choice(n, 2, replace=False)
+            if C0[i].sum() < ports[i] and C0[j].sum() < ports[j]:
+                C0[i, j] += 1
+                C0[j, i] += 1
+        cases.append((rng.gamma(0.4, 1e8, size=(L, n, n)), ports, LinkRates(eps_Bps=rng.uniform(5e9, 3e10, n)), C0))
+    moved = 0
+    for B, ports, rates, C0 in cases:
+        if C0 is None:
+            S = B.sum(axis=0) + B.sum(axis=0).T
+            np.fill_diagonal(S, 0)
+            C0 = greedy(S, ports)
+        for kw in ({"max_rounds": 200}, {"max_rounds": 2}):
+            (Cc, oc, rc), (Cn, on, rn) = _searches(B, ports, rates, C0, **kw)
+            assert (Cc == Cn).all() and rc == rn
+            assert oc[0] == pytest.approx(on[0], rel=1e-12)
+            assert oc[0] == pytest.approx(objective(B, _from_pairs(Cc, len(ports))[0], rates)[0], rel=1e-12)
+            moved += int((Cc != _to_pairs(C0[None])[:, :-1]).any())
+        # a stop objective halfway between the start and the local optimum: both stop at the same move
+        (_, full, _), _ = _searches(B, ports, rates, C0, max_rounds=200)
+        start = float(objective(B, C0, rates)[0])
+        half = np.array([(start + full[0]) / 2])
+        (Cc, oc, rc), (Cn, on, rn) = _searches(B, ports, rates, C0, max_rounds=200, stop_below=half)
+        assert (Cc == Cn).all() and rc == rn and oc[0] == pytest.approx(on[0], rel=1e-12)
+    assert moved >= 60  # most starts were improved: the two searches agreed on real moves, not on doing nothing
+
+
+@needs_kernel
+def test_the_compiled_search_refuses_what_would_read_outside_its_arrays():
+    kernel = search._kernel
+    n, L, R = 4, 1, 1
+    mv = search.move_table(n)
+    P = n * (n - 1) // 2
+
+    def call(**over):
+        a = {"worse": np.ones(R * L * P), "full": np.ones(R * L * n * n), "inv": np.array([0.0, 1.0, 0.5]),
+             "eps_inv": np.ones(n), "pair_of": search.pair_index(n)[:n, :n].ravel().astype(np.int64),
+             "pos": mv.pos.astype(np.int64), "C": np.zeros(R * P, dtype=np.int64), "ports": np.full(R * n, 2, dtype=np.int64)}
+        a.update(over)
+        return kernel.local_search(R, L, n, len(mv.pos), 10, a["worse"], a["full"], a["inv"], a["eps_inv"], a["pair_of"],
+                                   a["pos"], mv.give_i.astype(np.int64), mv.give_j.astype(np.int64),
+                                   mv.gain.astype(np.int64), mv.join.astype(np.int64), a["C"], a["ports"],
+                                   np.full(R, -np.inf), np.empty(R))
+
+    assert call() >= 1
+    with pytest.raises(ValueError, match="worse has 40 bytes, expected 48"):
+        call(worse=np.ones(5))
+    with pytest.raises(ValueError, match="move table or pair map out of range"):
+        bad = mv.pos.astype(np.int64).copy()
+        bad[7, 2] = P + 1
+        call(pos=bad)
+    with pytest.raises(ValueError, match="move table or pair map out of range"):
+        call(pair_of=np.zeros(n * n, dtype=np.int64))
+    with pytest.raises(ValueError, match="circuit count outside"):
+        call(C=np.array([3, 0, 0, 0, 0, 0], dtype=np.int64))  # 3 circuits, inv_circuit knows 0..2
+    with pytest.raises(TypeError):
+        call(C=np.zeros(R * P, dtype=np.int64).tobytes())  # C is written: a read-only buffer is refused
+
+
+def test_the_planner_kernel_setting(monkeypatch):
+    monkeypatch.setenv("MFCTL_PLANNER_KERNEL", "numpy")
+    assert search.kernel() == "numpy"
+    monkeypatch.setenv("MFCTL_PLANNER_KERNEL", "fortran")
+    with pytest.raises(ConfigError, match="MFCTL_PLANNER_KERNEL='fortran': one of auto, compiled, numpy"):
+        search.kernel()
+    monkeypatch.setattr(search, "_kernel", None)
+    monkeypatch.setenv("MFCTL_PLANNER_KERNEL", "compiled")
+    with pytest.raises(ConfigError, match="was not built"):
+        search.kernel()
+    monkeypatch.setenv("MFCTL_PLANNER_KERNEL", "auto")
+    assert search.kernel() == "numpy"  # auto without the compiled module: numpy, and plans all the same
+    B = next(real_olmoe_regions())
+    p = plan(B, np.full(8, 6), LANE_2EPS)
+    assert p.method == "local" and p.objective_s < p.greedy_objective_s
