@@ -139,6 +139,10 @@ class Playbook(_S):
         return p if p.is_absolute() or not self.source else Path(self.source).parent / p
 
 
+#: the torch MoE job mfctl ships (``runtime.script`` with ``script_mode: module``), whose arguments are checked at load
+TORCH_MOE_JOB = "mfctl.integrations.torch_moe"
+
+
 def _check(pb: Playbook):
     import re
 
@@ -155,6 +159,15 @@ def _check(pb: Playbook):
         problems.append((("mock", "crash_at_iteration"), "crash_at_iteration needs crash_host"))
     if pb.training.phase_iterations < 1:
         problems.append((("training", "phase_iterations"), "must be >= 1"))
+    rt = pb.runtime
+    if rt.launcher in ("ssh", "slurm") and rt.script == TORCH_MOE_JOB and rt.script_mode == "module":
+        # mfctl's own job: its command line is checked here, before a testbed is up (else a typo fails
+        # every rank after the launch, its argparse line only in the hosts' logs)
+        from mfctl.integrations.torch_moe.options import check
+
+        why = check(rt.script_args)
+        if why:
+            problems.append((("runtime", "script_args"), f"{TORCH_MOE_JOB}: {why}"))
     return problems
 
 

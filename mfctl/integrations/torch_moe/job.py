@@ -40,45 +40,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from mfctl.integrations.safepoint import ControlInbox, agree
+from mfctl.integrations.torch_moe.options import Options
 from mfctl.integrations.torch_moe.traffic import bytes_on_fabric, fold
 from mfctl.runtime.client import ControllerLost, RuntimeClient
 
 
 def _log(line: str) -> None:
     print(line, flush=True)
-
-
-@dataclass
-class Options:
-    """The job's own settings (command line); the welcome overrides ``iterations``, ``seed``,
-    ``phase_iterations``, ``micro_batches``, ``layers``, ``hidden`` and ``bytes_per_element``."""
-
-    iterations: int = 40
-    layers: int = 2
-    d_model: int = 32
-    heads: int = 4
-    experts: int = 8
-    top_k: int = 2
-    ffn: int = 64
-    seq_len: int = 64
-    batch: int = 16  # sequences per rank and micro-batch
-    micro_batches: int = 1
-    lr: float = 3e-3
-    aux_loss: float = 0.01
-    seed: int = 1
-    phase_iterations: int = 10
-    hidden: int = 4096  # bytes per reported token = hidden × bytes_per_element (traffic.py)
-    bytes_per_element: int = 2
-    backend: str = "auto"  # gloo on CPU, nccl with CUDA
-    threads: int = 1
-    dist_timeout_s: float = 120.0
-    log_routing: bool = True
-    sync_timings: bool = True  # Timings(sync_peers=): an untimed barrier before each timed all-to-all
-    # FSMoE's choices, as mfctl run passes them to a training script (docs/runtime-protocol.md):
-    grad_partitions: int = 1  # the dense gradients' all-reduce in this many parts
-    pipeline_degree: int = 0  # accepted; this job's dispatch is not pipelined (degree 1), said at start
-    bp_pipeline_degree: int = 0
-    out: str | None = None  # a JSON record of this rank (tests)
 
 
 @dataclass
