@@ -272,7 +272,9 @@ class Job:
         sampler = HealthSampler(pool, self.inv, interval_s=interval, store=self.store.health,
                                 on_timeout=warn_once_per_tool(self._warn), limits=self.health_limits,
                                 baseline=self.preflight.history).start()
-        self._stack.callback(sampler.stop)
+        # at the run's end the sweeps under way finish (up to 2 s) and are stored; a failed or
+        # interrupted run abandons them at once
+        self._stack.callback(lambda: sampler.stop(finish_s=0.0 if self._aborting else 2.0))
 
     def summary(self, status: str, error: str | None) -> RunSummary:
         """The run's :class:`~mfctl.runtime.summary.RunSummary` as it stands."""

@@ -6,6 +6,10 @@ reconfiguration's link polls need. Each host is swept by its own thread, one swe
 time (a host still busy with its last sweep is skipped, not queued); a command that does not
 answer within ``command_timeout_s`` is a ``health.sample_timeout`` finding for that host
 (warning), stored with the sample — never a failed run.
+
+At the run's end a sweep under way is given a moment (``stop(finish_s)``) to finish and be
+stored: on a loaded machine one host's sweep over OpenSSH takes seconds, and abandoning every
+sweep at the end would drop each sample of a short run. What is still running then is abandoned.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import time
 from typing import Callable
 
 from mfctl.runtime.health_gate import health
+from mfctl.transport.ssh import CommandResult
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +36,7 @@ class _Recorder:
         self._lock = threading.Lock()
         self.timeouts: dict[str, list] = {}  # host → [CommandResult], since the host's last take()
         self.abort = threading.Event()  # set: commands under way are abandoned (~50 ms), none is started
+        self.aborted = "interrupted: the command was abandoned"
 
     def __getattr__(self, name):
         return getattr(self._pool, name)
@@ -41,6 +47,10 @@ class _Recorder:
                 self.timeouts.setdefault(r.host, []).append(r)
 
     def run(self, host, argv, **kw):
+        if self.abort.is_set():
+            # not even sent: the pool would make a new SSH session (its last one dropped with the
+            # abandoned command) only to refuse the command on it
+            return CommandResult(host=host, argv=[str(a) for a in argv], error=self.aborted)
         r = self._pool.run(host, argv, abort=self.abort, **kw)
         self._note(r)
         return r
@@ -68,7 +78,8 @@ class HealthSampler:
         self.interval_s = interval_s
         self.store, self.on_timeout = store, on_timeout
         self.limits, self.baseline = limits or {}, baseline
-        self._stop = threading.Event()
+        self._stopping = threading.Event()  # set: no sweep is started
+        self._stop = threading.Event()  # set: no sample is stored
         self._busy: dict[str, threading.Thread] = {}
         self._store_lock = threading.Lock()  # no sample is stored after stop()
         self._loop: threading.Thread | None = None
@@ -81,8 +92,10 @@ class HealthSampler:
         return self
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stopping.wait(self.interval_s):
             for h in self.inv.hosts:
+                if self._stopping.is_set():
+                    return
                 t = self._busy.get(h.name)
                 if t is not None and t.is_alive():
                     continue  # its last sweep is still waiting for a command: not another one behind it
@@ -120,15 +133,21 @@ class HealthSampler:
                 self.store(hh.host, hh.worst, [f.to_dict() for f in hh.findings])
                 self.samples += 1
 
-    def stop(self, wait_s: float = 2.0) -> None:
-        """Stop sampling: no sample is stored once this returns; sweeps still under way are
-        abandoned (closing the pool ends their commands), waited for at most ``wait_s`` s."""
+    def stop(self, finish_s: float = 2.0, wait_s: float = 1.0) -> None:
+        """Stop sampling: no sweep starts once this is called; the sweeps under way have
+        ``finish_s`` s to finish, and each one that does is stored (0: none is waited for). Then
+        no sample is stored any more: the sweeps still under way are abandoned (their commands end
+        within ~50 ms, closing the pool ends the rest), waited for at most ``wait_s`` s more."""
+        self._stopping.set()
+        deadline = time.monotonic() + finish_s
+        if self._loop is not None:
+            self._loop.join(max(0.0, deadline - time.monotonic()) + wait_s)  # (it only starts threads)
+        for t in list(self._busy.values()):
+            t.join(max(0.0, deadline - time.monotonic()))
         with self._store_lock:
             self._stop.set()
         self.pool.abort.set()
         deadline = time.monotonic() + wait_s
-        if self._loop is not None:
-            self._loop.join(max(0.0, deadline - time.monotonic()))
         self.pool.close()
         for t in list(self._busy.values()):
             t.join(max(0.0, deadline - time.monotonic()))

@@ -353,6 +353,76 @@ def test_a_hung_health_sample_is_a_finding_not_a_failed_query():
     assert ("gpu02", "health.sample_timeout") in told
 
 
+def _slow_sampler_pool(delay_s: float, calls: list, fast: int = 0):
+    """A sampler pool whose every command but each host's first ``fast`` takes ``delay_s`` (ended
+    early by the abort event)."""
+
+    class Pool:
+        command_timeout = 5.0
+        fanout = 4
+        map = SSHPool.map
+
+        def run(self, host, argv, timeout=None, abort=None, **kw):
+            calls.append((host, argv[0]))
+            r = CommandResult(host=host, argv=list(argv))
+            if sum(h == host for h, _ in calls) > fast and abort is not None and abort.wait(delay_s):
+                r.error = "interrupted: the command was abandoned"
+            else:
+                r.rc, r.stderr = 127, "command not found"
+            return r
+
+        def close(self):
+            pass
+
+    return Pool()
+
+
+def test_a_sweep_under_way_when_the_run_ends_is_finished_and_stored():
+    """stop() lets the sweeps under way finish (within finish_s) and stores them: a short run on a
+    loaded machine (a host's sweep over OpenSSH ~2-5 s) otherwise kept no sample at all."""
+    from mfctl.inventory import load_inventory
+    from mfctl.runtime.sampler import HealthSampler
+
+    inv = load_inventory(PROTOTYPE)
+    stored, calls = [], []
+    s = HealthSampler(_slow_sampler_pool(0.02, calls), inv, interval_s=0.05,
+                      store=lambda h, st, f: stored.append(h)).start()
+    deadline = time.monotonic() + 5
+    while len({h for h, _ in calls}) < 4 and time.monotonic() < deadline:  # every host's first sweep under way
+        time.sleep(0.005)
+    assert not stored  # (a sweep is ~17 commands: ~0.3 s)
+    t0 = time.monotonic()
+    s.stop(finish_s=5.0)
+    assert sorted(stored) == ["gpu01", "gpu02", "gpu03", "gpu04"]  # each host's sweep, none started after stop()
+    assert time.monotonic() - t0 < 2.0
+    n = len(calls)
+    time.sleep(0.1)
+    assert len(calls) == n and len(stored) == 4
+
+
+def test_a_sweep_that_does_not_finish_in_time_is_abandoned_and_not_stored():
+    from mfctl.inventory import load_inventory
+    from mfctl.runtime.sampler import HealthSampler
+
+    inv = load_inventory(PROTOTYPE)
+    for finish_s in (0.0, 0.3):  # 0: a failed or interrupted run's stop
+        stored, calls = [], []
+        s = HealthSampler(_slow_sampler_pool(2.0, calls, fast=2), inv, interval_s=0.01,
+                          store=lambda h, st, f, out=stored: out.append(h)).start()
+        deadline = time.monotonic() + 5
+        while len(calls) < 4 * 3 and time.monotonic() < deadline:  # each host's third command hangs
+            time.sleep(0.005)
+        t0 = time.monotonic()
+        s.stop(finish_s=finish_s)
+        took = time.monotonic() - t0
+        assert finish_s <= took < finish_s + 1.0, took  # the abandoned commands end at once
+        n = len(calls)
+        time.sleep(0.1)
+        # nothing stored, and after the abandoned command not one more sent to any host (each would be a
+        # new SSH session: the abandoned command's was dropped)
+        assert stored == [] and len(calls) == n == 4 * 3, (finish_s, calls)
+
+
 # --- end to end on the mock ----------------------------------------------------------------
 SHORT = DATA / "playbooks" / "short.yaml"
 
