@@ -13,8 +13,9 @@ Usage::
     python inventory/gen_scale.py --servers 128 --per-region 8 --ocses 4 -o inventory/mfabric-1024.yaml
     python inventory/gen_scale.py --servers 32 --per-region 8 --ocses 2 -o inventory/mfabric-256.yaml
 
-Addresses are from the documentation ranges (RFC 5737 192.0.2.0/24 for the first 250 hosts,
-198.51.100.0/24 and 203.0.113.0/24 after, then 2001:db8::/32, RFC 3849); the mock (``mfctl mock up``) rewrites them to 127.0.0.1.
+Addresses are from the documentation ranges (RFC 5737 192.0.2.11-199 for the first 189 hosts and
+192.0.2.200-254 for the OCSes, 198.51.100.0/24 and 203.0.113.0/24 after, then 2001:db8::/32, RFC
+3849); the mock (``mfctl mock up``) rewrites them to 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -31,11 +32,19 @@ NETS = ("192.0.2", "198.51.100", "203.0.113")  # RFC 5737 documentation ranges
 
 
 def address(i: int) -> str:
-    """The ``i``-th host's management address (0-based), 250 per documentation range."""
-    net, host = divmod(i, 250)
-    if net >= len(NETS):  # the IPv6 documentation prefix (RFC 3849) for the rest
+    """The ``i``-th host's management address (0-based): 192.0.2.11-199 (200-254 are the OCSes'),
+    then 254 each of the other documentation ranges, then the IPv6 documentation prefix."""
+    if i < 189:
+        return f"{NETS[0]}.{i + 11}"
+    net, host = divmod(i - 189, 254)
+    if net + 1 >= len(NETS):  # the IPv6 documentation prefix (RFC 3849) for the rest
         return f"2001:db8::{i + 1:x}"
-    return f"{NETS[net]}.{host + 11 if net == 0 else host + 1}"
+    return f"{NETS[net + 1]}.{host + 1}"
+
+
+def ocs_address(index: int) -> str:
+    """The ``index``-th OCS's management address: 192.0.2.200-254, then 2001:db8:0:1::/64."""
+    return f"{NETS[0]}.{200 + index}" if index < 55 else f"2001:db8:0:1::{index + 1:x}"
 
 
 def host_doc(name: str, i: int, lane_ports: list[tuple[int, int]]) -> dict:
@@ -54,8 +63,8 @@ def host_doc(name: str, i: int, lane_ports: list[tuple[int, int]]) -> dict:
 
 def ocs_doc(name: str, index: int, ports: int) -> dict:
     return {"name": name, "model": "Polatis Series 7000", "size": {"inputs": ports, "outputs": ports},
-            "transports": [{"kind": "tcp", "address": f"192.0.2.{200 + index}", "port": 3082},
-                           {"kind": "ssh", "address": f"192.0.2.{200 + index}", "port": 6252}],
+            "transports": [{"kind": "tcp", "address": ocs_address(index), "port": 3082},
+                           {"kind": "ssh", "address": ocs_address(index), "port": 6252}],
             "user": "admin", "password_env": "MFCTL_OCS_PASSWORD", "insertion_loss_db": 1.0, "switching_time_ms": 25}
 
 

@@ -13,10 +13,19 @@ app = typer.Typer(help="Validate and show testbed inventories.", no_args_is_help
 INV_ARG = argument("inventory", help="Inventory YAML file.")
 
 
+def _ocs_kinds(inv) -> str:
+    """The OCSes by model and size, alike ones counted (``32 x Polatis Series 7000 384x384``, not
+    the same words 32 times)."""
+    from collections import Counter
+
+    kinds = Counter(f"{o.model} {o.size.inputs}x{o.size.outputs}" for o in inv.ocses)
+    return " + ".join(k if n == 1 else f"{n} x {k}" for k, n in kinds.items())
+
+
 def _facts(inv) -> dict:
     lanes = sum(len(h.ocs_lanes()) for h in inv.hosts)
     return {"name": inv.name, "hosts": len(inv.hosts), "gpus": sum(h.gpus.count for h in inv.hosts),
-            "ocs_lanes": lanes, "ocs": " + ".join(f"{o.model} {o.size.inputs}x{o.size.outputs}" for o in inv.ocses),
+            "ocs_lanes": lanes, "ocs": _ocs_kinds(inv),
             "eps": inv.eps.model, "regions": {r.name: r.hosts for r in inv.regions}}
 
 

@@ -24,18 +24,43 @@ Loc = tuple  # a path of keys / indexes into the document
 M = TypeVar("M", bound=BaseModel)
 
 
-MAX_NODES = 200_000  # after alias expansion: stops "billion laughs" documents
+#: nodes YAML aliases may add once expanded (each use of an anchor counts its whole subtree again):
+#: stops "billion laughs" documents. The file's own nodes are not counted: the 16 MiB size cap
+#: (mfctl.inventory.files) bounds them — a 32,768-GPU inventory (4 MB) has ~1.7 million of them.
+MAX_ALIAS_NODES = 200_000
+MAX_NODES = MAX_ALIAS_NODES  # (its old name)
 MAX_DEPTH = 100  # nesting levels: no schema goes beyond ~10; deeper is a mistake or an attack (and Python's recursion limit)
 
 
-def _walk(node: yaml.Node, path: Loc, lines: dict[Loc, int], src: str, budget: list[int],
-          within: tuple = ()) -> None:
-    """Record each key's line; refuse duplicate keys, non-scalar keys, more than :data:`MAX_NODES` nodes
-    once aliases are expanded, nesting beyond :data:`MAX_DEPTH`, and an alias inside the very node it
-    names (``&x [*x]``: a structure that contains itself). ``within``: the nodes enclosing ``node``."""
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise ConfigError(f"document too large (more than {MAX_NODES} nodes after expanding YAML aliases)", path=src)
+class _Walk:
+    """One document's walk: ``lines`` (key path → line), the nodes seen (by id: PyYAML composes an
+    alias as the very node its anchor made, so a node met again is an alias's expansion) and what
+    is left of :data:`MAX_ALIAS_NODES`."""
+
+    def __init__(self, src: str):
+        self.src = src
+        self.lines: dict[Loc, int] = {}
+        self.seen: set[int] = set()
+        self.budget = MAX_ALIAS_NODES
+
+
+def _walk(node: yaml.Node, path: Loc, w: _Walk, within: tuple = (), alias_line: int | None = None) -> None:
+    """Record each key's line; refuse duplicate keys, non-scalar keys, aliases whose expansion adds
+    more than :data:`MAX_ALIAS_NODES` nodes (naming the line of the alias that went past it),
+    nesting beyond :data:`MAX_DEPTH`, and an alias inside the very node it names (``&x [*x]``: a
+    structure that contains itself). ``within``: the nodes enclosing ``node``; ``alias_line``: the
+    line of the alias whose expansion this is (None: the file's own text)."""
+    lines, src = w.lines, w.src
+    if alias_line is None and id(node) in w.seen:  # an alias: from here down, every node is an expansion
+        alias_line = lines.get(path) or next((lines[path[:k]] for k in range(len(path) - 1, -1, -1) if path[:k] in lines),
+                                             node.start_mark.line + 1)
+    if alias_line is not None:
+        w.budget -= 1
+        if w.budget < 0:
+            raise ConfigError(f"document too large: its YAML aliases expand to more than {MAX_ALIAS_NODES} nodes (an "
+                              "alias on this line goes past it: a 'billion laughs' document?)", path=src, line=alias_line)
+    else:
+        w.seen.add(id(node))
     line = node.start_mark.line + 1
     # PyYAML's node kinds: mapping, sequence, scalar (each node class has an .id; the stubs leave it out, and
     # isinstance would need yaml imported here, which a cached inventory never does)
@@ -61,11 +86,11 @@ def _walk(node: yaml.Node, path: Loc, lines: dict[Loc, int], src: str, budget: l
                 raise ConfigError(f"duplicate key {key!r} (first defined on line {seen[key]})", path=src, line=line)
             seen[key] = line
             lines[path + (key,)] = line
-            _walk(v, path + (key,), lines, src, budget, within)
+            _walk(v, path + (key,), w, within, alias_line)
             lines[path + (key,)] = line  # keep the key's line, not the value's
     else:
         for i, item in enumerate(node.value):
-            _walk(item, path + (i,), lines, src, budget, within)
+            _walk(item, path + (i,), w, within, alias_line)
 
 
 def _read(path: str | Path) -> bytes:
@@ -97,8 +122,9 @@ def load_yaml_with_lines(path: str | Path, raw: bytes | None = None) -> tuple[An
         node = loader.get_single_node()
         if node is None:
             raise ConfigError("file is empty", path=src)
-        lines: dict[Loc, int] = {}
-        _walk(node, (), lines, src, [MAX_NODES])
+        w = _Walk(src)
+        _walk(node, (), w)
+        lines = w.lines
         data = loader.construct_document(node)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)

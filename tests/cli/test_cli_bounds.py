@@ -135,7 +135,9 @@ def test_recursive_and_exploding_yaml_are_config_errors_naming_file_and_line(tmp
         f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")))
     t0 = time.monotonic()
     r = _validate(laughs, cli_env)
-    assert r.returncode == 3 and "more than 200000 nodes after expanding YAML aliases" in r.stderr
+    # (the file's line 6, f: the first whose aliases take the expansion past 200,000 nodes)
+    assert r.returncode == 3 and f"{laughs}:6: document too large: its YAML aliases expand to more than 200000 " \
+        "nodes" in r.stderr, r.stderr
     assert time.monotonic() - t0 < 30  # expanded, it would take minutes and GBs
     # every loader goes through the same code: topology files (ocs apply), playbooks, recipes
     from mfctl.inventory.loader import load_yaml_with_lines
@@ -155,6 +157,31 @@ def test_recursive_and_exploding_yaml_are_config_errors_naming_file_and_line(tmp
     key.write_text("a: &k [1, 2]\nb: {*k : 1}\n")
     with pytest.raises(ConfigError, match="key.yaml:2: b: a key must be a plain value, not a sequence"):
         load_yaml_with_lines(key)
+
+
+def test_the_32768_gpu_inventory_validates_its_own_nodes_are_not_bounded_only_aliases_are(tmp_path, cli_env):
+    """Issue 22: inventory/gen_scale.py's 32,768-GPU inventory (4,096 hosts, 32 OCSes: ~4 MB, ~280,000
+    YAML nodes) was refused by a bound of 200,000 nodes on every file. The file's own nodes are
+    bounded by the 16 MiB size cap; only what aliases add is counted (the billion laughs above)."""
+    import importlib.util
+
+    from support import ROOT
+
+    spec = importlib.util.spec_from_file_location("gen_scale", ROOT / "inventory" / "gen_scale.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    doc = gen.inventory(4096, 8, 32, "mfabric-32768")
+    inv = tmp_path / "mfabric-32768.yaml"
+    inv.write_text(yaml.dump(doc, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False,
+                             default_flow_style=None, width=140))
+    assert 3 << 20 < inv.stat().st_size < 16 << 20
+    r = subprocess.run(mfctl_cmd("inventory", "validate", inv, "--json"), capture_output=True, text=True,
+                       env=cli_env, timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["valid"] is True and out["hosts"] == 4096 and out["gpus"] == 32768, out
+    assert len({h["ssh"]["address"] for h in doc["hosts"]}) == 4096  # (every host an address of its own)
+    assert out["ocs"] == "32 x Polatis Series 7000 384x384" and len(out["regions"]) == 512
 
 
 def test_a_huge_file_is_refused_before_it_is_read(tmp_path, cli_env):

@@ -50,3 +50,21 @@ def test_regions_that_do_not_fit_are_refused():
 def test_counts_below_one_are_usage_errors_not_tracebacks(args, said):
     r = subprocess.run([sys.executable, str(GEN), *args], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr
+
+
+def test_every_host_and_ocs_of_a_large_cluster_has_a_valid_address_of_its_own():
+    """Past 189 hosts the generator wrote 192.0.2.256 and up (not an address: the 32,768-GPU inventory
+    failed to validate), and hosts 190-244 took the OCSes' 192.0.2.200-254."""
+    import ipaddress
+
+    spec = importlib.util.spec_from_file_location("gen_scale", GEN)
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    doc = gen.inventory(4096, 8, 64, "big")  # (64 OCSes of 192x192: the paper's alpha would need them too)
+    hosts = [h["ssh"]["address"] for h in doc["hosts"]]
+    ocses = [o["transports"][0]["address"] for o in doc["ocs"]]
+    every = [ipaddress.ip_address(a) for a in hosts + ocses]  # ValueError for a bad one
+    assert len(set(every)) == 4096 + 64
+    assert hosts[:3] == ["192.0.2.11", "192.0.2.12", "192.0.2.13"] and hosts[188] == "192.0.2.199"
+    assert hosts[189] == "198.51.100.1" and hosts[443] == "203.0.113.1" and hosts[697] == "2001:db8::2ba"
+    assert ocses[0] == "192.0.2.200" and ocses[54] == "192.0.2.254" and ocses[55] == "2001:db8:0:1::38"
