@@ -92,7 +92,8 @@ def _perf(pool, host: str, argv: list[str]):
 
 def run_nccl(ctx, test: str = "alltoall_perf", max_bytes: str = "1G", hosts: list[str] | None = None,
              observer=None) -> dict:
-    """Read the OCS's cross-connects, run nccl-tests ``test`` (1 MiB .. ``max_bytes``, ×2) from the
+    """Read the cross-connects of the first host's OCS (its region's, with several), run nccl-tests
+    ``test`` (1 MiB .. ``max_bytes``, ×2) from the
     first of ``hosts`` (inventory names, in inventory order; default: all) across all of them, and
     return the ``mfctl.bench.nccl/v1`` object: the hosts, rows (sizes in bytes, times in µs,
     bandwidths in GB/s), the peak bus bandwidth, the expected one (the circuits among ``hosts``)
@@ -117,10 +118,16 @@ def run_nccl(ctx, test: str = "alltoall_perf", max_bytes: str = "1G", hosts: lis
     hosts = [h.name for h in inv.hosts if wanted is None or h.name in wanted]
     if not hosts:
         raise UsageError("no host to benchmark")
-    with ctx.ocs() as drv:
-        xc = drv.cross_connects()
-    circuits = circuits_from_cross_connects(region_lanes(inv, hosts), xc)
     h0 = inv.host(hosts[0])
+    # the circuits of the first host (whose bus bandwidth is measured) are on its region's OCS; with several
+    # OCSes port numbers repeat from one switch to the next, so only that switch's hosts' lanes are named
+    on = inv.ocs_of_host(h0.name)
+    circuits = []
+    if on is not None:
+        with ctx.ocs(name=on.name) as drv:
+            xc = drv.cross_connects()
+        same = [h for h in hosts if (o := inv.ocs_of_host(h)) is not None and o.name == on.name]
+        circuits = circuits_from_cross_connects(region_lanes(inv, same), xc)
     with ctx.pool(command_timeout=max(ctx.command_timeout, 600)) as pool:  # a 1 GiB sweep takes minutes
         preflight(pool, inv, hosts, observer=obs)
         sizes = parse_size(max_bytes).bit_length() - (1 << 20).bit_length() + 1
@@ -131,7 +138,8 @@ def run_nccl(ctx, test: str = "alltoall_perf", max_bytes: str = "1G", hosts: lis
     n_circ = sum(1 for c in circuits if h0.name in (c.a.host, c.b.host))
     expected = expected_busbw_gbs(test, n_circ, ctx.link_rates())
     peak = max((x.busbw_gbs or 0) for x in res.rows)
-    return {"schema": "mfctl.bench.nccl/v1", "test": test, "host": h0.name, "hosts": hosts, "circuits_on_host": n_circ,
+    return {"schema": "mfctl.bench.nccl/v1", "test": test, "host": h0.name, "hosts": hosts,
+            "ocs": on.name if on is not None else None, "circuits_on_host": n_circ,
             "rows": [x.__dict__ for x in res.rows], "peak_busbw_gbs": peak, "expected_busbw_gbs": expected,
             "ratio_to_expected": peak / expected if expected else None, "warnings": res.warnings}
 

@@ -15,6 +15,8 @@ from mfctl.cli.common import (
     handle_errors,
     host_names,
     markup,
+    one_option,
+    one_value,
     option,
     out_console,
     print_error,
@@ -320,34 +322,71 @@ def journal_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT,
     out_console().print(t)
 
 
+def _by_ocs(inv, names: list[str], only: str | None) -> dict[str, list[str]]:
+    """The hosts of ``names`` by the OCS their optical lanes reach (``only``: that one alone; with one
+    OCS every host, as before). Port numbers repeat from one switch to the next: each switch's
+    cross-connects and power are read against its own hosts' lanes only."""
+    if only is not None:
+        inv.ocs_named(only)  # an unknown name: exit 2 listing them
+    out: dict[str, list[str]] = {}
+    for o in inv.ocses:
+        if only is not None and o.name != only:
+            continue
+        mine = names if len(inv.ocses) == 1 else [n for n in names if (on := inv.ocs_of_host(n)) is not None
+                                                  and on.name == o.name]
+        if mine:
+            out[o.name] = mine
+    return out
+
+
 @app.command("optics")
 @handle_errors
-def optics_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOSTS_OPT, json_out: bool = JSON_OPT):
+def optics_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOSTS_OPT,
+               ocs: list[str] | None = one_option("--ocs", metavar="NAME", help="Only the lanes of this OCS (its "
+                                                  "inventory name; default: every OCS, each read on its own)."),
+               json_out: bool = JSON_OPT):
     """Check every optical lane with a circuit end to end: link, Rx power vs. the module's thresholds,
     and the lane-to-OCS-port wiring against the OCS's per-port power. Exit 1 on any finding, 6 when no
-    lane has a circuit (nothing was checked)."""
+    lane has a circuit (nothing was checked). With several OCSes each is read (in parallel) for its
+    own regions' lanes."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from rich.table import Table
 
     from mfctl.errors import ExitCode
     from mfctl.provision import service
 
     with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool, ctx):
-        with ctx.ocs() as drv:
-            xc = drv.cross_connects()
-            power = drv.power(sorted(set(xc.values()))) if xc else {}
-            changed = service.recent_ocs_changes(drv)  # a lane down right after an OCS change: "retry"
-        some = inv.model_copy(update={"hosts": [h for h in inv.hosts if h.name in names]})
+        groups = _by_ocs(inv, names, one_value(ocs))
+
+        def read(name: str):
+            with ctx.ocs(name=name) as drv:
+                xc = drv.cross_connects()
+                power = drv.power(sorted(set(xc.values()))) if xc else {}
+                return xc, power, service.recent_ocs_changes(drv)  # a lane down right after an OCS change: "retry"
+
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(groups))), thread_name_prefix="ocs-optics") as ex:
+            states = dict(zip(groups, ex.map(read, groups)))
+        rows: list[dict] = []
         with _progress(json_out) as obs:
-            rows = service.check_optics(pool, some, sp, power, xc, observer=obs, changed=changed)
+            for name, mine in groups.items():
+                xc, power, changed = states[name]
+                some = inv.model_copy(update={"hosts": [h for h in inv.hosts if h.name in mine]})
+                rows += [r | {"ocs": name} for r in service.check_optics(pool, some, sp, power, xc, observer=obs,
+                                                                          changed=changed)]
     bad = [r for r in rows if r["status"] == "bad"]
     checked = [r for r in rows if r["status"] != "no circuit"]
+    several = len(inv.ocses) > 1
     if json_out:
-        emit_json({"schema": "mfctl.provision.optics/v1", "lanes": rows, "bad": len(bad), "checked": len(checked)})
+        emit_json({"schema": "mfctl.provision.optics/v1", "lanes": rows, "bad": len(bad), "checked": len(checked),
+                   "ocses": list(groups)})
     else:
-        t = Table("host", "lane", "netdev", "OCS rx port", "module Rx dBm", "OCS dBm", "status")
+        t = Table("host", "lane", "netdev", *(["OCS"] if several else []), "OCS rx port", "module Rx dBm", "OCS dBm",
+                  "status")
         for r in rows:
-            t.add_row(r["host"], r["lane"], r["netdev"], str(r["ocs_rx"]), str(r.get("rx_total_dbm", "—")),
-                      str(r.get("ocs_dbm", "—")), r["status"] if not r["findings"] else "; ".join(r["findings"]))
+            t.add_row(r["host"], r["lane"], r["netdev"], *([r["ocs"]] if several else []), str(r["ocs_rx"]),
+                      str(r.get("rx_total_dbm", "—")), str(r.get("ocs_dbm", "—")),
+                      r["status"] if not r["findings"] else "; ".join(r["findings"]))
         out_console().print(t)
     if not checked:
         print_error("no lane has a circuit: nothing was checked")

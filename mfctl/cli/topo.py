@@ -119,7 +119,12 @@ def plan_cmd(traffic: Path = TRAFFIC_ARG, kind: str = KIND_OPT, inventory: Path 
     if hosts:
         from mfctl.inventory import load_inventory
 
-        out["inventory"] = load_inventory(inventory).name  # what `ocs apply` of this plan checks
+        inv = load_inventory(inventory)
+        reg = next((r for r in inv.regions if r.name == region), None) if region else inv.regions[0]
+        o = inv.region_ocs(reg) if reg is not None else None
+        out["inventory"] = inv.name  # what `ocs apply` of this plan checks
+        out["region"] = reg.name if reg is not None else None
+        out["ocs"] = o.name if o is not None else None  # its ports are this switch's (numbered per OCS)
         circuits = mapping.map_circuits(p.circuits, hosts, lanes)
         out["lanes"] = [c.to_dict() for c in circuits]
         out["cross_connects"] = sorted([i, o] for i, o in mapping.cross_connect_map(circuits).items())
@@ -135,6 +140,9 @@ def plan_cmd(traffic: Path = TRAFFIC_ARG, kind: str = KIND_OPT, inventory: Path 
     if p.extra:
         con.print(f"minimum-change: {p.extra['changed_circuits']} circuit(s) change; best possible "
                   f"{_ms(p.extra['best_objective_s'])}, current {_ms(p.extra['current_objective_s'])}", highlight=False)
+    if out.get("lanes") and out.get("ocs"):
+        con.print(f"region {out['region']} on OCS {out['ocs']} (mfctl ocs apply PLAN.json -i INVENTORY --ocs {out['ocs']}):",
+                  highlight=False)
     for c in out.get("lanes", []):
         con.print(f"  {c['a']} ↔ {c['b']}: cross-connects {c['cross_connects']}", highlight=False)
 
@@ -173,7 +181,8 @@ def _topology_matrix(t: str, n: int, inventory, hosts, load_topology):
     from mfctl.ocs.service import PortMap, load_topology_file
 
     inv = load_inventory(inventory)
-    desired = load_topology_file(PortMap.from_inventory(inv), t)
+    on = inv.ocs_of_host(hosts[0]) if hosts else None  # the region's switch (ports are numbered per OCS)
+    desired = load_topology_file(PortMap.from_inventory(inv, on.name if on is not None else None), t)
     idx = {h: i for i, h in enumerate(hosts)}
     C = np.zeros((n, n), dtype=int)
     for c in circuits_from_cross_connects(region_lanes(inv, hosts), desired):

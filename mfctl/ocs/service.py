@@ -149,6 +149,10 @@ def load_topology_file(pm: PortMap, path: str | Path) -> dict[int, int]:
         if pm.inventory and data.get("inventory") != pm.inventory:  # its ports are another inventory's lanes
             raise ConfigError(f"this plan was made for inventory {data.get('inventory') or '(not recorded)'!r}, not "
                               f"{pm.inventory!r}: plan again with -i for this one", path=src, line=lines.get(("inventory",), 1))
+        if pm.ocs and data.get("ocs") and data.get("ocs") != pm.ocs:  # the same port numbers on another switch
+            raise ConfigError(f"this plan was made for region {data.get('region')!r} on OCS {data.get('ocs')!r}, not OCS "
+                              f"{pm.ocs!r}: apply it with --ocs {data.get('ocs')}", path=src,
+                              line=lines.get(("ocs",), 1))
         data = {"cross_connects": data["cross_connects"]}  # (its 'circuits' is the server circuit matrix)
     if isinstance(data, dict) and data.get("schema") == "mfctl.ocs.show/v1":  # `mfctl ocs show --json`, saved
         xcs = data.get("cross_connects")

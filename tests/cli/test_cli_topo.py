@@ -165,3 +165,31 @@ def test_a_bad_planner_kernel_setting_is_a_configuration_error(tmp_path, monkeyp
     monkeypatch.setenv("MFCTL_PLANNER_KERNEL", "auto")
     auto_plan = json.loads(invoke("topo", "plan", tmp_path / "b.npy", "--ports", "6", "--json").stdout)
     assert numpy_plan["circuits"] == auto_plan["circuits"] and numpy_plan["method"] == "local"
+
+
+def test_plan_with_several_ocses_names_the_regions_ocs_and_apply_refuses_another(traffic, tmp_path):
+    """Issue 22: a region's plan is in its OCS's port numbers (ports repeat from switch to switch): the
+    plan names its region and OCS, topo eval reads such a plan on that OCS, and ocs apply of it with
+    the other switch is refused naming the file and line (before any switch is reached)."""
+    from support import ROOT
+
+    two = ROOT / "inventory" / "mfabric-2ocs.yaml"
+    p, B = traffic
+    r = invoke("topo", "plan", p, "-i", two, "--region", "region1", "--json")
+    assert r.exit_code == 0, r.stdout
+    out = json.loads(r.stdout)
+    assert (out["inventory"], out["region"], out["ocs"]) == ("mfabric-2ocs", "region1", "ocs-b")
+    assert {c["a"].split("/")[0] for c in out["lanes"]} <= {"gpu05", "gpu06", "gpu07", "gpu08"}
+    assert all(1 <= i <= 12 and 193 <= o <= 204 for i, o in out["cross_connects"])
+    saved = tmp_path / "plan.json"
+    saved.write_text(r.stdout)
+    r = invoke("topo", "eval", p, "-i", two, "--region", "region1", "-t", saved, "-t", "best", "--json")
+    assert r.exit_code == 0, r.stdout
+    rows = {x["topology"]: x for x in json.loads(r.stdout)["topologies"]}
+    assert rows[str(saved)]["circuits"] == out["circuits"] and rows[str(saved)]["objective_s"] == \
+        pytest.approx(out["objective_s"])
+    line = next(i for i, ln in enumerate(saved.read_text().splitlines(), 1) if ln.strip().startswith('"ocs"'))
+    r = invoke("ocs", "apply", saved, "-i", two, "--ocs", "ocs-a", "--dry-run", "--json")
+    err = json.loads(r.stdout)["error"]
+    assert r.exit_code == 3 and err["message"] == (f"{saved}:{line}: this plan was made for region 'region1' on OCS "
+                                                   "'ocs-b', not OCS 'ocs-a': apply it with --ocs ocs-b"), err

@@ -25,9 +25,10 @@ def _perf(alpha_s, rate):
 
 
 class FakeCtx:
-    def __init__(self, outputs, xc=None):
-        self.inventory = load_inventory(PROTOTYPE)
+    def __init__(self, outputs, xc=None, inventory=PROTOTYPE):
+        self.inventory = load_inventory(inventory)
         self.command_timeout, self.outputs, self.xc, self.ran, self.timeouts = 30.0, outputs, xc or {}, [], []
+        self.opened = []  # the OCSes read, by name
 
     @contextmanager
     def pool(self, command_timeout=None):
@@ -52,12 +53,13 @@ class FakeCtx:
         yield Pool()
 
     @contextmanager
-    def ocs(self):
+    def ocs(self, name=None):
         ctx = self
+        ctx.opened.append(name)
 
         class Drv:
             def cross_connects(self):
-                return ctx.xc
+                return ctx.xc[name] if name in ctx.xc else ctx.xc  # (several OCSes: by name)
 
         yield Drv()
 
@@ -105,3 +107,27 @@ def test_nccl_bench_expects_the_hosts_circuits_plus_the_eps():
     assert out["ratio_to_expected"] == pytest.approx(out["peak_busbw_gbs"] / out["expected_busbw_gbs"])
     with pytest.raises(UsageError):
         run_nccl(ctx, "sendrecv_perf")
+
+
+def test_nccl_bench_with_several_ocses_reads_the_first_hosts_own_ocs():
+    """Issue 22: with two OCSes each region's ports are numbered on its own switch (both on 1..12), so the
+    first host's circuits are its region's OCS's — ocs-b for gpu05 — never the other switch's same
+    port numbers (here ocs-a joins the same ports as two circuits, which must not count)."""
+    from support import ROOT
+
+    two = ROOT / "inventory" / "mfabric-2ocs.yaml"
+    inv = load_inventory(two)
+    (_, a), (_, b) = inv.host("gpu05").ocs_lanes()[0], inv.host("gpu06").ocs_lanes()[0]
+    one = {a.ocs_tx: b.ocs_rx, b.ocs_tx: a.ocs_rx}  # gpu05 <-> gpu06 on ocs-b: one circuit
+    (_, c), (_, d) = inv.host("gpu05").ocs_lanes()[1], inv.host("gpu07").ocs_lanes()[1]
+    other = {**one, c.ocs_tx: d.ocs_rx, d.ocs_tx: c.ocs_rx}  # ocs-a: the same numbers, and one more pair
+    ctx = FakeCtx({"alltoall_perf": _perf(35e-6, 95e9)}, {"ocs-a": other, "ocs-b": one}, inventory=two)
+    out = run_nccl(ctx, "alltoall_perf", "1G", hosts=["gpu05", "gpu06", "gpu07", "gpu08"])
+    assert ctx.opened == ["ocs-b"] and out["ocs"] == "ocs-b" and out["host"] == "gpu05"
+    assert out["circuits_on_host"] == 1 and out["expected_busbw_gbs"] == pytest.approx(2 * 12.5 * 0.92)
+    # hosts of both regions: the first host's OCS (ocs-a), its ports read as its region's lanes: the same
+    # numbers are gpu01 <-> gpu02 and gpu01 <-> gpu03 there
+    ctx = FakeCtx({"alltoall_perf": _perf(35e-6, 95e9)}, {"ocs-a": other, "ocs-b": one}, inventory=two)
+    out = run_nccl(ctx, "alltoall_perf", "1G")
+    assert ctx.opened == ["ocs-a"] and out["host"] == "gpu01" and out["circuits_on_host"] == 2
+    assert out["expected_busbw_gbs"] == pytest.approx(3 * 12.5 * 0.92)
