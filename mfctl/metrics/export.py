@@ -77,13 +77,21 @@ def registry(run_dir: Path):
         last.set(rows[-1][1] or 0)
     if a2a is not None:
         a2a.set(rows[-1][5])
-    rc = Counter("mfctl_reconfigurations", "OCS reconfigurations", registry=reg)
-    phase = Gauge("mfctl_reconfiguration_phase_seconds", "the last reconfiguration's phase times", ["phase"], registry=reg)
-    for sw, lu, rt in db.execute("SELECT t_switch_ms, t_linkup_ms, t_runtime_ms FROM reconfigurations ORDER BY epoch"):
-        rc.inc()
-        phase.labels("switch").set((sw or 0) / 1000)
-        phase.labels("linkup").set((lu or 0) / 1000)
-        phase.labels("runtime").set((rt or 0) / 1000)
+    # per region and its OCS (the store's rows name the region; the summary's records its OCS): with several
+    # regions each one's count and its last reconfiguration's phases are series of their own
+    ocs_of = {r.get("epoch"): r.get("ocs") or "" for r in (getattr(summary, "reconfigurations", None) or [])
+              if isinstance(r, dict)}
+    rc = Counter("mfctl_reconfigurations", "OCS reconfigurations, by region and its OCS", ["region", "ocs"], registry=reg)
+    phase = Gauge("mfctl_reconfiguration_phase_seconds", "each region's last reconfiguration's phase times",
+                  ["phase", "region", "ocs"], registry=reg)
+    for epoch, region, sw, lu, rt in db.execute("SELECT epoch, region, t_switch_ms, t_linkup_ms, t_runtime_ms "
+                                                "FROM reconfigurations ORDER BY epoch"):
+        region = region or ""
+        on = ocs_of.get(epoch) or ""  # (a run whose summary is lost: the OCS is not known)
+        rc.labels(region, on).inc()
+        phase.labels("switch", region, on).set((sw or 0) / 1000)
+        phase.labels("linkup", region, on).set((lu or 0) / 1000)
+        phase.labels("runtime", region, on).set((rt or 0) / 1000)
     return reg
 
 

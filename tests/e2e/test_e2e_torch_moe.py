@@ -135,7 +135,8 @@ def test_mfctl_run_rewires_the_mock_ocs_from_the_real_jobs_own_routing(tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert prom.returncode == 0, prom.stderr
     assert re.search(rf"^mfctl_iterations_total {iterations}(\.0)?$", prom.stdout, re.M)
-    assert re.search(rf"^mfctl_reconfigurations_total {len(recs)}(\.0)?$", prom.stdout, re.M)
+    assert re.search(rf'^mfctl_reconfigurations_total{{ocs="[^"]*",region="[^"]*"}} {len(recs)}(\.0)?$', prom.stdout,
+                     re.M), prom.stdout  # (one region: its series is the whole count)
     rep = subprocess.run(mfctl_cmd("runs", "report", run.name), env=env, capture_output=True, text=True, timeout=120)
     assert rep.returncode == 0 and (run / "report.html").stat().st_size > 1000, rep.stderr
     imp = subprocess.run(mfctl_cmd("runs", "import-log", run / "logs" / "gpu02.log", "--json", "--seq-len", "64"),
