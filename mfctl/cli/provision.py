@@ -215,9 +215,8 @@ def apply_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOS
                                           on_step=_on_step(obs))
                 checked = None
                 if check and not stop.is_set() and all(r.ok for r in results):
-                    with ctx.ocs() as drv:
-                        xc = drv.cross_connects()
-                    checked = service.check_paths(pool, inv, sp, xc, names, observer=obs)
+                    xc, by_ocs = _circuits(ctx, inv, names)
+                    checked = service.check_paths(pool, inv, sp, xc, names, observer=obs, by_ocs=by_ocs)
         finally:
             signal.signal(signal.SIGINT, old)
         code = ExitCode.INTERRUPTED if stop.is_set() else Results.of(results).exit_code()
@@ -255,14 +254,14 @@ def _render_checks(rows) -> None:
 def check_cmd(spec: Path = SPEC_ARG, inventory: Path = INV_OPT, hosts: str = HOSTS_OPT, json_out: bool = JSON_OPT):
     """End to end per OCS circuit and EPS path: a RoCE v2 GID on each lane's address (show_gids),
     ib_write_bw between the lanes the OCS connects against lane rate x efficiency, PFC counters moving on
-    the RoCE priority. Exit 1 on a failed check, 6 when nothing could be checked."""
+    the RoCE priority. Exit 1 on a failed check, 6 when nothing could be checked. With several OCSes
+    each is read (in parallel) for its own regions' circuits (a path ``OCS NAME TX→RX``)."""
     from mfctl.provision import service
 
     with _ctx(spec, inventory, hosts) as (sp, inv, manifest, names, pool, ctx):
-        with ctx.ocs() as drv:
-            xc = drv.cross_connects()
+        xc, by_ocs = _circuits(ctx, inv, names)
         with _progress(json_out) as obs:
-            rows = service.check_paths(pool, inv, sp, xc, names, observer=obs)
+            rows = service.check_paths(pool, inv, sp, xc, names, observer=obs, by_ocs=by_ocs)
     code = service.checks_exit_code(rows)
     if json_out:
         emit_json({"schema": "mfctl.provision.check/v1", "checks": rows,
@@ -337,6 +336,27 @@ def _by_ocs(inv, names: list[str], only: str | None) -> dict[str, list[str]]:
         if mine:
             out[o.name] = mine
     return out
+
+
+def _circuits(ctx, inv, names: list[str]) -> tuple[dict[int, int], dict[str, tuple[list[str], dict[int, int]]] | None]:
+    """The cross-connects the checks of hosts ``names`` go by: the only OCS's (``(xc, None)``), or
+    with several each OCS's that a host of ``names`` reaches, read in parallel (``({}, {name: (its
+    hosts, its cross-connects)})``): the same port numbers on two switches are different lanes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if len(inv.ocses) == 1:
+        with ctx.ocs() as drv:
+            return drv.cross_connects(), None
+    groups = _by_ocs(inv, names, None)
+
+    def read(name: str) -> dict[int, int]:
+        with ctx.ocs(name=name) as drv:
+            return drv.cross_connects()
+
+    if not groups:
+        return {}, {}
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(groups))), thread_name_prefix="ocs-check") as ex:
+        return {}, {name: (mine, xc) for (name, mine), xc in zip(groups.items(), ex.map(read, groups))}
 
 
 @app.command("optics")

@@ -67,10 +67,16 @@ def parse_perftest(text: str) -> float:
     raise ParseError("ib_write_bw", None, "a 'BW average[Gb/sec]' table (--report_gbits)", text.strip()[-200:])
 
 
-def paths(inv, spec, xc: dict[int, int], names: list[str]) -> list[dict]:
+def paths(inv, spec, xc: dict[int, int], names: list[str], *,
+          by_ocs: dict[str, tuple[list[str], dict[int, int]]] | None = None) -> list[dict]:
     """The paths to check among hosts ``names``: every OCS circuit (lane → lane the cross-connect
     joins, once per duplex pair) and one EPS path per consecutive pair of hosts (their first EPS
-    lanes, through the switch). Each: ``{"path", "src": (host, nic, lane, address), "dst": …}``."""
+    lanes, through the switch). Each: ``{"path", "src": (host, nic, lane, address), "dst": …}``.
+
+    ``by_ocs`` (several OCSes): each OCS's name → (its hosts among ``names``, its cross-connects);
+    port numbers repeat from one switch to the next, so each switch's circuits are looked for
+    among its own hosts' lanes only, and such a path is ``OCS NAME TX→RX`` with ``"ocs": NAME``
+    (``xc`` is then unused). Without it, ``xc`` is the only OCS's, over every host of ``names``."""
     index = {h.name: i for i, h in enumerate(inv.hosts)}
     ends = []
     for name in names:
@@ -79,6 +85,23 @@ def paths(inv, spec, xc: dict[int, int], names: list[str]) -> list[dict]:
             for lane in nic.lanes:
                 addr = spec.address_for(index[name] + 1, ni, lane.index)
                 ends.append((h.name, nic, lane, addr.split("/")[0] if addr else None))
+    out: list[dict] = []
+    if by_ocs is None:
+        out += _circuit_paths(ends, xc, None)
+    else:
+        for ocs, (mine, oxc) in by_ocs.items():
+            on = set(mine)
+            out += _circuit_paths([e for e in ends if e[0] in on], oxc, ocs)
+    firsts = [next((e for e in ends if e[0] == n and e[1].role == "eps"), None) for n in names]
+    eps = [e for e in firsts if e is not None]
+    for a, b in zip(eps, eps[1:]):
+        out.append({"path": "EPS", "src": a, "dst": b})
+    return out
+
+
+def _circuit_paths(ends: list, xc: dict[int, int], ocs: str | None) -> list[dict]:
+    """One path per duplex circuit of ``xc`` among the lanes ``ends`` (of one OCS, named ``ocs``
+    when there are several)."""
     by_rx = {e[2].ocs_rx: e for e in ends if e[1].role == "ocs" and e[2].ocs_rx}
     out: list[dict] = []
     seen: set[frozenset] = set()
@@ -92,18 +115,17 @@ def paths(inv, spec, xc: dict[int, int], names: list[str]) -> list[dict]:
         if key in seen:
             continue
         seen.add(key)
-        out.append({"path": f"OCS {e[2].ocs_tx}→{xc[e[2].ocs_tx]}", "src": e, "dst": far})
-    firsts = [next((e for e in ends if e[0] == n and e[1].role == "eps"), None) for n in names]
-    eps = [e for e in firsts if e is not None]
-    for a, b in zip(eps, eps[1:]):
-        out.append({"path": "EPS", "src": a, "dst": b})
+        label = f"OCS {e[2].ocs_tx}→{xc[e[2].ocs_tx]}" if ocs is None else f"OCS {ocs} {e[2].ocs_tx}→{xc[e[2].ocs_tx]}"
+        out.append({"path": label, "src": e, "dst": far} | ({"ocs": ocs} if ocs is not None else {}))
     return out
 
 
-def check_paths(pool, inv, spec, xc: dict[int, int], names: list[str], *, observer: Observer | None = None) -> list[dict]:
-    """Every path of :func:`paths`, one after the other (two tests at once would share a lane):
-    the GID check of both ends, then (when both have one) ib_write_bw and the PFC counters."""
-    ps = paths(inv, spec, xc, names)
+def check_paths(pool, inv, spec, xc: dict[int, int], names: list[str], *, observer: Observer | None = None,
+                by_ocs: dict[str, tuple[list[str], dict[int, int]]] | None = None) -> list[dict]:
+    """Every path of :func:`paths` (``by_ocs``: several OCSes, as there), one after the other (two
+    tests at once would share a lane): the GID check of both ends, then (when both have one)
+    ib_write_bw and the PFC counters."""
+    ps = paths(inv, spec, xc, names, by_ocs=by_ocs)
     if observer is not None:
         observer.phase("check", "paths", total=len(ps))
     gids: dict[str, list[rdma.Gid] | str] = {}
@@ -151,7 +173,7 @@ def _rx_prio(pool, e, prio: int) -> tuple[int, int] | str:
 
 def _check_path(pool, p: dict, gids: dict, prio: int, port: int) -> list[dict]:
     src, dst = p["src"], p["dst"]
-    base = {"path": p["path"], "src": _label(src), "dst": _label(dst)}
+    base = {"path": p["path"], "src": _label(src), "dst": _label(dst)} | ({"ocs": p["ocs"]} if "ocs" in p else {})
     rows, found = [], {}
     for end, e in (("src", src), ("dst", dst)):
         g, why = _gid(pool, e, gids)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from mfctl import mockctl
-from support import ROOT, mfctl_cmd
+from support import ROOT, mfctl_cmd, wait_until
 
 TWO = ROOT / "inventory" / "mfabric-2ocs.yaml"
 SPEC = ROOT / "playbooks" / "provision.yaml"
@@ -48,6 +48,47 @@ def test_provision_optics_checks_each_ocs_against_its_own_regions_lanes(two_ocs,
         assert {x["host"] for x in doc["lanes"]} == {"gpu05", "gpu06", "gpu07", "gpu08"}
         r = run("provision", "optics", SPEC, "-i", inv, "--ocs", "ocs-a", "--ocs", "ocs-b")
         assert r.returncode == 2 and "given 2 times ('ocs-a', 'ocs-b')" in r.stderr
+    finally:
+        for ocs in ("ocs-a", "ocs-b"):
+            run("ocs", "disconnect", "--all", "-i", inv, "--ocs", ocs, "--yes")
+
+
+def test_provision_check_measures_each_ocs_circuits_among_its_own_regions_lanes(two_ocs, cli_env):
+    """The same ports (input 1 → output 196) on both switches: gpu01→gpu02 on ocs-a, gpu05→gpu06 on
+    ocs-b. Each path is measured between the lanes its own switch joins (read as one OCS, ocs-b's
+    circuit was a path gpu01→gpu06)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    inv = two_ocs["inventory"]
+    run = lambda *a: subprocess.run(mfctl_cmd(*a), capture_output=True, text=True, env=cli_env, timeout=120)  # noqa: E731
+    for ocs, a, b in (("ocs-a", "gpu01/nic0", "gpu02/nic0"), ("ocs-b", "gpu05/nic0", "gpu06/nic0")):
+        r = run("ocs", "connect", a, b, "-i", inv, "--ocs", ocs, "--yes")
+        assert r.returncode == 0, r.stderr[-2000:]
+    try:
+        # the recipe's addresses on the lanes checked (the mock is provisioned but for the lane addresses)
+        addrs = [(h, nd, f"198.18.{net}.{last}/24") for h, last in (("gpu01", 1), ("gpu02", 9), ("gpu05", 33), ("gpu06", 41))
+                 for nd, net in (("ens1f0np0", 0), ("ens4f0np0", 3))]
+        with ThreadPoolExecutor(4) as ex:
+            rcs = list(ex.map(lambda x: run("exec", "-i", inv, x[0], "--", "ip", "addr", "replace", x[2], "dev",
+                                            x[1]).returncode, addrs))
+        assert rcs == [0] * 8
+        r = wait_until(lambda: (x := run("provision", "check", SPEC, "-i", inv, "--hosts", "gpu[01-02],gpu[05-06]",
+                                         "--json")).returncode == 0 and x, timeout=60, what="both circuits up, every check ok")
+        doc = json.loads(r.stdout)
+        rows = {(x["path"], x["check"]): x for x in doc["checks"]}
+        assert sorted({(x["path"], x.get("ocs"), x["src"], x["dst"]) for x in doc["checks"]}) == [
+            ("EPS", None, "gpu01/nic3.0 (ens4f0np0)", "gpu02/nic3.0 (ens4f0np0)"),
+            ("EPS", None, "gpu02/nic3.0 (ens4f0np0)", "gpu05/nic3.0 (ens4f0np0)"),
+            ("EPS", None, "gpu05/nic3.0 (ens4f0np0)", "gpu06/nic3.0 (ens4f0np0)"),
+            ("OCS ocs-a 1→196", "ocs-a", "gpu01/nic0.0 (ens1f0np0)", "gpu02/nic0.0 (ens1f0np0)"),
+            ("OCS ocs-b 1→196", "ocs-b", "gpu05/nic0.0 (ens1f0np0)", "gpu06/nic0.0 (ens1f0np0)")]
+        for ocs in ("ocs-a", "ocs-b"):
+            bw = rows[(f"OCS {ocs} 1→196", "ib_write_bw")]
+            assert bw["measured"] == 94.21 and bw["status"] == "ok", bw
+        assert doc["bad"] == 0 and doc["checked"] == 20
+        # a host set on one switch: that switch's circuit only
+        doc = json.loads(run("provision", "check", SPEC, "-i", inv, "--hosts", "gpu[05-06]", "--json").stdout)
+        assert sorted({x["path"] for x in doc["checks"]}) == ["EPS", "OCS ocs-b 1→196"]
     finally:
         for ocs in ("ocs-a", "ocs-b"):
             run("ocs", "disconnect", "--all", "-i", inv, "--ocs", ocs, "--yes")

@@ -30,6 +30,10 @@ MSG_BYTES = 65536
 
 
 def _registry(tb) -> dict:
+    """The testbed's one registry of listening servers and bytes moved. A host of a second OCS's
+    region sees the testbed through a view (mfctl.mock.testbed._HostView, its own ``ocs``): the
+    registry is the testbed's, not the view's — else its servers are found by no other host."""
+    tb = getattr(tb, "_testbed", tb)
     reg = tb.__dict__.get("_perftest")
     if reg is None:
         reg = tb.__dict__.setdefault("_perftest", {"lock": threading.Lock(), "servers": {}, "bytes": {}})

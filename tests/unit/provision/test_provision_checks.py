@@ -66,6 +66,28 @@ def test_paths_one_per_duplex_circuit_and_per_eps_pair():
     assert [p["path"] for p in checks.paths(inv, spec, {1: 388, 4: 385}, ["gpu01", "gpu03"])] == ["EPS"]  # far end not selected
 
 
+def test_paths_with_several_ocses_join_lanes_of_one_switch_only():
+    """Issue 22: inventory/mfabric-2ocs.yaml's two regions use the same port numbers on their own
+    switches (gpu01/nic0 and gpu05/nic0 are both on input 1). Read as one OCS, ocs-b's circuit 1→196
+    made a path gpu01→gpu06 across the switches; each switch's circuits are looked for among its own
+    hosts' lanes."""
+    inv, spec = load_inventory(ROOT / "inventory" / "mfabric-2ocs.yaml"), load_spec(SPEC)
+    names = ["gpu01", "gpu02", "gpu05", "gpu06"]
+    xc = {1: 196, 4: 193}  # gpu01/nic0 <-> gpu02/nic0 on ocs-a; gpu05/nic0 <-> gpu06/nic0 on ocs-b
+    ps = checks.paths(inv, spec, {}, names, by_ocs={"ocs-a": (["gpu01", "gpu02"], xc), "ocs-b": (["gpu05", "gpu06"], xc)})
+    assert [(p["path"], p.get("ocs"), p["src"][0], p["src"][3], p["dst"][0], p["dst"][3]) for p in ps] == [
+        ("OCS ocs-a 1→196", "ocs-a", "gpu01", "198.18.0.1", "gpu02", "198.18.0.9"),
+        ("OCS ocs-b 1→196", "ocs-b", "gpu05", "198.18.0.33", "gpu06", "198.18.0.41"),
+        ("EPS", None, "gpu01", "198.18.3.1", "gpu02", "198.18.3.9"),
+        ("EPS", None, "gpu02", "198.18.3.9", "gpu05", "198.18.3.33"),
+        ("EPS", None, "gpu05", "198.18.3.33", "gpu06", "198.18.3.41")]
+    # (what one map over every host made of it: a circuit from ocs-a's gpu01 to ocs-b's gpu06)
+    assert ("gpu01", "gpu06") in [(p["src"][0], p["dst"][0]) for p in checks.paths(inv, spec, xc, names)]
+    # an OCS with no circuit among its hosts: no path of it
+    ps = checks.paths(inv, spec, {}, names, by_ocs={"ocs-a": (["gpu01", "gpu02"], {}), "ocs-b": (["gpu05", "gpu06"], xc)})
+    assert [p["path"] for p in ps if p["path"] != "EPS"] == ["OCS ocs-b 1→196"]
+
+
 @pytest.fixture
 def provisioned(tmp_path, cli_env, monkeypatch):
     monkeypatch.setenv("MFCTL_STATE_DIR", cli_env["MFCTL_STATE_DIR"])
