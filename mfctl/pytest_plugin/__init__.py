@@ -10,7 +10,11 @@ same with its lock and mock), ``ocs`` (the OCS: apply/verify/journal), ``hosts``
 folded results), ``topology`` (a factory: circuits or a topology file on the OCS for one test,
 the previous state put back afterwards, verified), ``runner`` (run a playbook, get its summary).
 
-Marker: ``@pytest.mark.mfctl(circuits=[(LANE, LANE), ...], health="+gpu,-optics", hosts="gpu[01-02]")``.
+Marker: ``@pytest.mark.mfctl(circuits=[(LANE, LANE), ...], health="+gpu,-optics", hosts="gpu[01-02]", ocs="NAME")``.
+
+Several OCSes: ``ocs["NAME"]`` is each one; ``ocs.apply`` & co. act on the test's OCS (the only one,
+or the marker's ``ocs=``); circuits go to the OCS of their lanes; the gate and the runner read and
+put back every OCS.
 
 Inert unless used: nothing is imported, started or locked, and no fixture added, for a test that
 asks for none of these fixtures and carries no ``mfctl`` marker (the plugin is in every pytest run
@@ -40,9 +44,10 @@ def pytest_addoption(parser) -> None:
 
 
 def pytest_configure(config) -> None:
-    config.addinivalue_line("markers", "mfctl(circuits=None, health=None, hosts=None): a testbed test: circuits put "
-                            "on the OCS for it (pairs of lanes), the health checks that gate it (mfctl health --checks "
-                            "syntax, or False for none), the hosts they run on (a host set; default all).")
+    config.addinivalue_line("markers", "mfctl(circuits=None, health=None, hosts=None, ocs=None): a testbed test: "
+                            "circuits put on the OCS for it (pairs of lanes), the health checks that gate it (mfctl "
+                            "health --checks syntax, or False for none), the hosts they run on (a host set; default "
+                            "all), the test's OCS on a testbed of several (the ocs fixture's default).")
     config.stash[_SESSION] = _Opener(config)
 
 
@@ -128,11 +133,20 @@ def _record(item):
 
 
 def _ocs_handle(item, session):
-    from mfctl.pytest_plugin.handles import OCS
+    """The test's :class:`~mfctl.pytest_plugin.handles.OCSes` (its default: the marker's ``ocs``, or
+    the only OCS)."""
+    from mfctl.errors import MfctlError
+    from mfctl.pytest_plugin.handles import OCSes
 
     h = item.stash.get(_OCS, None)
     if h is None:
-        h = item.stash[_OCS] = OCS(session, _record(item), purpose=f"pytest {item.nodeid}"[:200])
+        marker = item.get_closest_marker("mfctl")
+        try:
+            h = OCSes(session, _record(item), purpose=f"pytest {item.nodeid}"[:200],
+                      default=marker.kwargs.get("ocs") if marker is not None else None)
+        except MfctlError as e:  # the marker names an OCS the testbed does not have
+            pytest.fail(f"mfctl: @pytest.mark.mfctl(ocs=...): {e}", pytrace=False)
+        item.stash[_OCS] = h
     return h
 
 
@@ -151,8 +165,10 @@ def testbed(mfctl_session):
 
 @pytest.fixture
 def ocs(request, mfctl_session):
-    """The OCS (:class:`mfctl.pytest_plugin.handles.OCS`): ``apply``, ``verify``, ``cross_connects``,
-    ``journal`` (this test's records), ``driver``. The device lock is held from first use to the test's end."""
+    """The OCS (:class:`mfctl.pytest_plugin.handles.OCSes`): ``apply``, ``verify``, ``cross_connects``,
+    ``journal`` (this test's records), ``driver`` of the test's OCS (the only one, or the marker's
+    ``ocs=``); ``ocs["NAME"]`` each OCS of a testbed of several. Each device lock is held from first use
+    to the test's end."""
     h = _ocs_handle(request.node, mfctl_session)
     yield h
     h.close()
@@ -230,7 +246,7 @@ def _gate(request, item):
     topo = None
     if kw.get("circuits"):
         topo = Topology(_ocs_handle(item, session))
-        topo(circuits=kw["circuits"])
+        topo(circuits=kw["circuits"], ocs=kw.get("ocs"))
     try:
         yield
     finally:
@@ -245,7 +261,10 @@ def _gate(request, item):
                 after = gate.take(session, checks, names, ocs=True)
                 from mfctl.ocs.service import PortMap
 
-                problems = gate.changes(before, after, PortMap.from_inventory(session.inventory))
+                inv = session.inventory
+                ports = (PortMap.from_inventory(inv) if len(inv.ocses) == 1 else
+                         {o.name: PortMap.from_inventory(inv, o.name) for o in inv.ocses})
+                problems = gate.changes(before, after, ports)
         finally:
             rec.attach(item)
         if problems:

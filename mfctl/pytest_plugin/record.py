@@ -15,30 +15,33 @@ MAX_SECTION_CHARS = 20_000  #: per section of a report: a chatty host is cut, an
 
 @dataclass
 class TestRecord:
-    """One test's record. ``journal``: the device journal's path (None until an OCS was opened);
-    ``journal_seq``: the last sequence number in it before the test."""
+    """One test's record. ``journals``: each device journal opened during the test (one per OCS
+    it used) → the last sequence number in it before the test; ``journal``: the first of them
+    (None until an OCS was opened)."""
 
     __test__ = False  # (not a test class, whatever its name)
 
-    journal: Path | None = None
-    journal_seq: int = -1
+    journals: dict[Path, int] = field(default_factory=dict)
     commands: list[str] = field(default_factory=list)
     host_logs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def journal(self) -> Path | None:
+        return next(iter(self.journals), None)
+
     def start_journal(self, path: Path | None) -> None:
-        """Remember where this test's slice of the device journal begins."""
-        if path is None or self.journal is not None:
+        """Remember where this test's slice of a device journal begins (once per journal)."""
+        if path is None or Path(path) in self.journals:
             return
-        self.journal = Path(path)
-        recs = _records(self.journal)
-        self.journal_seq = max((r.get("seq", -1) for r in recs if isinstance(r.get("seq"), int)), default=-1)
+        recs = _records(Path(path))
+        self.journals[Path(path)] = max((r.get("seq", -1) for r in recs if isinstance(r.get("seq"), int)), default=-1)
 
     def journal_slice(self) -> list[dict]:
-        """The device journal's records written since :meth:`start_journal`."""
-        if self.journal is None:
-            return []
-        return [r for r in _records(self.journal) if isinstance(r.get("seq"), int) and r["seq"] > self.journal_seq]
+        """The device journals' records written since :meth:`start_journal` (journal by journal, in the
+        order the test opened the OCSes; with several OCSes each record names its ``ocs``)."""
+        return [r for path, seq in self.journals.items() for r in _records(path)
+                if isinstance(r.get("seq"), int) and r["seq"] > seq]
 
     def host_command(self, result) -> None:
         """A host command's result (:class:`mfctl.transport.ssh.CommandResult`): the command, and its output."""
@@ -52,8 +55,9 @@ class TestRecord:
             text += "[stderr]\n" + result.stderr + ("" if result.stderr.endswith("\n") else "\n")
         self.host_logs.append(text)
 
-    def ocs_commands(self, commands: list[str]) -> None:
-        self.commands.extend(f"ocs: {c}" for c in commands)
+    def ocs_commands(self, commands: list[str], ocs: str | None = None) -> None:
+        """TL1 changes sent to the OCS (``ocs``: its name, on a testbed of several)."""
+        self.commands.extend(f"ocs{'/' + ocs if ocs else ''}: {c}" for c in commands)
 
     def attach(self, item) -> None:
         """Put the record on ``item``'s report: properties and sections."""
