@@ -64,10 +64,10 @@ def _ocs(port, **kw):
 
 
 def _inv(port, name="lab", transports=None):
-    """The little of an inventory that open_ocs reads: name, base_dir, ssh and the OCS."""
+    """The little of an inventory that open_ocs reads: name, source, base_dir, ssh and the OCS (ocs, ocses)."""
     ocs = OCS(name="ocs1", size={"inputs": 48, "outputs": 48}, password_env="OCS_PW",
               transports=transports or [{"kind": "tcp", "address": "127.0.0.1", "port": port}])
-    return type("Inv", (), {"name": name, "base_dir": None, "ocs": ocs,
+    return type("Inv", (), {"name": name, "source": None, "base_dir": None, "ocs": ocs, "ocses": [ocs],
                             "ssh": type("S", (), {"known_hosts": None, "host_key_policy": "strict"})()})
 
 
