@@ -42,6 +42,7 @@ class ApplyResult:
     skipped: str | None = None  #: never started, and why
     replans: int = 0  #: re-plans after a firmware reset
     notes: list[str] = field(default_factory=list)  #: drain/resume and the like, for people
+    outcomes: list[str] = field(default_factory=list)  #: the findings reported (:attr:`Action.outcome`), as data
 
     @property
     def error(self) -> str | None:
@@ -106,12 +107,29 @@ def replanner(pool, inv, spec: ProvisionSpec, manifest: FirmwareManifest | None)
     return again
 
 
+def _irqbalance_pass(spec: ProvisionSpec, results: list[ApplyResult]) -> float:
+    """Seconds to wait before the verify's re-read: one irqbalance pass (``irq.irqbalance_interval_s``)
+    where IRQs were pinned beside a running irqbalance (``irq.irqbalance: report``) — read at once, the
+    pinning is still there and would be called verified, then irqbalance moves it; else 0. The read
+    that decides "verified" is the one after the pass."""
+    from mfctl.provision.steps.irq import OUTCOME_IRQBALANCE
+
+    pinned = any(OUTCOME_IRQBALANCE in r.outcomes and any(a.get("phase") == "irq" and a.get("what") == "IRQ affinity"
+                                                          for a in r.applied) for r in results)
+    return spec.irq.irqbalance_interval_s if pinned else 0.0
+
+
 def verify(pool, inv, spec: ProvisionSpec, manifest: FirmwareManifest | None, results: list[ApplyResult],
            hosts: list[str] | None = None, *, observer: Observer | None = None) -> list[ApplyResult]:
     """Re-read and re-plan every host after :func:`apply` (not the skipped ones); what is left goes
     into its result's ``left``, a host that cannot be re-read gets ``verify_error`` (and is not
     verified); ``verified`` only when the re-read found nothing left. Returns ``results``."""
     names = [r.host for r in results if r.skipped is None and (hosts is None or r.host in hosts)]
+    wait = _irqbalance_pass(spec, [r for r in results if r.host in names])
+    if wait:
+        if observer is not None:
+            observer.phase("verify", f"waiting {wait:g} s, one irqbalance pass, before reading the pinned IRQs back")
+        time.sleep(wait)
     again = {v.host: v for v in plan(pool, inv, spec, manifest, names, observer=observer, phase="verify")} if names else {}
     for r in results:
         v = again.get(r.host)
@@ -161,6 +179,8 @@ def _apply_host(pool, hp: HostPlan, journal, stop, replan: Replan | None = None,
         a = todo[i]
         if not a.runs:  # an outcome (a finding, a reboot for a person): reported, never run, not "applied"
             res.notes.append(f"{a.target}: {a.what}: {a.after}")
+            if a.outcome:
+                res.outcomes.append(a.outcome)
             i += 1
             continue
         if stop is not None and stop.is_set():

@@ -148,6 +148,10 @@ class Irq(_S):
                                              "of the NIC's NUMA node (smp_affinity_list = local_cpulist); off: left alone")
     irqbalance: Literal["stop", "report"] = Field("stop", description="stop: systemctl disable --now irqbalance "
                                                   "before pinning; report: leave it running and say it undoes the pinning")
+    irqbalance_interval_s: float = Field(10.0, gt=0, le=3600, allow_inf_nan=False, description=(
+        "irqbalance's rebalancing interval (its --interval; 10 s by default, irqbalance(1)): under report, the "
+        "verify reads pinned IRQs back one such pass after the write, so a pinning that irqbalance undoes is not "
+        "called verified (and one it leaves alone, its IRQs banned in its config, is)"))
 
 
 class Link(_S):

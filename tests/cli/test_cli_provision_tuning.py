@@ -78,10 +78,13 @@ def test_drifted_traffic_class_irqs_and_link_mode_are_planned_applied_and_read_b
     # irqbalance left running (report): the pinning is applied, undone within 10 s, and the verify says so
     assert pool.run("gpu01", ["systemctl", "enable", "--now", "irqbalance"]).ok
     rep = tmp_path / "report.yaml"
-    rep.write_text(SPEC.read_text().replace("irqbalance: stop", "irqbalance: report").replace("../", str(ROOT) + "/"))
+    # irqbalance's pass is 10 testbed s: 0.1 s at time scale 100; the verify waits one pass before it reads back
+    rep.write_text(SPEC.read_text().replace("irqbalance: stop", "irqbalance: report\n  irqbalance_interval_s: 0.1")
+                   .replace("../", str(ROOT) + "/"))
     r = run("provision", "apply", rep, "-i", inv, "--hosts", "gpu01", "--json", "--yes")
     [h] = json.loads(r.stdout)["hosts"]
     assert r.returncode == 1 and h["verified"] is False, r.stdout[-3000:]
+    assert "waiting 0.1 s, one irqbalance pass, before reading the pinned IRQs back" in r.stderr
     assert any(n.startswith("irqbalance: irqbalance: it rewrites IRQ affinities every 10 s") for n in h["notes"])
     assert {a["what"] for a in h["left_after_verify"]} == {"IRQ affinity"}
     assert {a["what"] for a in h["applied"]} == {"IRQ affinity"}
