@@ -136,6 +136,9 @@ SETTINGS: dict[str, Setting] = {
         Setting("planner_kernel", "auto", "The circuit planner's local search: compiled (mfctl/fabric/_search_kernel.c, "
                 "built at install where a C compiler is found), numpy (the same search, ~7x slower), or auto: compiled "
                 "where it was built."),
+        Setting("yaml_loader", "auto", "How mfctl parses YAML: libyaml (PyYAML's compiled CSafeLoader, ~5x faster on a "
+                "large inventory), pure (PyYAML's pure-Python SafeLoader), or auto: libyaml where PyYAML has it. The "
+                "same documents and errors either way."),
         Setting("mock_state_dir", "", "mfctl mock --state-dir (default: <state_dir>/mock).", type=Path),
         Setting("mock_time_scale", "1", "mfctl mock up --time-scale: simulated seconds per wall second.", type=float,
                 min=0.01, max=10000),

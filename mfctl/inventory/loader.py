@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from mfctl.errors import ConfigError
-from mfctl.inventory.models import Inventory
+from mfctl.inventory.models import OCS, Inventory
 
 if TYPE_CHECKING:
     import yaml
@@ -117,15 +117,16 @@ def load_yaml_with_lines(path: str | Path, raw: bytes | None = None) -> tuple[An
         raise ConfigError("not a text file (contains NUL bytes)", path=src, line=text[: text.index("\x00")].count("\n") + 1)
     import yaml  # here, not at the top: an inventory read from the cache (mfctl.inventory.cache) needs no YAML
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)  # libyaml when the wheel has it: ~10x faster; parsed once
+    loader = loader_class()(text)  # parsed once: the nodes give the lines, then the data
     try:
-        node = loader.get_single_node()
-        if node is None:
-            raise ConfigError("file is empty", path=src)
-        w = _Walk(src)
-        _walk(node, (), w)
-        lines = w.lines
-        data = loader.construct_document(node)
+        with _no_cyclic_gc():
+            node = loader.get_single_node()
+            if node is None:
+                raise ConfigError("file is empty", path=src)
+            w = _Walk(src)
+            _walk(node, (), w)
+            lines = w.lines
+            data = loader.construct_document(node)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         what = getattr(e, "problem", None) or str(e).splitlines()[0]
@@ -134,11 +135,129 @@ def load_yaml_with_lines(path: str | Path, raw: bytes | None = None) -> tuple[An
         if quote and quote != at:  # where the parser stopped is lines after the slip
             what += f" (an unclosed quote on line {quote}?)"
         raise ConfigError(f"YAML: {what}", path=src, line=at) from None
-    except RecursionError:  # PyYAML's pure-Python composer (no libyaml) on very deep nesting
+    except _TooDeep as e:  # the pure composer (libyaml's stops at 1,000 levels, _walk at MAX_DEPTH)
+        raise ConfigError(f"nested more than {MAX_DEPTH} levels deep", path=src, line=e.line) from None
+    except RecursionError:  # (deep nesting past what _TooDeep stops: not expected)
         raise ConfigError(f"nested more than {MAX_DEPTH} levels deep", path=src) from None
     finally:
         loader.dispose()
     return data, lines
+
+
+LOADERS = ("auto", "libyaml", "pure")  #: setting yaml_loader
+_MISSING = object()
+_classes: dict[str, type] = {}
+
+
+def loader_kind() -> str:
+    """``"libyaml"`` or ``"pure"``: what setting ``yaml_loader`` asks for (``auto``: libyaml where PyYAML
+    was built with it, ``yaml.__with_libyaml__``). Another word, or ``libyaml`` where PyYAML has none,
+    is a ConfigError saying so (exit 3)."""
+    import yaml
+
+    from mfctl import settings
+
+    env = settings.SETTINGS["yaml_loader"].env
+    want = (settings.get("yaml_loader") or "auto").strip().lower()
+    if want not in LOADERS:
+        raise ConfigError(f"{env}={want!r}: one of {', '.join(LOADERS)}")
+    has = bool(getattr(yaml, "__with_libyaml__", False)) and hasattr(yaml, "CSafeLoader")
+    if want == "libyaml" and not has:
+        raise ConfigError(f"{env}=libyaml, but this PyYAML was built without libyaml (yaml.__with_libyaml__ is "
+                          "False): use auto or pure")
+    return "libyaml" if want != "pure" and has else "pure"
+
+
+def loader_class(kind: str | None = None) -> type:
+    """The safe loader mfctl parses YAML with: PyYAML's ``CSafeLoader`` (libyaml's scanner, parser and
+    composer in C) or its pure-Python ``SafeLoader`` (``kind``; default :func:`loader_kind`), with
+    two changes that keep every result: the tag of a plain scalar is resolved once per distinct
+    text in a document (PyYAML runs its implicit resolvers' regular expressions on every scalar,
+    from C too: a Python call per node), and a scalar whose value is immutable (str, int, float,
+    bool, None) is constructed once per distinct (tag, text). Only safe tags are constructed
+    either way."""
+    kind = kind or loader_kind()
+    cls = _classes.get(kind)
+    if cls is None:
+        import yaml
+        from yaml.nodes import ScalarNode
+
+        base = yaml.CSafeLoader if kind == "libyaml" else yaml.SafeLoader
+        resolve = base.resolve
+
+        construct = base.construct_object
+        immutable = (str, int, float, bool, type(None))
+
+        def __init__(self, stream):
+            base.__init__(self, stream)
+            self._mfctl_tags, self._mfctl_scalars = {}, {}
+
+        def construct_object(self, node, deep=False):
+            if node.__class__ is not ScalarNode:
+                return construct(self, node, deep)
+            key = (node.tag, node.value)
+            data = self._mfctl_scalars.get(key, _MISSING)
+            if data is _MISSING:
+                data = construct(self, node, deep)
+                if type(data) in immutable:  # (a timestamp or binary is made each time, as before)
+                    self._mfctl_scalars[key] = data
+            return data
+
+        def cached_resolve(self, kind, value, implicit):
+            if kind is ScalarNode and implicit[0] and not self.yaml_path_resolvers:
+                tag = self._mfctl_tags.get(value)
+                if tag is None:
+                    tag = self._mfctl_tags[value] = resolve(self, kind, value, implicit)
+                return tag
+            return resolve(self, kind, value, implicit)
+
+        members = {"__init__": __init__, "resolve": cached_resolve, "construct_object": construct_object}
+        if kind == "pure":  # its composer recurses in Python: stopped at MAX_DEPTH, at the line _walk would name
+            from yaml.events import CollectionStartEvent
+
+            compose = yaml.SafeLoader.compose_node
+
+            def compose_node(self, parent, index):
+                self._mfctl_depth = depth = getattr(self, "_mfctl_depth", 0)
+                if depth >= MAX_DEPTH and self.check_event(CollectionStartEvent):
+                    raise _TooDeep(self.peek_event().start_mark.line + 1)
+                self._mfctl_depth = depth + 1
+                try:
+                    return compose(self, parent, index)
+                finally:
+                    self._mfctl_depth = depth
+
+            members["compose_node"] = compose_node
+        cls = _classes[kind] = type(f"Mfctl{base.__name__}", (base,), members)
+    return cls
+
+
+class _TooDeep(Exception):
+    """The pure loader's composer went past :data:`MAX_DEPTH` at this line."""
+
+    def __init__(self, line: int):
+        super().__init__(line)
+        self.line = line
+
+
+class _no_cyclic_gc:
+    """Python's cyclic garbage collector off while a document is composed and constructed, as it was
+    before (when it was on). Each of the ~500,000 nodes of a 32,768-GPU inventory is a new tracked
+    object: the collector's passes over them, again and again as they pile up, took 2/3 of the
+    parse (4.0 s -> 1.2 s for its nodes); none of it is cyclic garbage (an alias inside what it
+    names is refused before it is constructed, and collected later)."""
+
+    def __enter__(self):
+        import gc
+
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc):
+        import gc
+
+        if self.was:
+            gc.enable()
 
 
 def _unclosed_quote(text: str, upto: int | None) -> int | None:
@@ -285,8 +404,16 @@ def cross_check(inv: Inventory) -> list[tuple[Loc, str]]:
     problems += _check_ocses(inv)
     used: dict[tuple[str, int], str] = {}  # (OCS name, port) -> the lane on it: ports are unique per OCS
     several = len(inv.ocses) > 1
+    region_of: dict[str, Any] = {}  # host -> its first region (Inventory.ocs_of_host's rule, without a scan per host)
+    for r in inv.regions:
+        for hn in r.hosts:
+            region_of.setdefault(hn, r)
     for hi, h in enumerate(inv.hosts):
-        ocs = inv.ocs_of_host(h.name)
+        ocs: OCS | None
+        if len(inv.ocses) == 1:
+            ocs = inv.ocses[0]
+        else:
+            ocs = inv.region_ocs(region_of[h.name]) if h.name in region_of else None
         if ocs is None and h.ocs_lanes():
             problems.append((("hosts", hi, "name"), f"host {h.name!r} has optical lanes but is in no region that names "
                                                     f"its OCS (the inventory has {len(inv.ocses)}: "

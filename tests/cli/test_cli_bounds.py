@@ -120,10 +120,27 @@ def test_exec_of_a_huge_output_stays_small_in_memory_and_says_it_truncated(mock_
 
 # --- (b) configuration files ---------------------------------------------------------------------
 
+@pytest.fixture(params=["libyaml", "pure"])
+def yaml_loader(request, monkeypatch, cli_env):
+    """Each hostile-YAML test with both of mfctl's YAML loaders (setting yaml_loader: PyYAML's
+    libyaml CSafeLoader and its pure-Python SafeLoader), in this process and in the CLI's."""
+    import yaml
+
+    from mfctl.inventory.loader import loader_class
+
+    if request.param == "libyaml" and not getattr(yaml, "__with_libyaml__", False):
+        pytest.skip("this PyYAML was built without libyaml")
+    monkeypatch.setenv("MFCTL_YAML_LOADER", request.param)
+    cli_env["MFCTL_YAML_LOADER"] = request.param
+    assert loader_class().__mro__[1] is (yaml.CSafeLoader if request.param == "libyaml" else yaml.SafeLoader)
+    return request.param
+
+
 def _validate(path, env):
     return subprocess.run(mfctl_cmd("inventory", "validate", path), capture_output=True, text=True, env=env, timeout=60)
 
 
+@pytest.mark.usefixtures("yaml_loader")
 def test_recursive_and_exploding_yaml_are_config_errors_naming_file_and_line(tmp_path, cli_env):
     rec = tmp_path / "rec.yaml"
     rec.write_text("name: x\nhosts:\n  - &h {name: a, nics: [*h]}\n")
@@ -170,10 +187,17 @@ def test_the_32768_gpu_inventory_validates_its_own_nodes_are_not_bounded_only_al
     spec = importlib.util.spec_from_file_location("gen_scale", ROOT / "inventory" / "gen_scale.py")
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
+    import gc
+
     doc = gen.inventory(4096, 8, 32, "mfabric-32768")
     inv = tmp_path / "mfabric-32768.yaml"
-    inv.write_text(yaml.dump(doc, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False,
-                             default_flow_style=None, width=140))
+    gc.disable()  # (~1.5 million tracked objects made by the dump: the collector's passes over them cost 1/3 of it)
+    try:
+        text = yaml.dump(doc, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False,
+                         default_flow_style=None, width=140)
+    finally:
+        gc.enable()
+    inv.write_text(text)
     assert 3 << 20 < inv.stat().st_size < 16 << 20
     r = subprocess.run(mfctl_cmd("inventory", "validate", inv, "--json"), capture_output=True, text=True,
                        env=cli_env, timeout=180)
@@ -184,6 +208,7 @@ def test_the_32768_gpu_inventory_validates_its_own_nodes_are_not_bounded_only_al
     assert out["ocs"] == "32 x Polatis Series 7000 384x384" and len(out["regions"]) == 512
 
 
+@pytest.mark.usefixtures("yaml_loader")
 def test_a_huge_file_is_refused_before_it_is_read(tmp_path, cli_env):
     big = tmp_path / "big.yaml"
     with open(big, "wb") as f:

@@ -47,6 +47,23 @@ def _line_of(path, needle, nth=1):
     raise AssertionError(needle)
 
 
+@pytest.fixture(params=["libyaml", "pure"])
+def yaml_loader(request, monkeypatch, cli_env):
+    """Each hostile-YAML test with both of mfctl's YAML loaders (setting yaml_loader: PyYAML's
+    libyaml CSafeLoader and its pure-Python SafeLoader), in this process and in the CLI's."""
+    import yaml
+
+    from mfctl.inventory.loader import loader_class
+
+    if request.param == "libyaml" and not getattr(yaml, "__with_libyaml__", False):
+        pytest.skip("this PyYAML was built without libyaml")
+    monkeypatch.setenv("MFCTL_YAML_LOADER", request.param)
+    cli_env["MFCTL_YAML_LOADER"] = request.param
+    assert loader_class().__mro__[1] is (yaml.CSafeLoader if request.param == "libyaml" else yaml.SafeLoader)
+    return request.param
+
+
+@pytest.mark.usefixtures("yaml_loader")
 @pytest.mark.parametrize("old,new,needle,nth,msg", [
     ("  port_speed_gbps: 200", "  port_speed_gbps: 200\n  colour: blue", "colour:", 1, "unknown key 'colour'"),
     ("  ports: 32", "  ports: 32\n  ports: 64", "ports: 64", 1, "duplicate key 'ports'"),
@@ -66,6 +83,7 @@ def test_bad_inventory_names_file_and_line(tmp_path, old, new, needle, nth, msg)
     assert e.value.exit_code == 3
 
 
+@pytest.mark.usefixtures("yaml_loader")
 def test_yaml_syntax_error_has_a_line(tmp_path):
     p = _write(tmp_path, "name: x\nhosts: [\n  - a: b\n")
     with pytest.raises(ConfigError) as e:
@@ -73,6 +91,7 @@ def test_yaml_syntax_error_has_a_line(tmp_path):
     assert str(p) in str(e.value) and e.value.line is not None
 
 
+@pytest.mark.usefixtures("yaml_loader")
 def test_cli_exit_code_3_and_json(tmp_path, cli_env):
     p = _mutate(tmp_path, "  ports: 32", "  ports: 32\n  ports: 64")
     r = subprocess.run(mfctl_cmd("inventory", "validate", p), capture_output=True, text=True, env=cli_env)
@@ -84,6 +103,7 @@ def test_cli_exit_code_3_and_json(tmp_path, cli_env):
     assert r.returncode == 3 and '"exit_code": 3' in r.stdout
 
 
+@pytest.mark.usefixtures("yaml_loader")
 @pytest.mark.parametrize("content,msg", [
     (b"\x7fELF\x02\x01\xd0\x00", "not UTF-8 text"),
     (b"name: x\x00\n", "contains NUL bytes"),
@@ -220,3 +240,42 @@ def test_cache_that_cannot_be_written_costs_only_time_and_keeps_a_bounded_number
         p.write_text(PROTOTYPE.read_text().replace("description:", f"# copy {i}\ndescription:", 1))
         load_inventory(p)
     assert len(_cache_entries(tmp_path)) == 2
+
+
+def test_both_yaml_loaders_give_the_same_data_and_lines(monkeypatch):
+    """libyaml's CSafeLoader and the pure SafeLoader (setting yaml_loader) read the repository's
+    inventories, playbooks and recipes to the same data, types and key lines; a bad setting is
+    exit 3 naming the variable."""
+    import yaml
+
+    from mfctl.inventory import loader
+
+    if not yaml.__with_libyaml__:
+        pytest.skip("this PyYAML was built without libyaml")
+    root = PROTOTYPE.parent.parent
+    files = sorted([*root.glob("inventory/*.yaml"), *root.glob("playbooks/*.yaml"), *root.glob("examples/**/*.yaml")])
+    assert len(files) > 10
+    got = {}
+    for kind in ("libyaml", "pure"):
+        monkeypatch.setenv("MFCTL_YAML_LOADER", kind)
+        assert loader.loader_kind() == kind
+        got[kind] = [loader.load_yaml_with_lines(f) for f in files]
+    for f, (d1, l1), (d2, l2) in zip(files, got["libyaml"], got["pure"]):
+        assert repr(d1) == repr(d2) and l1 == l2, f  # (repr: the types too, 1 vs 1.0 vs True)
+    monkeypatch.setenv("MFCTL_YAML_LOADER", "auto")
+    assert loader.loader_kind() == "libyaml"
+    monkeypatch.setenv("MFCTL_YAML_LOADER", "fast")
+    with pytest.raises(ConfigError, match="MFCTL_YAML_LOADER='fast': one of auto, libyaml, pure") as e:
+        loader.load_yaml_with_lines(PROTOTYPE)
+    assert e.value.exit_code == 3
+
+
+@pytest.mark.usefixtures("yaml_loader")
+def test_nesting_past_100_levels_names_its_line_with_either_loader(tmp_path):
+    p = tmp_path / "deep.yaml"
+    p.write_text("name: x\nhosts:\n  - " + "[" * 150 + "]" * 150 + "\n")
+    with pytest.raises(ConfigError, match=r"deep\.yaml:3: nested more than 100 levels deep"):
+        load_inventory(p)
+    p.write_text("a: 1\n" + "".join(" " * i + f"k{i}:\n" for i in range(120)) + " " * 120 + "v: 1\n")
+    with pytest.raises(ConfigError, match=r"deep\.yaml:102: nested more than 100 levels deep"):
+        load_inventory(p)
