@@ -23,12 +23,15 @@ def profile(ctx: typer.Context,
             hidden: int = typer.Option(4096, min=64, help="Model hidden size of the GEMM sweep (Mixtral-8x7B: 4096)."),
             ffn_hidden: int = typer.Option(14336, min=64,
                                            help="Expert FFN hidden size of the GEMM sweep (Mixtral-8x7B: 14336)."),
+            replace: bool = typer.Option(False, "--replace", help="--run: replace a stored profile that a sweep of the "
+                                         "inventory's hosts measured (without it, that is refused: exit 2)."),
             json_out: bool = JSON_OPT):
     """Run nccl-tests all-to-all and all-reduce sweeps and a GEMM sweep on each host (in parallel), fit
     t = α + β·n per task, and store the fits (used by mfctl schedule; with several hosts, each task's slowest
     host's). Progress on stderr: a bar with its ETA on a terminal, plain lines otherwise. With --run RUN: fit
     the run's own measured timings instead (all-to-all n in bytes of a rank's send buffer, GEMM n in FLOP; each
-    size bin's fastest sample), stored for the run's inventory; a run without timings exits 2."""
+    size bin's fastest sample), stored for the run's inventory; a run without timings exits 2, and so does one
+    whose fits would replace a stored sweep's profile without --replace."""
     from mfctl.bench.profile import run_profile, store
     from mfctl.cli.progress import ProgressObserver
     from mfctl.context import Context
@@ -40,7 +43,9 @@ def profile(ctx: typer.Context,
                  if ctx.get_parameter_source(p).name not in ("DEFAULT", "DEFAULT_MAP")]
         if given:
             raise UsageError(f"{', '.join(given)}: for a sweep; --run fits the run's own timings of its own hosts")
-        return _profile_run(run, runs_dir, load_inventory(inventory).name if inventory else None, json_out)
+        return _profile_run(run, runs_dir, load_inventory(inventory).name if inventory else None, json_out, replace)
+    if replace:
+        raise UsageError("--replace: for --run (a sweep's fits always replace the inventory's stored profile)")
     if inventory is None:
         raise UsageError("give --inventory (-i) to sweep its hosts, or --run RUN to fit a run's timings")
     if host is not None:
@@ -86,13 +91,20 @@ def _render(doc: dict, title: str, path: Path) -> None:
     con.print(f"stored: {path}", highlight=False)
 
 
-def _profile_run(run_id: str, runs_dir: Path | None, inventory_name: str | None, json_out: bool) -> None:
-    """``mfctl profile --run``: fit, store, show."""
+def _profile_run(run_id: str, runs_dir: Path | None, inventory_name: str | None, json_out: bool,
+                 replace: bool = False) -> None:
+    """``mfctl profile --run``: fit, store (a stored sweep's profile only with ``replace``), show."""
     from mfctl.bench.profile import profile_of_run, store
     from mfctl.cli.metrics import _run_dir
+    from mfctl.errors import UsageError
 
     doc = profile_of_run(_run_dir(run_id, runs_dir), inventory_name)
     before = _replaced(doc["inventory"])
+    if before and before.startswith("a sweep") and not replace:
+        # the hosts' own sweep is the testbed's hardware; a run's (a CPU job on a mock, say) is not: never silently
+        raise UsageError(f"the stored profile of {doc['inventory']} was fitted on {before} (its hosts' nccl-tests and "
+                         f"GEMM sweep): run {doc['source']['run_id']}'s fits would replace it — give --replace, or "
+                         "--inventory INV to store them for another inventory")
     path = store(doc)
     if before:
         doc["replaced"] = before
@@ -145,7 +157,7 @@ def schedule(playbook: Path = typer.Argument(..., help="Run playbook YAML (its m
     if json_out:
         emit_json({"schema": "mfctl.schedule/v1", "profile": str(pp) if fits else None, "profile_source": source,
                    "costs": s.costs, "choices": s.choices, "gradient_partitions": s.gradient_partitions, "best": s.best,
-                   "best_partitions": s.best_partitions, "command": cmd})
+                   "best_partitions": s.best_partitions, "command": cmd, "warnings": s.warnings})
         return
     t = Table("fwd r", "bwd r", "predicted iteration s", title=f"{pb.model.name}: best 8 of 16 FSMoE pipeline degrees "
               + ("(profiled)" if fits else "(default costs; run mfctl profile)"))
@@ -160,6 +172,8 @@ def schedule(playbook: Path = typer.Argument(..., help="Run playbook YAML (its m
         print_error(f"the profiled expert GEMM runs at {100 * s.costs['gemm_eta']:.3g} % of the "
                     f"{StepSpec.peak_flops / 1e12:.0f} TFLOP/s the step model takes for a GPU: a profile of other "
                     "hardware (a CPU?) — the step times above are that hardware's, not the testbed's GPUs'", "warning")
+    for w in s.warnings:
+        print_error(w, "warning")
     con.print(f"gradient all-reduce ({s.grad_bytes / 2**30:.2f} GiB per GPU over the EPS), exposed ms by partitions: "
               + ", ".join(f"{p['partitions']}: {p['exposed_allreduce_s'] * 1e3:.1f}" for p in s.gradient_partitions)
               + f" → best {s.best_partitions} (included above)", highlight=False)

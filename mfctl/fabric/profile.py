@@ -19,6 +19,7 @@ class Fit:
     unit: str  # "byte" or "flop"
     rel_rms_error: float
     points: int
+    n_max: float | None = None  #: the largest size measured (units of ``unit``): beyond it the fit extrapolates
 
     @property
     def rate(self) -> float:
@@ -30,7 +31,7 @@ class Fit:
 
     def to_dict(self) -> dict:
         return {"task": self.task, "alpha_s": self.alpha_s, "beta_s_per_unit": self.beta_s_per_unit, "unit": self.unit,
-                "rate_per_s": self.rate, "rel_rms_error": self.rel_rms_error, "points": self.points}
+                "rate_per_s": self.rate, "rel_rms_error": self.rel_rms_error, "points": self.points, "n_max": self.n_max}
 
 
 def fit_linear(task: str, n: np.ndarray, t: np.ndarray, unit: str) -> Fit:
@@ -46,7 +47,7 @@ def fit_linear(task: str, n: np.ndarray, t: np.ndarray, unit: str) -> Fit:
     (alpha, beta), *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
     pred = alpha + beta * n
     err = float(np.sqrt(np.mean(((pred - t) / t) ** 2)))
-    return Fit(task, float(max(alpha, 0.0)), float(beta), unit, err, int(len(n)))
+    return Fit(task, float(max(alpha, 0.0)), float(beta), unit, err, int(len(n)), float(n.max()))
 
 
 #: the tasks a profile fits and the unit of their ``n`` (``mfctl profile``'s sweeps; a job's

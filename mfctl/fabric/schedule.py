@@ -36,6 +36,8 @@ class Schedule:
     #: the costs priced with: ``alltoall_alpha_s`` (s), ``gemm_eta`` (expert GEMM efficiency, 0–1, of
     #: StepSpec.peak_flops), ``all_reduce_alpha_s`` (s), and ``profiled``: the tasks whose fit set them
     costs: dict = field(default_factory=dict)
+    #: what the prices rest on that the user should know (a fit used far beyond what it measured)
+    warnings: list[str] = field(default_factory=list)
 
     def command(self, playbook) -> str:
         """The ``mfctl run`` line with the best choice."""
@@ -57,7 +59,8 @@ def plan_schedule(pb, inv, rates, fits: dict[str, dict] | None = None) -> Schedu
     ``rate_per_s``; without them: :class:`StepSpec`'s defaults and :data:`DEFAULT_ALPHA_AR_S`)."""
     from mfctl.fabric import mapping
     from mfctl.fabric.planner import plan
-    from mfctl.fabric.stepmodel import StepSpec, grad_allreduce_exposed_s, grad_sync_bytes, iteration_time
+    from mfctl.fabric.stepmodel import (StepSpec, expert_gemm_flops, grad_allreduce_exposed_s, grad_sync_bytes,
+                                        iteration_time)
     from mfctl.fabric.traffic import expert_to_rank, load_routing, rank_matrix, rank_to_server, server_matrix
 
     fits = fits or {}
@@ -96,4 +99,15 @@ def plan_schedule(pb, inv, rates, fits: dict[str, dict] | None = None) -> Schedu
     for r in out.choices:  # the step time includes the exposed gradient all-reduce of the best partitioning
         r["iteration_s"] += bestp["exposed_allreduce_s"]
     out.best = min(out.choices, key=lambda r: r["iteration_s"])
+    gemm = fits.get("gemm") or {}
+    f = max(expert_gemm_flops(rank_matrix(t, er, par.ep), spec) for t in layers)
+    if gemm.get("n_max") and f > EXTRAPOLATION * gemm["n_max"]:
+        out.warnings.append(
+            f"the profiled expert GEMM rate was measured on GEMMs of at most {gemm['n_max']:.3g} FLOP; this playbook's "
+            f"model ({m.hidden} x {m.ffn_hidden}) does {f:.3g} FLOP per expert GEMM, {f / gemm['n_max']:,.0f}x more: its "
+            "times are extrapolated from the fit (a profile of another model or hardware?)")
     return out
+
+
+#: a fit used at sizes more than this many times its largest measured one is said to be extrapolated
+EXTRAPOLATION = 10.0

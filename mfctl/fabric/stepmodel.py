@@ -69,6 +69,15 @@ def _pipelined(a2a: float, exp: float, alpha: float, alpha_e: float, r: int) -> 
     return 2 * a + c + (r - 1) * max(2 * a, c)
 
 
+def expert_gemm_flops(rank_tokens: np.ndarray, spec: StepSpec) -> float:
+    """FLOP of the busiest EP rank's expert GEMMs in one micro-batch's forward: the token copies arriving
+    at it (``rank_tokens[r, r']``, EP rank × EP rank) through ``2·g`` matrix products of H × F per
+    token (g = 3 gated: gate, up, down; else 2), split over TP."""
+    g = 3 if spec.gated else 2
+    x = rank_tokens.sum(axis=0).max()  # token copies arriving at the busiest EP rank
+    return float(2 * g * x * spec.ffn_hidden * spec.hidden / spec.tp)
+
+
 def layer_time(tokens: np.ndarray, C: np.ndarray, expert_rank: np.ndarray, rank_server: np.ndarray,
                spec: StepSpec, rates: LinkRates) -> LayerTime:
     """Time of one MoE layer (fwd + bwd) for one micro-batch.
@@ -81,9 +90,7 @@ def layer_time(tokens: np.ndarray, C: np.ndarray, expert_rank: np.ndarray, rank_
     intra = np.diag(B).max() / spec.nvlink_Bps
     t_inter = max(float(a2a_time(B, C, rates)[0, 0]), float(a2a_time(B.T, C, rates)[0, 0]))
     a2a = spec.alpha_a2a_s + max(intra, t_inter)
-    g = 3 if spec.gated else 2
-    x = rt.sum(axis=0).max()  # token copies arriving at the busiest EP rank
-    f = 2 * g * x * spec.ffn_hidden * spec.hidden / spec.tp
+    f = expert_gemm_flops(rt, spec)
     exp_fwd = f / (spec.eta_expert * spec.peak_flops)
     T, H = spec.tokens_per_rank, spec.hidden
     dense_fwd = (8 * T * H * H + 4 * T * T * H) / spec.tp / (spec.eta_dense * spec.peak_flops)

@@ -166,6 +166,12 @@ def test_profile_of_a_run_stores_fits_that_schedule_prices_with(measured, tmp_pa
     assert out["costs"]["all_reduce_alpha_s"] == base["costs"]["all_reduce_alpha_s"] == 22e-6  # not measured: default
     # a CPU's GEMMs (well under 1 TFLOP/s) priced on an A100-class model: every choice is slower
     assert all(c["iteration_s"] > b["iteration_s"] * 5 for c, b in zip(out["choices"], base["choices"]))
+    # ... and that the playbook's Mixtral-width GEMMs are far beyond the small ones the job measured
+    n_max = fits["gemm"]["n_max"]
+    assert n_max == max(max(_task(s, "gemm")[0]) for s in measured)
+    [w] = out["warnings"]
+    assert w.startswith(f"the profiled expert GEMM rate was measured on GEMMs of at most {n_max:.3g} FLOP; this "
+                        "playbook's model (4096 x 14336) does ") and "times are extrapolated from the fit" in w
     said = invoke("schedule", PLAYBOOK)
     text = said.stdout
     assert f"run {run_id}'s profile" in text and "gradient all-reduce α 22.0 µs (default: run" in text
@@ -203,3 +209,23 @@ def test_profile_of_a_run_without_timings_is_a_usage_error(tmp_path):
     assert invoke("profile", "--run", "nosuchrun").exit_code == 2
     assert invoke("profile", "--run", "20261201-230001-000000", "--hosts", "gpu01").exit_code == 2
     assert invoke("profile").exit_code == 2  # neither an inventory to sweep nor a run
+
+
+def test_a_runs_fits_replace_a_sweeps_profile_only_when_told(measured, tmp_path):
+    """The hosts' own sweep is the testbed's hardware; a run's fits (a CPU job on a mock) never replace it silently."""
+    from mfctl.bench.profile import load_profile, store
+
+    store({"schema": "mfctl.profile/v1", "inventory": "mfabric-prototype", "host": "gpu01", "hosts": ["gpu01"],
+           "fits": [{"task": "gemm", "alpha_s": 1e-5, "beta_s_per_unit": 1 / 2e14, "unit": "flop", "rate_per_s": 2e14,
+                     "rel_rms_error": 0.02, "points": 9}], "source": {"kind": "sweep"}})
+    run_id = _run_dir_with(measured, tmp_path / "runs")
+    r = invoke("profile", "--run", run_id, "--json")
+    assert r.exit_code == 2 and json.loads(r.stdout)["error"]["message"] == (
+        f"the stored profile of mfabric-prototype was fitted on a sweep of gpu01 (its hosts' nccl-tests and GEMM sweep): "
+        f"run {run_id}'s fits would replace it — give --replace, or --inventory INV to store them for another inventory")
+    assert load_profile("mfabric-prototype")[0]["source"] == {"kind": "sweep"}  # untouched
+    r = invoke("profile", "--run", run_id, "--replace", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["replaced"] == "a sweep of gpu01"
+    assert load_profile("mfabric-prototype")[0]["source"]["run_id"] == run_id
+    assert invoke("profile", "--run", run_id, "--json").exit_code == 0  # a run's replacing a run's: as before
+    assert invoke("profile", "-i", PROTOTYPE, "--replace").exit_code == 2  # --replace is for --run
