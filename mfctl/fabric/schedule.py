@@ -59,8 +59,7 @@ def plan_schedule(pb, inv, rates, fits: dict[str, dict] | None = None) -> Schedu
     ``rate_per_s``; without them: :class:`StepSpec`'s defaults and :data:`DEFAULT_ALPHA_AR_S`)."""
     from mfctl.fabric import mapping
     from mfctl.fabric.planner import plan
-    from mfctl.fabric.stepmodel import (StepSpec, expert_gemm_flops, grad_allreduce_exposed_s, grad_sync_bytes,
-                                        iteration_time)
+    from mfctl.fabric.stepmodel import StepSpec, expert_gemm_flops, grad_allreduce_exposed_s, grad_sync_bytes, iteration_time
     from mfctl.fabric.traffic import expert_to_rank, load_routing, rank_matrix, rank_to_server, server_matrix
 
     fits = fits or {}
