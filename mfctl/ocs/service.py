@@ -9,7 +9,7 @@ port numbers make one cross-connect ``input → output``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mfctl.errors import ConfigError, UsageError
@@ -35,6 +35,8 @@ class PortMap:
     outputs: int = 0
     inventory: str = ""  #: the inventory's name (a saved topo plan names the one it was made for)
     ocs: str = ""  #: the OCS's inventory name (its ports are numbered on it alone)
+    #: the lanes of the inventory's other OCSes: lane key → that OCS's name (to say where a lane named here is)
+    elsewhere: dict[str, str] = field(default_factory=dict)
 
     def check_port(self, p: int, role: str | None = None) -> int:
         """Raise UsageError unless ``p`` is a port of this switch (of ``role``: input/output)."""
@@ -57,9 +59,12 @@ class PortMap:
         for hn in hosts:
             for nic, lane in inv.host(hn).ocs_lanes():
                 sens[lane.ocs_rx] = nic.rx_sensitivity_dbm
+        others = [h.name for h in inv.hosts if (on := inv.ocs_of_host(h.name)) is not None and on.name != o.name]
+        elsewhere = {lane.key: on.name for hn in others if (on := inv.ocs_of_host(hn)) is not None
+                     for ls in region_lanes(inv, [hn]).values() for lane in ls}
         return cls({lane.ocs_tx: lane for lane in flat}, {lane.ocs_rx: lane for lane in flat},
                    {lane.key: lane for lane in flat}, sens,
-                   o.size.inputs, o.size.outputs, inv.name, o.name)
+                   o.size.inputs, o.size.outputs, inv.name, o.name, elsewhere)
 
     def lane(self, ref: str) -> LaneRef:
         m = _LANE_RE.fullmatch(ref)
@@ -67,6 +72,9 @@ class PortMap:
             raise UsageError(f"{ref!r} is neither an OCS port number nor a lane HOST/NIC[.LANE]")
         key = f"{m['host']}/{m['nic']}.{m['lane'] or 0}"
         if key not in self.by_key:
+            if key in self.elsewhere:
+                raise UsageError(f"no optical lane {key!r} on OCS {self.ocs}: it is on {self.elsewhere[key]} "
+                                 f"(--ocs {self.elsewhere[key]})")
             raise UsageError(f"no optical lane {key!r} on OCS {self.ocs} in the inventory" if self.ocs
                              else f"no optical lane {key!r} in the inventory")
         return self.by_key[key]

@@ -64,7 +64,11 @@ def test_ocs_option_on_every_command_is_documented():
 
 def test_a_lane_of_the_other_ocs_is_refused_before_the_switch_is_reached():
     r = invoke("ocs", "connect", "gpu01/nic0", "gpu05/nic0", "-i", TWO, "--ocs", "ocs-a", "--yes", "--json")
-    assert r.exit_code == 2 and "no optical lane 'gpu05/nic0.0' on OCS ocs-a" in json.loads(r.stdout)["error"]["message"]
+    assert r.exit_code == 2 and json.loads(r.stdout)["error"]["message"] == \
+        "no optical lane 'gpu05/nic0.0' on OCS ocs-a: it is on ocs-b (--ocs ocs-b)"
+    r = invoke("ocs", "connect", "gpu01/nic0", "gpu09/nic0", "-i", TWO, "--ocs", "ocs-a", "--yes", "--json")
+    assert r.exit_code == 2 and json.loads(r.stdout)["error"]["message"] == \
+        "no optical lane 'gpu09/nic0.0' on OCS ocs-a in the inventory"  # on no OCS at all
 
 
 def _show(inv, name):
