@@ -322,7 +322,9 @@ def import_log(log: Path = typer.Argument(..., help="A Megatron / Megatron-DeepS
                runs_dir: Path = RUNS_DIR_OPT, json_out: bool = JSON_OPT):
     """Turn a real training log into a run directory (same metrics as a simulated run): runs show,
     metrics export and reports then work on it. The same log (same content) imported again is the
-    run it became the first time: nothing is written (--json: already_imported true), unless --force."""
+    run it became the first time: nothing is written (--json: already_imported true), unless --force.
+    A line whose elapsed time is nan or inf is not counted, with a warning naming it; a line with
+    iteration numbers or counts out of range (negative, over 2**63-1) is an error naming it (exit 3)."""
     from mfctl.metrics.imported import import_log as import_training_log
 
     summary = import_training_log(log, _runs_dir(runs_dir), seq_len=seq_len, force=force)
@@ -334,6 +336,10 @@ def import_log(log: Path = typer.Argument(..., help="A Megatron / Megatron-DeepS
     if again:
         print_error(f"{log} was imported before (same content) as run {summary.run_id}: nothing written "
                     "(--force imports it again as a new run)", "note")
+    elif summary.extra.get("lines_not_counted"):
+        nos = summary.extra["lines_not_counted"]
+        print_error(f"{log}: {'line' if len(nos) == 1 else 'lines'} {', '.join(map(str, nos))} not counted: elapsed "
+                    "time per iteration not a finite number (nan, inf or out of range)", "warning")
 
 
 def _runs_table(runs) -> None:

@@ -13,7 +13,10 @@ DeepSpeed: ``[Rank 0] step=10, skipped=6, lr=[…]`` and the loss scaler's
 ``[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768``
 (``[deepscale]`` before DeepSpeed 0.5; "but hysteresis is 2. Reducing hysteresis to 1").
 Other lines (warnings, memory reports, timers) are ignored; a complete iteration line without
-its elapsed time raises ParseError naming its line. Values: numbers; ``nan``/``inf`` are kept
+its elapsed time raises ParseError naming its line, and so does one whose iteration numbers are
+not 1..2**63-1 (a 64-bit integer, as every store of them holds), whose elapsed time is negative or
+whose counts (global batch, consumed samples/tokens, skipped/nan iterations) are negative or over
+2**63-1. Values: numbers; ``nan``/``inf`` are kept
 out of the numbers (``None``, the field named in ``nonfinite``); durations such as ``1m 52s``
 are read as seconds (milliseconds in a ``(ms)`` field); any other value is kept as text in
 ``text``, never dropped silently.
@@ -41,6 +44,10 @@ _DURATION = re.compile(r"^(?:(?P<h>\d+(?:\.\d+)?)\s*h)?\s*(?:(?P<m>\d+(?:\.\d+)?
                        r"(?:(?P<s>\d+(?:\.\d+)?)\s*s)?\s*(?:(?P<ms>\d+(?:\.\d+)?)\s*ms)?$")
 
 ELAPSED = "elapsed time per iteration (ms)"
+MAX_INT = 2**63 - 1  #: the largest count a line may give: a 64-bit integer (SQLite's INTEGER, numpy's int64)
+#: Counts that cannot be negative (the iteration numbers are checked apart).
+COUNTS = ("global batch size", "consumed samples", "consumed tokens", "number of skipped iterations",
+          "number of nan iterations")
 #: Fields read into IterationRecord's own attributes (the rest go to ``extra``).
 KNOWN = {ELAPSED: "elapsed_ms", "throughput per GPU (TFLOP/s/GPU)": "tflops_per_gpu", "TFLOPs": "tflops_per_gpu",
          "lm loss": "lm_loss", "global batch size": "global_batch", "consumed samples": "consumed_samples",
@@ -146,6 +153,17 @@ def _record(no: int, m: re.Match, ln: str) -> IterationRecord:
         kv[k] = val
     if ELAPSED not in kv and ELAPSED not in nonfinite:
         raise ParseError("megatron log", no, f"'{ELAPSED}: N' in an iteration line", ln.strip()[:120])
+    for k in ("it", "total"):
+        if not 1 <= int(m.group(k)) <= MAX_INT:
+            raise ParseError("megatron log", no, f"iteration numbers 'N/ M' from 1 to {MAX_INT}",
+                             f"{m.group('it')}/ {m.group('total')}")
+    elapsed = kv.get(ELAPSED)
+    if isinstance(elapsed, (int, float)) and elapsed < 0:
+        raise ParseError("megatron log", no, f"'{ELAPSED}' of 0 or more", f"{ELAPSED}: {elapsed}")
+    for k in COUNTS:
+        x = kv.get(k)
+        if isinstance(x, (int, float)) and not 0 <= x <= MAX_INT:
+            raise ParseError("megatron log", no, f"'{k}' from 0 to {MAX_INT}", f"{k}: {x}")
 
     def num(k: str, as_int: bool = False):
         names = [n for n, a in KNOWN.items() if a == k]

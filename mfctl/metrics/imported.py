@@ -5,24 +5,31 @@
 Megatron logs every N iterations, each line the mean of the N since the previous one: each
 logged line stands for them (``steps``). Tokens come from ``consumed tokens`` when the log has
 them, else ``global batch × seq_len`` (said in the summary's ``note``). Times: seconds.
+
+A line whose elapsed time is not a finite number (``nan``, ``inf``, ``1e400``) is not counted:
+its line numbers are in the summary's ``note`` and ``lines_not_counted`` (``runs import-log``
+warns of them on stderr). The run directory is written under a hidden name and renamed to the
+run id once complete: a failure leaves nothing (``runs list`` never lists a half-written import).
 """
 
 from __future__ import annotations
 
+import math
 import secrets
+import shutil
 import time
 from pathlib import Path
 
 from mfctl.errors import ConfigError, ParseError
-from mfctl.hosts.trainlog import parse_train_log
+from mfctl.hosts.trainlog import MAX_INT, parse_train_log
 from mfctl.metrics.store import MetricsStore
 from mfctl.runtime.summary import TRAINING_LOG, RunSummary
 
 
-def _rows(tl, seq_len: int) -> tuple[list[dict], bool]:
+def _rows(tl, seq_len: int) -> tuple[list[dict], bool, list[int]]:
     """One iteration row per logged line (with the ``steps`` it stands for); whether tokens had to
-    be assumed from ``seq_len``."""
-    rows, prev_tokens, assumed_seq = [], None, False
+    be assumed from ``seq_len``; the lines not counted (elapsed time not a finite number)."""
+    rows, prev_tokens, assumed_seq, uncounted = [], None, False, []
     for r in tl.iterations:
         steps = r.steps  # the parser's: a log that starts mid-run does not stand for iterations 1..N
         if r.consumed_tokens is not None:  # a running total: the first line's is the mean since iteration 1
@@ -32,11 +39,16 @@ def _rows(tl, seq_len: int) -> tuple[list[dict], bool]:
             tokens = (r.global_batch or 0) * seq_len
             assumed_seq = True
         if r.elapsed_ms is None:
-            continue  # "nan": no time to count
+            uncounted.append(r.line_no)  # "nan", "inf", "1e400": no time to count
+            continue
         tokens = tokens * r.trained_steps // steps  # iterations the loss scaler skipped trained nothing
         rows.append({"iteration": r.iteration, "seconds": r.elapsed_ms / 1000,  # per iteration
-                     "tokens": tokens, "epoch": 0, "paused": False, "steps": steps})
-    return rows, assumed_seq
+                     "tokens": tokens, "epoch": 0, "paused": False, "steps": steps, "line": r.line_no})
+    return rows, assumed_seq, uncounted
+
+
+def _lines(nos: list[int]) -> str:
+    return ("line " if len(nos) == 1 else "lines ") + ", ".join(map(str, nos))
 
 
 def _content(raw: bytes) -> str:
@@ -79,12 +91,18 @@ def import_log(log: Path, runs_dir: Path, *, seq_len: int = 4096, force: bool = 
     except OSError as e:
         raise ConfigError(f"cannot read: {e.strerror}", path=str(log)) from None
     except ParseError as e:
-        raise ConfigError(str(e), path=str(log)) from None
+        raise ConfigError(str(e), path=str(log), line=e.line_no) from None
     if not tl.iterations:
         raise ConfigError("no Megatron iteration lines (DeepSpeed step lines alone carry no timing)", path=str(log))
-    rows, assumed_seq = _rows(tl, seq_len)
+    rows, assumed_seq, uncounted = _rows(tl, seq_len)
     if not rows:
-        raise ConfigError("no iteration line with a number for its elapsed time", path=str(log))
+        raise ConfigError("no iteration line with a number for its elapsed time"
+                          + (f" ({_lines(uncounted)}: not a finite number)" if uncounted else ""),
+                          path=str(log), line=uncounted[0] if uncounted else None)
+    for x in rows:  # a count SQLite cannot hold (the parser bounds each line's own numbers)
+        if not -MAX_INT <= x["tokens"] <= MAX_INT:
+            raise ConfigError(f"tokens per iteration {x['tokens']} out of range (at most {MAX_INT})",
+                              path=str(log), line=x["line"])
     sha, key_seq = hashlib.sha256(_content(raw).encode()).hexdigest(), (seq_len if assumed_seq else None)
     prev = None if force else find_import(runs_dir, sha, key_seq)
     if prev is not None:
@@ -95,12 +113,26 @@ def import_log(log: Path, runs_dir: Path, *, seq_len: int = 4096, force: bool = 
         return old
     run_id = time.strftime("%Y%m%d-%H%M%S-") + "log" + secrets.token_hex(2)
     d = runs_dir.resolve() / run_id
-    store = MetricsStore(d / "metrics.db")
-    store.start_run(run_id, str(log.resolve()), TRAINING_LOG, 1.0)
-    for m in rows:
-        store.iteration("log", m)
+    tmp = d.with_name(f".importing-{run_id}")  # renamed to d once complete: a failure leaves nothing
+    try:
+        summary = _write(tmp, d, run_id, log, tl, rows, uncounted, seq_len, assumed_seq)
+        summary.extra.update(source_sha256=sha, source_seq_len=key_seq)  # what a second import of it finds
+        (tmp / "summary.json").write_text(summary.to_json())
+        tmp.rename(d)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return summary
+
+
+def _write(tmp: Path, d: Path, run_id: str, log: Path, tl, rows: list[dict], uncounted: list[int], seq_len: int,
+           assumed_seq: bool) -> RunSummary:
+    """The run's ``metrics.db`` in ``tmp`` (the directory that becomes ``d``); its summary."""
     secs = [x["seconds"] for x in rows]
     total_s = sum(x["seconds"] * x["steps"] for x in rows)
+    if not math.isfinite(total_s):  # finite elapsed times whose sum is not (1e307 ms each)
+        raise ConfigError(f"the elapsed times add up to more than a float holds ({_lines([x['line'] for x in rows])})",
+                          path=str(log), line=rows[0]["line"])
     total_tokens = sum(x["tokens"] * x["steps"] for x in rows)
     tflops = [r.tflops_per_gpu for r in tl.iterations if r.tflops_per_gpu]
     summary = RunSummary(
@@ -116,9 +148,18 @@ def import_log(log: Path, runs_dir: Path, *, seq_len: int = 4096, force: bool = 
                  if assumed_seq else "")
               + (f"; the log starts at iteration {tl.first_iteration}" if (tl.first_iteration or 1) > 1 else "")
               + (f"; iteration lines cut before their end not read (line {', '.join(map(str, tl.cut_lines))})"
-                 if tl.cut_lines else "")))
-    summary.extra.update(source_sha256=sha, source_seq_len=key_seq)  # what a second import of it finds
-    store.end_run(run_id, "ok", 0, summary)
-    store.close()
-    (d / "summary.json").write_text(summary.to_json())
+                 if tl.cut_lines else "")
+              + (f"; {_lines(uncounted)} not counted: elapsed time per iteration not a finite number"
+                 if uncounted else "")))
+    if uncounted:
+        summary.extra["lines_not_counted"] = uncounted
+    store = MetricsStore(tmp / "metrics.db")
+    try:
+        store.start_run(run_id, str(log.resolve()), TRAINING_LOG, 1.0)
+        with store.batch():
+            for m in rows:
+                store.iteration("log", m)
+        store.end_run(run_id, "ok", 0, summary)
+    finally:
+        store.close()
     return summary

@@ -47,10 +47,12 @@ def writer_alive(run_dir: Path) -> bool:
 
 def run_dirs(base: Path) -> list[Path]:
     """Every run directory under ``base`` (one holding any of :data:`MARKERS`), oldest first (run
-    ids sort by their start time)."""
+    ids sort by their start time). A hidden directory is never one: ``.importing-ID`` is a run
+    ``runs import-log`` is still writing, ``.deleting-ID`` one ``runs delete`` is removing."""
     if not base.is_dir():
         return []
-    return sorted(p for p in base.iterdir() if p.is_dir() and any((p / m).is_file() for m in MARKERS))
+    return sorted(p for p in base.iterdir()
+                  if not p.name.startswith(".") and p.is_dir() and any((p / m).is_file() for m in MARKERS))
 
 
 def load_summary(run_dir: Path) -> RunSummary:

@@ -104,3 +104,64 @@ def test_import_of_a_log_with_nan_fields_is_json(tmp_path):
     text = json.dumps(s.to_dict(), allow_nan=False)  # no bare NaN anywhere
     assert s.tflops_per_gpu_mean == pytest.approx((78.36 + 78.77 + 78.71) / 3, abs=0.01)
     assert s.iterations == 3 and s.tokens == 16384 * 3 and '"tokens": 49152' in text
+
+
+LINE = " iteration {it}/ {total} | elapsed time per iteration (ms): {ms} | global batch size: {gb} |\n"
+
+
+@pytest.mark.parametrize("it,total,ms,gb,expected", [
+    ("99999999999999999999999", "99999999999999999999999", "5", "8", "iteration numbers 'N/ M' from 1 to"),
+    ("9223372036854775808", "10", "5", "8", "iteration numbers 'N/ M' from 1 to"),  # 2**63: one over int64
+    ("0", "10", "5", "8", "iteration numbers 'N/ M' from 1 to"),
+    ("1", "10", "-5", "8", "'elapsed time per iteration (ms)' of 0 or more"),
+    ("1", "10", "5", "-8", "'global batch size' from 0 to"),
+    ("1", "10", "5", "99999999999999999999999", "'global batch size' from 0 to"),
+])
+def test_an_iteration_line_out_of_range_is_an_error_naming_its_line(it, total, ms, gb, expected):
+    text = LINE.format(it=1, total=10, ms=5, gb=8) + LINE.format(it=it, total=total, ms=ms, gb=gb)
+    if it == "1":  # the second line must come after the first: put the bad values on line 1
+        text = LINE.format(it=it, total=total, ms=ms, gb=gb)
+    with pytest.raises(ParseError) as e:
+        parse_train_log(text)
+    assert e.value.tool == "megatron log" and e.value.line_no == (1 if it == "1" else 2)
+    assert expected in e.value.expected
+
+
+def test_the_largest_int64_iteration_number_is_read():
+    [r] = parse_train_log(LINE.format(it=2**63 - 1, total=2**63 - 1, ms=5, gb=8)).iterations
+    assert (r.iteration, r.total, r.elapsed_ms, r.global_batch) == (2**63 - 1, 2**63 - 1, 5, 8)
+
+
+def test_import_of_an_out_of_range_line_writes_nothing_and_names_the_line(tmp_path):
+    from mfctl.errors import ConfigError
+
+    log = tmp_path / "big.log"
+    log.write_text(LINE.format(it=1, total=10, ms=5, gb=8)
+                   + LINE.format(it="99999999999999999999999", total="99999999999999999999999", ms=5, gb=8))
+    with pytest.raises(ConfigError) as e:
+        import_log(log, tmp_path / "runs")
+    assert (e.value.path, e.value.line) == (str(log), 2) and "line 2: expected iteration numbers" in str(e.value)
+    assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").iterdir()) == []
+    huge_batch = tmp_path / "batch.log"  # each number in range, global batch x seq_len is not
+    huge_batch.write_text(LINE.format(it=1, total=10, ms=5, gb=2**62))
+    with pytest.raises(ConfigError) as e:
+        import_log(huge_batch, tmp_path / "runs", seq_len=4)
+    assert (e.value.path, e.value.line) == (str(huge_batch), 1) and "tokens per iteration" in str(e.value)
+    assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").iterdir()) == []
+
+
+def test_import_names_the_lines_whose_elapsed_time_is_not_a_finite_number(tmp_path):
+    log = tmp_path / "nan.log"
+    log.write_text("".join(LINE.format(it=i, total=10, ms=ms, gb=8)
+                           for i, ms in ((1, 100), (2, "nan"), (3, "inf"), (4, "1e400"), (5, 300))))
+    s = import_log(log, tmp_path / "runs", seq_len=2)
+    assert s.logged_lines == 2 and s.iteration_time_s["min"] == 0.1 and s.iteration_time_s["max"] == 0.3
+    assert s.extra["lines_not_counted"] == [2, 3, 4]
+    assert "lines 2, 3, 4 not counted: elapsed time per iteration not a finite number" in s.note
+    only_nan = tmp_path / "only-nan.log"
+    only_nan.write_text(LINE.format(it=1, total=10, ms="nan", gb=8))
+    from mfctl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"only-nan.log:1: no iteration line .*\(line 1: not a finite number\)"):
+        import_log(only_nan, tmp_path / "runs2")
+    assert not (tmp_path / "runs2").exists() or list((tmp_path / "runs2").iterdir()) == []

@@ -34,3 +34,12 @@ def test_a_log_that_is_not_one_is_a_config_error(tmp_path):
     assert not (tmp_path / "runs").exists()  # nothing written
     with pytest.raises(ConfigError, match="cannot read"):
         import_log(tmp_path / "missing.log", tmp_path / "runs")
+
+
+def test_a_run_directory_being_imported_or_deleted_is_not_listed(tmp_path):
+    from mfctl.runtime.rundir import run_dirs
+
+    for name in (".importing-20250101-000000-log0000", ".deleting-20250101-000000-abcd-1", "20250101-000000-log0001"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.db").write_bytes(b"")
+    assert [p.name for p in run_dirs(tmp_path)] == ["20250101-000000-log0001"]
