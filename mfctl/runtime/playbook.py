@@ -9,18 +9,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mfctl.inventory.loader import load_checked
+from mfctl.settings import SETTINGS
+
+DAY = 86400.0  #: the longest timeout or interval a playbook gives (testbed or wall seconds): beyond a day is a typo
+_SCALE = SETTINGS["mock_time_scale"]  #: mock.time_scale has the bounds of mfctl mock up --time-scale
 
 
 class _S(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Every float of a playbook is a finite number (``.inf``/``.nan`` are refused at their line:
+    they would pass ``gt=0`` and ``le=``, then become timeouts no clock can hold)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class MockSpec(_S):
     enabled: bool = False
-    time_scale: float = Field(1.0, gt=0, le=10000, allow_inf_nan=False, description="simulated seconds per wall second")
+    time_scale: float = Field(1.0, ge=_SCALE.min, le=_SCALE.max,
+                              description="simulated seconds per wall second (the mock_time_scale setting's bounds: "
+                                          "every testbed-second timeout is divided by it)")
     crash_host: str | None = Field(None, description="fault injection: this host's worker dies ...")
     crash_at_iteration: int | None = Field(None, ge=1, description="... at this iteration")
     torchrun: Literal["mock", "real"] | None = Field(
@@ -78,7 +87,7 @@ class Policy(_S):
     min_gain_s: float = Field(0.0, description="required net gain (s) over the window; negative forces changes")
     min_improvement: float = Field(0.02, ge=0, lt=1, description="required relative improvement of the planner "
                                    "objective (hysteresis against flapping between near-equal topologies)")
-    expected_reconfig_s: float = Field(5.72, gt=0, description="prior: OCS 47 ms + link-up 5.67 s (paper App. C)")
+    expected_reconfig_s: float = Field(5.72, gt=0, le=DAY, description="prior: OCS 47 ms + link-up 5.67 s (paper App. C)")
 
 
 class NCCLSpec(_S):
@@ -96,8 +105,8 @@ class SlurmSpec(_S):
     output_dir: str = Field("mfctl-runs", pattern=r"^[A-Za-z0-9_./~-]+$",
                             description="job output directory on the cluster's shared filesystem (relative: to the "
                                         "submit host's home)")
-    queue_timeout_s: float = Field(600.0, gt=0, description="wall seconds the job may wait in the queue before "
-                                   "mfctl cancels it")
+    queue_timeout_s: float = Field(600.0, ge=1, le=7 * DAY, description="wall seconds the job may wait in the queue "
+                                   "before mfctl cancels it (at most a week)")
 
 
 class RuntimeSpec(_S):
@@ -114,10 +123,18 @@ class RuntimeSpec(_S):
     env: dict[str, str] = Field(default_factory=dict, description="extra environment (names A-Z0-9_)")
     nccl: NCCLSpec = NCCLSpec()
     slurm: SlurmSpec = SlurmSpec()
-    drain_timeout_s: float = Field(60.0, gt=0, description="testbed seconds")
-    linkup_timeout_s: float = Field(30.0, gt=0, description="testbed seconds")
-    resume_timeout_s: float = Field(60.0, gt=0, description="testbed seconds")
-    health_interval_s: float = Field(60.0, ge=0, description="sample health during the run every N testbed seconds (0: off)")
+    drain_timeout_s: float = Field(60.0, ge=0.05, le=DAY, description="testbed seconds")
+    linkup_timeout_s: float = Field(30.0, ge=0.05, le=DAY, description="testbed seconds")
+    resume_timeout_s: float = Field(60.0, ge=0.05, le=DAY, description="testbed seconds")
+    health_interval_s: float = Field(60.0, ge=0, le=DAY, description="sample health during the run every N testbed "
+                                     "seconds (0: off, else at least 1)")
+
+    @field_validator("health_interval_s")
+    @classmethod
+    def _interval(cls, v: float) -> float:
+        if 0 < v < 1:  # a sweep of every host back to back
+            raise ValueError("must be 0 (off) or at least 1 testbed second")
+        return v
 
 
 class Playbook(_S):

@@ -54,3 +54,61 @@ def test_the_shipped_torch_moe_playbook_and_other_scripts_arguments_load():
     assert load_playbook(TORCH_MOE).runtime.script_args == ["--batch", "8", "--seq-len", "64"]
     pb = load_playbook(ROOT / "playbooks" / "mixtral-torchrun.yaml")  # another script: its arguments are its own
     assert pb.runtime.script != "mfctl.integrations.torch_moe"
+
+
+PROTOTYPE = ROOT / "playbooks" / "mixtral-prototype.yaml"
+
+
+def _with(tmp_path, section: str, line: str):
+    """The prototype playbook with ``line`` (``key: value``) under ``section:`` (in place of the key's
+    own line there, else first); its line number."""
+    lines = PROTOTYPE.read_text().replace("../inventory/", str(ROOT / "inventory") + "/").splitlines()
+    if f"{section}:" not in lines:
+        lines.append(f"{section}:")
+    start, key = lines.index(f"{section}:") + 1, line.split(":")[0]
+    end = next((i for i in range(start, len(lines)) if lines[i] and not lines[i].startswith(" ")), len(lines))
+    k = next((i for i in range(start, end) if lines[i].startswith(f"  {key}:")), None)
+    if k is None:
+        k = start
+        lines.insert(k, f"  {line}")
+    else:
+        lines[k] = f"  {line}"
+    p = tmp_path / "pb.yaml"
+    p.write_text("\n".join(lines) + "\n")
+    return p, k + 1
+
+
+@pytest.mark.parametrize("section, line, message", [
+    # 1e-300 passed gt=0: every testbed-second timeout divided by it overflowed (links.wait: "timestamp out of range")
+    ("mock", "time_scale: 1e-300", "mock.time_scale: Input should be greater than or equal to 0.01"),
+    ("mock", "time_scale: 10001", "mock.time_scale: Input should be less than or equal to 10000"),
+    ("mock", "time_scale: .inf", "mock.time_scale: Input should be a finite number"),
+    ("policy", "min_improvement: .nan", "policy.min_improvement: Input should be a finite number"),  # was "less than 1"
+    ("policy", "min_gain_s: -.inf", "policy.min_gain_s: Input should be a finite number"),
+    ("policy", "expected_reconfig_s: 1e300", "policy.expected_reconfig_s: Input should be less than or equal to 86400"),
+    ("training", "domain_concentration: .inf", "training.domain_concentration: Input should be a finite number"),
+    ("runtime", "linkup_timeout_s: 1e300", "runtime.linkup_timeout_s: Input should be less than or equal to 86400"),
+    ("runtime", "drain_timeout_s: 1e-300", "runtime.drain_timeout_s: Input should be greater than or equal to 0.05"),
+    ("runtime", "resume_timeout_s: .inf", "runtime.resume_timeout_s: Input should be a finite number"),
+    ("runtime", "health_interval_s: 1e300", "runtime.health_interval_s: Input should be less than or equal to 86400"),
+    ("runtime", "health_interval_s: 1e-300", "runtime.health_interval_s: must be 0 (off) or at least 1 testbed second"),
+    ("runtime", "slurm: {queue_timeout_s: 1e300}", "runtime.slurm.queue_timeout_s: Input should be less than or equal "
+                                                   "to 604800"),
+])
+def test_playbook_floats_out_of_range_or_not_finite_are_config_errors_at_their_line(tmp_path, section, line, message):
+    p, no = _with(tmp_path, section, line)
+    with pytest.raises(ConfigError) as e:
+        load_playbook(p)
+    assert str(e.value) == f"{p}:{no}: {message}" and e.value.exit_code == ExitCode.CONFIG
+
+
+@pytest.mark.parametrize("section, line, attr, value", [
+    ("mock", "time_scale: 0.01", ("mock", "time_scale"), 0.01),
+    ("mock", "time_scale: 10000", ("mock", "time_scale"), 10000),
+    ("runtime", "health_interval_s: 0", ("runtime", "health_interval_s"), 0),
+    ("runtime", "health_interval_s: 1", ("runtime", "health_interval_s"), 1),
+    ("runtime", "linkup_timeout_s: 86400", ("runtime", "linkup_timeout_s"), 86400),
+])
+def test_playbook_floats_at_their_bounds_load(tmp_path, section, line, attr, value):
+    pb = load_playbook(_with(tmp_path, section, line)[0])
+    assert getattr(getattr(pb, attr[0]), attr[1]) == value
