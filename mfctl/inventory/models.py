@@ -20,7 +20,11 @@ from mfctl.settings import SETTINGS
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False)
+    """Base of every inventory model: no unknown keys, and every float a finite number (``.inf``
+    and ``.nan`` pass ``gt=0``/``ge=0`` but are no switching time, loss or rate: refused at their
+    line, exit 3 — an infinite ``switching_time_ms`` became ``null`` in the mock's inventory)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False, allow_inf_nan=False)
 
 
 Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
