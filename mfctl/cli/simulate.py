@@ -79,14 +79,16 @@ def _reproduce(plot: Path | None, json_out: bool) -> None:
 def simulate(ctx: typer.Context,
              model: str = typer.Option("mixtral-8x7b", help="mixtral-8x22b, mixtral-8x7b, llama-moe, qwen-moe, "
                                                             "deepseek-256 (paper Table 1; docs/planning.md)."),
-             gpus: int = typer.Option(1024, min=8, help="Cluster size (GPUs, 8 per server): a multiple of the model's "
-                                                        "EP x TP x PP (mixtral-8x22b 512, mixtral-8x7b 128, llama-moe 64, "
-                                                        "qwen-moe 128, deepseek-256 1024)."),
+             gpus: int = typer.Option(1024, min=8, max=131_072,  # whatif.MAX_GPUS (not imported: the CLI loads fast)
+                                      help="Cluster size (GPUs, 8 per server, at most 131,072): a multiple of the model's "
+                                           "EP x TP x PP (mixtral-8x22b 512, mixtral-8x7b 128, llama-moe 64, "
+                                           "qwen-moe 128, deepseek-256 1024)."),
              link_gbps: int = typer.Option(400, help="NIC speed: 100, 200, 400 or 800 Gbit/s."),
              alpha: int = typer.Option(6, min=1, max=7, help="mFabric: OCS NICs per server (of 8)."),
              reconfig_latency_ms: float = number_option(25.0, "--reconfig-latency-ms", min=0.0,
                                                         help="mFabric: blocking reconfiguration per iteration."),
-             micro_batches: int = typer.Option(8, min=1, help="Micro-batches per iteration."),
+             micro_batches: int = typer.Option(8, min=1, max=4096,  # whatif.MAX_MICRO_BATCHES
+                                               help="Micro-batches per iteration."),
              fabric: list[str] = typer.Option(None, "--fabric", "-f", help="Fabrics to compare (repeat); default all."),
              sweep_latency: bool = typer.Option(False, "--sweep-latency",
                                                 help="Also sweep the reconfiguration latency 1 µs .. 10 s."),

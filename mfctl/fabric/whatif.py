@@ -37,6 +37,11 @@ MODEL_FABRIC = {"fat-tree": "fat-tree", "fat-tree-3to1": "fat-tree-3to1", "rail-
 
 #: The models (paper Table 1, :data:`mfctl.fabric.itermodel.MODELS`).
 PRESETS: dict[str, im.Model] = dict(im.MODELS)
+#: The largest cluster simulated (2**17 GPUs, 16,384 servers: beyond any built; ~7 s, ~65 MB): the step model's
+#: time grows with the number of EP groups (10**9 GPUs ran for minutes past 9 GB of memory)
+MAX_GPUS = 131_072
+#: The most micro-batches per iteration simulated (gradient accumulation steps)
+MAX_MICRO_BATCHES = 4096
 
 
 @dataclass
@@ -102,6 +107,10 @@ def network_cost(fabric: str, servers: int, link_gbps: int, alpha: int) -> float
 def simulate(sc: Scenario, fabrics=FABRICS) -> list[FabricResult]:
     """Iteration time (the step model), all-to-all share, cost and perf/$ for each fabric."""
     pre = sc.preset
+    if not GPUS_PER_SERVER <= sc.gpus <= MAX_GPUS:
+        raise ValueError(f"GPUs must be {GPUS_PER_SERVER} to {MAX_GPUS}, got {sc.gpus}")
+    if not 1 <= sc.micro_batches <= MAX_MICRO_BATCHES:
+        raise ValueError(f"micro-batches must be 1 to {MAX_MICRO_BATCHES}, got {sc.micro_batches}")
     if sc.gpus % GPUS_PER_SERVER or (pre.ep * pre.tp) % GPUS_PER_SERVER:
         raise ValueError("GPUs and EP x TP must be multiples of 8 (one region = EP x TP / 8 servers)")
     if sc.gpus % (pre.ep * pre.tp * pre.pp):

@@ -87,3 +87,32 @@ def test_reproduce_paper_prints_ours_vs_the_paper_and_writes_the_figure(tmp_path
 def test_reproduce_paper_refuses_a_plot_that_is_not_a_png():
     r = invoke("simulate", "--reproduce-paper", "--plot", "fig.txt", "--json")
     assert r.exit_code == 2 and "--plot needs a .png" in json.loads(r.stdout)["error"]["message"]
+
+
+@pytest.mark.parametrize("args, says", [
+    # 10**9 GPUs ran for minutes past 9 GB of memory (the step model's time grows with the EP groups)
+    (["--gpus", "1000000000"], "Invalid value for '--gpus': Input should be less than or equal to 131072"),
+    (["--gpus", "131200"], "Invalid value for '--gpus': Input should be less than or equal to 131072"),
+    (["--micro-batches", "4097"], "Invalid value for '--micro-batches': Input should be less than or equal to 4096"),
+])
+def test_simulate_sizes_are_bounded_exit_2_naming_the_bound(args, says):
+    import time
+
+    t = time.monotonic()
+    r = invoke("simulate", *args, "--json")
+    assert r.exit_code == 2 and json.loads(r.stdout)["error"]["message"] == says
+    assert time.monotonic() - t < 5  # refused at once, nothing simulated
+
+
+def test_the_cli_bounds_are_the_models_and_the_model_refuses_past_them():
+    import typer.main
+
+    from mfctl.fabric import whatif
+
+    opts = {p.name: p for p in typer.main.get_command(build()).commands["simulate"].params}
+    assert (opts["gpus"].max, opts["micro_batches"].max) == (whatif.MAX_GPUS, whatif.MAX_MICRO_BATCHES)
+    sc = whatif.Scenario(whatif.PRESETS["mixtral-8x7b"], gpus=whatif.MAX_GPUS + 128)
+    with pytest.raises(ValueError, match="GPUs must be 8 to 131072, got 131200"):
+        whatif.simulate(sc)
+    with pytest.raises(ValueError, match="micro-batches must be 1 to 4096, got 4097"):
+        whatif.simulate(whatif.Scenario(whatif.PRESETS["mixtral-8x7b"], gpus=128, micro_batches=4097))
