@@ -61,6 +61,9 @@ def _record_exec(host, command: str) -> None:
             os.replace(state / "exec.log", state / "exec.log.1")
 
 
+#: seconds a stopping mock gives the processes its hosts run to end after SIGTERM (torchrun passes it on to
+#: its ranks and waits for them), all hosts together, before SIGKILL (within mockctl.STOP_TIMEOUT_S, 10 s)
+STOP_TIMEOUT_S = 5.0
 LINKUP_MEAN_S = 5.67
 LINKUP_SD_S = 0.28  # p99 ≈ mean + 2.33 sd ≈ 6.33 s
 
@@ -486,6 +489,15 @@ class MockHost:
         def watch_channel() -> None:
             # a closed channel is a hang-up: stop the runtime like SIGHUP on a real pty
             while proc.poll() is None:
+                # a ^C typed at a pty of the paramiko server: its line discipline's SIGINT (over a real sshd
+                # the pty is real, and the relay passes the SIGINT on: on_signal)
+                if getattr(channel, "mfctl_tty_reads_ctrl_c", False) and channel.recv_ready():
+                    try:
+                        typed = channel.recv(4096)
+                    except OSError:
+                        typed = b""
+                    if b"\x03" in typed:
+                        deliver(signal.SIGINT)
                 # (paramiko's channel: the client's EOF comes with its close; a relayed session says when
                 # it hung up, and an EOF on stdin alone leaves the command running, as on a real host)
                 eof_is_hangup = getattr(channel, "eof_is_hangup", True) and channel.eof_received
@@ -509,9 +521,35 @@ class MockHost:
             self.procs.remove(proc)
         return rc
 
-    def stop_all(self) -> None:
-        for p in list(self.procs):
+    def stop_all(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM every process this host's sessions run, wait up to ``timeout`` s for them all, then
+        SIGKILL those left (:meth:`terminate_all`, :meth:`reap_all`)."""
+        self.reap_all(self.terminate_all(), time.monotonic() + timeout)
+
+    def terminate_all(self) -> list[subprocess.Popen]:
+        """SIGTERM (their process groups) every process this host's sessions run; returns them."""
+        procs = list(self.procs)
+        for p in procs:
             try:
                 os.killpg(p.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+        return procs
+
+    def reap_all(self, procs: list[subprocess.Popen], deadline: float) -> None:
+        """Wait for ``procs`` until ``deadline`` (time.monotonic()), then SIGKILL the groups of those
+        left: a mock that stops leaves nothing running (a torchrun agent it let go ended 0.5-2 s
+        after the mock, re-parented to init)."""
+        for p in procs:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for p in procs:
+            if p.poll() is None:
+                log.warning("%s: %s still running at the mock's stop: SIGKILL", self.name, p.args)
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()

@@ -57,6 +57,7 @@ class _Server(paramiko.ServerInterface):
 
     def check_channel_pty_request(self, channel, term, width, height, pixelwidth, pixelheight, modes):
         channel.mfctl_pty = True
+        channel.mfctl_tty_reads_ctrl_c = True  # no real pty here: the host reads a ^C typed as its SIGINT (hosts._spawn)
         return True
 
     def check_channel_exec_request(self, channel, command):

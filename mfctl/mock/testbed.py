@@ -36,6 +36,7 @@ import yaml
 
 from mfctl.inventory import load_inventory
 from mfctl.mock import hostsshd
+from mfctl.mock.hosts import STOP_TIMEOUT_S as HOST_STOP_TIMEOUT_S
 from mfctl.mock.hosts import MockHost, MockLane
 from mfctl.mock.nics import HostConfig, NICState
 from mfctl.mock.nics import firmware as nic_firmware
@@ -272,8 +273,10 @@ class MockTestbed:
     def stop(self) -> None:
         if getattr(self, "slurm", None) is not None:
             self.slurm.stop_all()
-        for mh in self.hosts.values():
-            mh.stop_all()
+        left = [(mh, mh.terminate_all()) for mh in self.hosts.values()]  # every host's at once, one deadline
+        deadline = time.monotonic() + HOST_STOP_TIMEOUT_S
+        for mh, procs in left:
+            mh.reap_all(procs, deadline)
         for s in self.servers.values():
             s.close()
         for mo in getattr(self, "ocses", {}).values():

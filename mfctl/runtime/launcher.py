@@ -9,7 +9,10 @@ gets a line in :func:`launcher_for`.
 
 Each worker runs in its own SSH session with a pty (:class:`SessionLauncher`), so closing the
 session hangs up the remote process group (sshd sends SIGHUP), on real hosts as on the mock.
-:meth:`SessionLauncher.stop` closes every session.
+:meth:`SessionLauncher.stop` closes every session; the runtime's launcher first types Ctrl-C at
+each command still running (its pty sends it SIGINT, as an operator's terminal would) and waits,
+bounded, for the command's exit status: a session once closed says nothing more, so a command
+hung up at once was still ending (torchrun stopping its ranks) when ``mfctl run`` returned.
 
 The run token is never on a command line (``ps``, auditd and error messages would show it):
 :meth:`SessionLauncher.start` takes it out of the ``env`` words, writes it to a 0600 file on the
@@ -48,6 +51,10 @@ TOKEN_WRITE_TIMEOUT_S = 30.0  # seconds for the token file to be written
 #: ends as soon as every host's torchrun has
 TORCHRUN_EXIT_GRACE_S = 10.0
 MAX_NOTES = 8  # a worker's notes kept (the first is the one its error names)
+#: seconds a command still running at the run's end is given to end after its Ctrl-C (torchrun stops its
+#: ranks and exits: 0.5-2 s measured with the torch job on a loaded 2-core machine) before its session is
+#: hung up; the wait ends as soon as every such command has ended
+INTERRUPT_GRACE_S = 10.0
 
 
 #: torchrun's own lines that say why it ended (torch 2.13's ``torch.distributed.run``, checked by running it):
@@ -215,8 +222,29 @@ class SessionLauncher:
         if self.on_line:
             self.on_line(w.host, line)
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Hang up every worker's session and wait for the output pumps to finish."""
+    def stop(self, timeout: float = 5.0, interrupt_s: float = 0.0) -> None:
+        """Hang up every worker's session and wait for the output pumps to finish. With
+        ``interrupt_s`` > 0, each command still running on a pty first gets a Ctrl-C and up to
+        ``interrupt_s`` s (all together) to end, its exit status read; those still running then are
+        hung up and their ``error`` says so (nothing confirms their end after that)."""
+        if interrupt_s > 0:
+            running = [w for w in self.workers.values() if w.channel is not None and not w.done.is_set()]
+            for w in running:
+                chan = w.channel
+                assert chan is not None
+                try:
+                    chan.sendall(b"\x03")  # the pty's VINTR: SIGINT to the command, as at a terminal
+                except (OSError, EOFError, paramiko.SSHException):
+                    pass
+            deadline = time.monotonic() + interrupt_s
+            for w in running:
+                w.done.wait(max(0.0, deadline - time.monotonic()))
+            for w in running:
+                if not w.done.is_set():
+                    log.warning("%s: %s still running %g s after Ctrl-C: hung up", w.host, _command_name(w.argv),
+                                interrupt_s)
+                    w.error = w.error or (f"{_command_name(w.argv)} still running {interrupt_s:g} s after Ctrl-C: "
+                                          f"hung up, its end not seen")
         for w in self.workers.values():
             if w.channel is not None and not w.done.is_set():
                 try:
@@ -266,17 +294,18 @@ class SSHLauncher:
         pass  # a session runs its command at once
 
     def stop(self, grace_s: float = 0.0) -> None:
-        """Wait up to ``grace_s`` for every host's command to end by itself, then hang up the rest
-        (hanging up is the stop: the controller has said ``stop`` already). torchrun ends a few
-        tenths of a second after its ranks (its agents' exit barrier), so a torchrun launch gets at
-        least :data:`TORCHRUN_EXIT_GRACE_S` when ``grace_s`` > 0: hung up before, it reported SIGHUP
-        and no exit status for a run that went well."""
+        """Wait up to ``grace_s`` for every host's command to end by itself, then Ctrl-C the rest
+        and wait for their end (:data:`INTERRUPT_GRACE_S` at most, then they are hung up): the run
+        returns once what it started has ended, not while torchrun still stops its ranks. torchrun
+        ends a few tenths of a second after its ranks (its agents' exit barrier), so a torchrun
+        launch gets at least :data:`TORCHRUN_EXIT_GRACE_S` when ``grace_s`` > 0: stopped before, it
+        reported a signal and no clean exit for a run that went well."""
         if grace_s > 0 and self.pb.runtime.launcher == "ssh":
             grace_s = max(grace_s, TORCHRUN_EXIT_GRACE_S)
         deadline = time.monotonic() + grace_s
         for w in self.workers.values():
             w.done.wait(max(0.0, deadline - time.monotonic()))
-        self.sessions.stop()
+        self.sessions.stop(interrupt_s=INTERRUPT_GRACE_S)
 
 
 def launcher_for(pb: "Playbook", inv, pool: SSHPool, run_dir: Path, run_id: str, *, journal,

@@ -175,5 +175,6 @@ def test_ctrl_c_stops_every_rank_of_the_real_job(tmp_path, cli_env):
     s = json.loads(out)
     assert s["status"] == "interrupted" and s["error"] == "interrupted by SIGINT (stopped by the operator)"
     assert s["iterations"] < 400  # (the leader's last iteration messages may still be queued at the signal)
-    wait_until(lambda: not _procs(cli_env) and not _procs(cli_env, agents=True), timeout=20,
-               what="every rank and agent to end")
+    # gone when mfctl run has returned, not some time after (the 4 agents outlived it by 0.5-2 s, re-parented
+    # to init): a script's next command finds a clean machine
+    assert _procs(cli_env) == [] and _procs(cli_env, agents=True) == []
