@@ -216,9 +216,14 @@ class OCS(_Strict):
             raise ValueError(e.problem) from None
 
     def password(self, base: Path | None = None) -> str:
-        """The TL1 password from ``password_file`` or ``password_env`` (never the inventory)."""
+        """The TL1 password from ``password_file`` or ``password_env`` (never the inventory); ""
+        only when the inventory says the switch has none (``password_env: null``, no file). A
+        ``password_env`` (the default ``MFCTL_OCS_PASSWORD`` too) that is unset or empty is a
+        ConfigError naming the variable, raised before anything is connected: an empty ACT-USER
+        is a failed login, and failed logins can lock the switch's account."""
+        from mfctl.errors import ConfigError
+
         if self.password_file:
-            from mfctl.errors import ConfigError
 
             p = Path(os.path.expanduser(self.password_file))
             if base is not None and not p.is_absolute():
@@ -235,7 +240,13 @@ class OCS(_Strict):
             except OSError as e:
                 raise ConfigError(f"ocs.password_file {p}: cannot read it: {e.strerror or e}") from None
         if self.password_env:
-            return os.environ.get(self.password_env, "")
+            pw = os.environ.get(self.password_env, "")
+            if not pw:
+                raise ConfigError(f"OCS {self.name}: ${self.password_env} (ocs.password_env) is "
+                                  f"{'empty' if self.password_env in os.environ else 'not set'}: set it to the switch's "
+                                  "TL1 password, or name a file in ocs.password_file (a switch without a password: "
+                                  "password_env: null); nothing was sent to the switch")
+            return pw
         return ""
 
 

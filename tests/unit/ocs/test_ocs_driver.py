@@ -106,7 +106,8 @@ def test_wrong_password_and_unknown_ssh_host_key(emu, tmp_path, monkeypatch):
     ssh.close()
 
 
-def test_unreachable_transport_is_exit_4():
+def test_unreachable_transport_is_exit_4(monkeypatch):
+    monkeypatch.setenv("MFCTL_OCS_PASSWORD", "pw")  # (an unset password is refused first: test below)
     ocs = OCS(name="o", size={"inputs": 4, "outputs": 4}, transports=[{"kind": "tcp", "address": "127.0.0.1", "port": 1}])
     with pytest.raises(UnreachableError) as e:
         OCSDriver(ocs, connect_timeout=1).connect()
@@ -264,3 +265,26 @@ def test_password_never_appears_in_errors(emu, monkeypatch):
         OCSDriver(ocs, command_timeout=5, connect_timeout=0.5).connect()
     assert "s3cret" not in str(e.value) and "******" in str(e.value)
     srv.close()
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_an_unset_or_empty_password_variable_is_a_config_error_before_connecting(monkeypatch, value):
+    """``password_env: MY_OCS_PW`` unset or empty logged in with an empty password (DENY PIUI, exit 1):
+    on a real switch failed logins can lock the account. Now exit 3 naming the variable, nothing connected."""
+    from mfctl.errors import ConfigError
+
+    if value is None:
+        monkeypatch.delenv("MY_OCS_PW", raising=False)
+    else:
+        monkeypatch.setenv("MY_OCS_PW", value)
+    opened = []
+    ocs = OCS(name="o", size={"inputs": 4, "outputs": 4}, password_env="MY_OCS_PW",
+              transports=[{"kind": "tcp", "address": "127.0.0.1", "port": 1}])
+    d = OCSDriver(ocs, connect_timeout=1)
+    monkeypatch.setattr(d, "_open", lambda t: opened.append(t))
+    with pytest.raises(ConfigError) as e:
+        d.connect()
+    assert str(e.value).startswith(f"OCS o: $MY_OCS_PW (ocs.password_env) is {'not set' if value is None else 'empty'}")
+    assert e.value.exit_code == 3 and opened == []
+    no_password = ocs.model_copy(update={"password_env": None})  # a switch without one: said in the inventory
+    assert no_password.password() == ""
