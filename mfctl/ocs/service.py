@@ -2,8 +2,8 @@
 states for connect/disconnect/apply, and judge per-port optical power.
 
 Endpoints: an OCS port number (``17``), or a lane named ``HOST/NIC.LANE`` (``gpu01/nic0.0``;
-``gpu01/nic0`` means lane 0). Two lanes make a duplex circuit (two cross-connects); two
-port numbers make one cross-connect ``input → output``.
+``gpu01/nic0`` means lane 0). Two lanes of two different servers make a duplex circuit (two
+cross-connects); two port numbers make one cross-connect ``input → output``.
 """
 
 from __future__ import annotations
@@ -100,6 +100,8 @@ def cross_connects_for(pm: PortMap, a: str, b: str) -> dict[int, int]:
     if isinstance(ea, LaneRef) and isinstance(eb, LaneRef):
         if ea.key == eb.key:
             raise UsageError("a circuit needs two different lanes")
+        if ea.host == eb.host:  # a loopback carries no traffic between servers (two port numbers still make one)
+            raise UsageError(f"a circuit joins two different servers: {ea.key} and {eb.key} are both on {ea.host}")
         return {ea.ocs_tx: eb.ocs_rx, eb.ocs_tx: ea.ocs_rx}
     raise UsageError("give two port numbers (one cross-connect) or two lanes (a duplex circuit), not one of each")
 

@@ -77,3 +77,22 @@ def test_a_legacy_journal_is_named_only_while_it_holds_an_unfinished_change(inv,
     assert legacy_journal_unfinished(inv) == old
     j.append("ocs.outcome", apply_id="c3", ocs="ocs1", ok=True, t_switch_ms=1.0)
     assert legacy_journal_unfinished(inv) is None
+
+
+def test_a_circuit_from_a_server_to_itself_is_refused(inv, tmp_path):
+    """[gpu01/nic0, gpu01/nic1] was applied: two cross-connects looping gpu01 back to itself."""
+    from mfctl.errors import ConfigError, UsageError
+    from mfctl.ocs.service import cross_connects_for, load_topology_file
+
+    pm = PortMap.from_inventory(inv)
+    with pytest.raises(UsageError, match="a circuit joins two different servers: gpu01/nic0.0 and gpu01/nic1.0 are "
+                                         "both on gpu01"):
+        cross_connects_for(pm, "gpu01/nic0", "gpu01/nic1")
+    a, b = pm.lane("gpu01/nic0"), pm.lane("gpu02/nic0")
+    assert cross_connects_for(pm, "gpu01/nic0", "gpu02/nic0") == {a.ocs_tx: b.ocs_rx, b.ocs_tx: a.ocs_rx}
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("circuits:\n  - [gpu01/nic0, gpu02/nic0]\n  - [gpu03/nic0, gpu03/nic1]\n")
+    with pytest.raises(ConfigError) as e:
+        load_topology_file(pm, plan)
+    assert (e.value.path, e.value.line, e.value.exit_code) == (str(plan), 3, 3)
+    assert "a circuit joins two different servers: gpu03/nic0.0 and gpu03/nic1.0 are both on gpu03" in str(e.value)
