@@ -22,7 +22,7 @@ from mfctl.fabric.planner import LinkRates
 from mfctl.fabric.planner import plan as plan_circuits
 from mfctl.fabric.predict import CrossLayerModel
 from mfctl.fabric.traffic import RoutingTrace, expert_to_rank, load_routing, rank_matrix, rank_to_server, server_matrix
-from mfctl.runtime.playbook import Playbook
+from mfctl.runtime.playbook import Playbook, line_of
 
 
 @dataclass
@@ -135,7 +135,8 @@ def plan_run(pb: Playbook, inv) -> RunPlan:
     try:
         trace = load_routing(pb.model.routing, pb.training.domains)
     except ValueError as e:
-        raise ConfigError(str(e), path=pb.source) from None
+        where = ("training", "domains") if pb.training.domains and "domain" in str(e) else ("model", "routing")
+        raise ConfigError(str(e), path=pb.source, line=line_of(pb, *where)) from None
     gps = _check_fit(pb, inv, trace)
     try:
         crosslayer = CrossLayerModel.load(pb.model.routing, pb.training.domains)
@@ -162,17 +163,19 @@ def _check_fit(pb: Playbook, inv, trace: RoutingTrace) -> int:
     for r in inv.regions:
         if ep * tp != len(r.hosts) * gps:
             raise ConfigError(f"EP {ep} x TP {tp} = {ep * tp} GPUs, but region {r.name} has "
-                              f"{len(r.hosts)} x {gps} GPUs (a region is one EP group)", path=pb.source)
+                              f"{len(r.hosts)} x {gps} GPUs (a region is one EP group)", path=pb.source,
+                              line=line_of(pb, "parallelism", "ep"))
     if trace.num_experts % ep:
-        raise ConfigError(f"{trace.num_experts} experts of {trace.model} do not divide over EP={ep}", path=pb.source)
+        raise ConfigError(f"{trace.num_experts} experts of {trace.model} do not divide over EP={ep}", path=pb.source,
+                          line=line_of(pb, "parallelism", "ep"))
     names = {h.name for h in inv.hosts}
     if pb.mock.crash_host and pb.mock.crash_host not in names:
-        raise ConfigError(f"mock.crash_host {pb.mock.crash_host!r} is not in the inventory", path=pb.source)
+        raise ConfigError(f"mock.crash_host {pb.mock.crash_host!r} is not in the inventory", path=pb.source,
+                          line=line_of(pb, "mock", "crash_host"))
     sh = pb.runtime.slurm.submit_host
     if pb.runtime.launcher == "slurm" and sh and sh not in names | {lh.name for lh in inv.login_hosts}:
         raise ConfigError(f"runtime.slurm.submit_host {sh!r} is not in the inventory (neither a host nor one of "
-                          "its login_hosts)",
-                          path=pb.source)
+                          "its login_hosts)", path=pb.source, line=line_of(pb, "runtime", "slurm", "submit_host"))
     return gps
 
 

@@ -207,6 +207,23 @@ def override_fsmoe(pb: Playbook, *, pipeline_degree: int | None = None, bp_pipel
     return pb
 
 
+def line_of(pb: Playbook, *loc: str) -> int | None:
+    """The line of ``loc`` (``"parallelism", "ep"``) in the file ``pb`` was loaded from, or of its
+    nearest ancestor written there (a field left at its default); None when it cannot be read. For
+    the errors of checks made after loading (the playbook against an inventory): the file is read
+    again then, only on that error's path."""
+    if not pb.source:
+        return None
+    from mfctl.errors import ConfigError
+    from mfctl.inventory.loader import load_yaml_with_lines
+
+    try:
+        _, lines = load_yaml_with_lines(pb.source)
+    except (ConfigError, OSError):
+        return None
+    return next((lines[loc[:k]] for k in range(len(loc), 0, -1) if loc[:k] in lines), None)
+
+
 def load_playbook(path: str | Path) -> Playbook:
     """Load and validate a playbook. Raises ConfigError (exit 3) with file:line."""
     pb = load_checked(path, Playbook, _check)

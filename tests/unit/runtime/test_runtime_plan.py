@@ -107,3 +107,33 @@ def test_the_welcome_gives_the_circuits_in_use_and_the_testbeds_fields(pb, inv):
     assert w["rates"] == {"circuit_Bps": 11.5e9, "eps_Bps": 11.5e9} and w["crash_at_iteration"] is None
     assert w["circuits"] == mapping.circuit_matrix(reg.circuits[1:], reg.hosts).tolist()
     assert list(w)[-1] == "crash_at_iteration" and w["parallelism"] == {"ep": 8, "tp": 4}
+
+
+@pytest.mark.parametrize("old, new, field, message", [
+    ("parallelism: {ep: 8, tp: 4}", "parallelism:\n  ep: 4\n  tp: 4", "  ep: 4",
+     "EP 4 x TP 4 = 16 GPUs, but region region0 has 4 x 8 GPUs"),
+    ("parallelism: {ep: 8, tp: 4}", "parallelism:\n  tp: 2\n  ep: 16", "  ep: 16",
+     "8 experts of mistralai/Mixtral-8x7B-v0.1 do not divide over EP=16"),
+    ("mock:\n", "mock:\n  crash_at_iteration: 3\n  crash_host: gpu09\n", "  crash_host: gpu09",
+     "mock.crash_host 'gpu09' is not in the inventory"),
+    ("training:\n", "training:\n  domains: [no-such-domain]\n", "  domains: [no-such-domain]", "has no domain(s)"),
+])
+def test_a_playbook_that_does_not_fit_names_the_line_of_the_field(tmp_path, inv, old, new, field, message):
+    text = MIXTRAL.read_text().replace("../inventory/", str(ROOT / "inventory") + "/")
+    assert old in text
+    p = tmp_path / "pb.yaml"
+    p.write_text(text.replace(old, new, 1))
+    line = p.read_text().splitlines().index(field) + 1
+    with pytest.raises(ConfigError) as e:
+        plan_run(load_playbook(p), inv)
+    assert (e.value.path, e.value.line) == (str(p), line) and message in str(e.value)
+    assert str(e.value).startswith(f"{p}:{line}: ")
+
+
+def test_a_tp_left_at_its_default_names_the_parallelism_line(tmp_path, inv):
+    text = MIXTRAL.read_text().replace("../inventory/", str(ROOT / "inventory") + "/")
+    p = tmp_path / "pb.yaml"
+    p.write_text(text.replace("parallelism: {ep: 8, tp: 4}", "parallelism: {ep: 8}", 1))  # 8 x 1 GPUs, not 32
+    line = p.read_text().splitlines().index("parallelism: {ep: 8}") + 1
+    with pytest.raises(ConfigError, match=rf"^{p}:{line}: EP 8 x TP 1 = 8 GPUs"):
+        plan_run(load_playbook(p), inv)
