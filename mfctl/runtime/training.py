@@ -106,6 +106,7 @@ class Training:
         self.region_names = {h: r.name for r in plan.regions.values() for h in r.hosts}  # host → its region
         self.considered: dict[str, int] = {}  # region → the iteration it was last planned at
         self.latest_traffic: dict[str, int] = {}  # region → its newest traffic's iteration (set as it arrives)
+        self.fastest_iter_s: dict[str, float] = {}  # region → its fastest iteration so far (testbed s): the policy's pace
         self.ended: set[str] = set()  # hosts whose bye has arrived (set as it arrives)
         self._shown_iteration = 0  # the newest iteration the observer has heard of
         self._warned_figures: set[str] = set()  # hosts told of figures left out of their iteration messages
@@ -242,6 +243,7 @@ class Training:
         if host == reg.hosts[0]:
             self.record.add_iteration(reg.name, msg)
             reg.last_iter_s = msg["seconds"]
+            self.fastest_iter_s[reg.name] = min(self.fastest_iter_s.get(reg.name, msg["seconds"]), msg["seconds"])
             if msg["iteration"] > self._shown_iteration:  # several regions: each iteration once, in order
                 self._shown_iteration = msg["iteration"]
                 self.obs.iteration(msg["iteration"], self.pb.training.iterations, msg)
@@ -283,7 +285,7 @@ class Training:
                 return
         self.considered[reg.name] = it
         cand = policy.consider(self.plan, reg, it, policy.expected_reconfig_s(self.plan, self.record.reconfigs),
-                               self.journal.append)
+                               self.journal.append, fastest_iter_s=self.fastest_iter_s.get(reg.name))
         if cand is not None:
             self.reconfigure(reg, it, cand)
 
