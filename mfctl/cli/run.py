@@ -143,7 +143,8 @@ def _reconfig_table(recs: list[dict]):
               title="reconfigurations (link-up, runtime: testbed time)", title_justify="left")
     for x in recs:
         r.add_row(str(x["epoch"]), *([str(x.get("region"))] if regions else []), *([str(x.get("ocs"))] if ocses else []),
-                  str(x["iteration"]), x.get("outcome", "applied"), f"+{x['xc_added']}/-{x['xc_removed']}",
+                  str(x["iteration"]), x.get("outcome", "applied") + (", never resumed" if x.get("never_resumed") else ""),
+                  f"+{x['xc_added']}/-{x['xc_removed']}",
                   f"{x['t_switch_ms']:.1f} ms", f"{x['t_linkup_ms'] / 1000:.2f} s", f"{x['t_runtime_ms']:.0f} ms",
                   f"{_ms(x['objective_before_s'])} → {_ms(x['objective_after_s'])}")
     return r

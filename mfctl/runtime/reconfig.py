@@ -82,7 +82,8 @@ class Workers(Protocol):
     def await_all(self, hosts: list[str], mtype: str, epoch: int, timeout_testbed_s: float) -> set[str]:
         """Wait until every host (that has not finished training) sent ``mtype`` for ``epoch``,
         handling other messages meanwhile; return the hosts that did not within the timeout
-        (testbed seconds). Raises when a worker is lost."""
+        (testbed seconds). Raises when a worker is lost. A Workers may also keep ``heard`` (host →
+        its message) of the last wait: the hosts that sent it, not those skipped as finished."""
 
 
 class OCS(Protocol):
@@ -290,6 +291,10 @@ class Reconfiguration:
     ocs: str = ""  # the OCS (OCSDevice.name) the region's lanes reach
     t_ocs_wait_ms: float = 0.0  # wall ms waiting for the OCS while another region's change held it
     t_decision_to_resume_ms: float = 0.0  # wall ms from the policy's decision to every host resumed
+    #: the change was made on the OCS but no iteration ran on it: training ended (or the run stopped)
+    #: before the workers resumed on it, or they resumed after the last iteration
+    never_resumed: bool = False
+    resumed_iteration: int | None = None  # the iteration after which the last host resumed on it
     # not serialised: for the caller
     in_force: list[mapping.Circuit] = field(default_factory=list, repr=False)  # on the OCS now
     routed: list[mapping.Circuit] = field(default_factory=list, repr=False)  # ... and with lanes up
@@ -320,7 +325,7 @@ class Reconfiguration:
 
     @property
     def ok(self) -> bool:
-        return self.outcome == "applied" and not self.failures and not self.lanes_down
+        return self.outcome == "applied" and not self.failures and not self.lanes_down and not self.never_resumed
 
     @property
     def ocs_needs_recovery(self) -> bool:
@@ -343,10 +348,16 @@ class Reconfiguration:
                 "ocs_matches_plan": self.ocs_matches_plan, "ocs_needs_recovery": self.ocs_needs_recovery,
                 "phases": [[p, round(t, 3)] for p, t in self.phases], "ocs": self.ocs,
                 "t_ocs_wait_ms": round(self.t_ocs_wait_ms, 2),
-                "t_decision_to_resume_ms": round(self.t_decision_to_resume_ms, 1)}
+                "t_decision_to_resume_ms": round(self.t_decision_to_resume_ms, 1),
+                "never_resumed": self.never_resumed, "resumed_iteration": self.resumed_iteration}
 
     def describe(self) -> str | None:
         """One sentence for the operator when it did not go as planned (None when it did)."""
+        if self.outcome == "applied" and self.never_resumed:
+            why = "; ".join(f"{f.phase}: {f.error}" for f in self.failures)
+            return (f"epoch {self.epoch} ({self.region}, iteration {self.iteration}): applied to the OCS but never "
+                    f"resumed on: training ended first (link-up {self.t_linkup_ms / 1000:.2f} s), no iteration ran on "
+                    f"the new circuits" + (f" ({why})" if why else ""))
         if self.outcome == "applied" and all(f.phase == Phase.LINKUP.value for f in self.failures):
             return None  # (lanes that did not come up are said on their own)
         e = f"epoch {self.epoch} ({self.region}, iteration {self.iteration})"
@@ -431,6 +442,7 @@ class Reconfigurator:
                 phase = handlers[phase]()
         except BaseException as e:  # Ctrl-C, a lost worker: the record says where it stopped (and what the OCS holds)
             self._release_device()
+            self.rec.never_resumed = phase in (Phase.LINKUP, Phase.ROUTES)  # (the OCS changed; no resume came)
             self._fail(phase, "interrupted" if isinstance(e, KeyboardInterrupt) else _describe(e))
             self.rec.phase = Phase.FAILED
             self.rec.fatal = self.rec.fatal or self.rec.failures[-1].error
@@ -610,6 +622,11 @@ class Reconfigurator:
                                          "routes": mapping.route_table(self.rec.routed, p.hosts)})
         missing = self.workers.await_all(p.hosts, "resume", p.epoch, self.resume_timeout_s)
         self.rec.t_resume_ms = self._testbed_ms(t2)
+        heard = getattr(self.workers, "heard", None)  # who resumed (the others had finished training)
+        if heard is not None and not missing:
+            its = [m.get("iteration") for m in heard.values()]
+            self.rec.resumed_iteration = max((i for i in its if isinstance(i, int)), default=None)
+            self.rec.never_resumed = not heard  # every host finished training before the routes came
         if missing:
             msg = (f"no resume for epoch {p.epoch} from {', '.join(sorted(missing))} within resume_timeout_s "
                    f"{self.resume_timeout_s:g} s")

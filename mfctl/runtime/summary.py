@@ -75,9 +75,9 @@ def _iteration_figures(iterations: list[dict]) -> dict:
 
 def _failed(reconfigurations: list["Reconfiguration"]) -> list[dict] | None:
     """What did not go as planned, and what the region was left on (None: everything did)."""
-    failed = [r for r in reconfigurations if r.outcome != "applied" or r.failures]
+    failed = [r for r in reconfigurations if r.outcome != "applied" or r.failures or r.never_resumed]
     return [{"epoch": r.epoch, "region": r.region, "outcome": r.outcome, "error": r.error,
-             "ocs_needs_recovery": r.ocs_needs_recovery} for r in failed] or None
+             "ocs_needs_recovery": r.ocs_needs_recovery, "never_resumed": r.never_resumed} for r in failed] or None
 
 
 def _finite(x):

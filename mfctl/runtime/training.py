@@ -376,6 +376,8 @@ class Training:
             self.record.last_plan = next(iter(self.devices.values())).state
 
     def _take(self, reg: RegionState, rec: Reconfiguration) -> None:
+        if rec.resumed_iteration is not None and rec.resumed_iteration >= self.pb.training.iterations:
+            rec.never_resumed = True  # resumed after the last iteration: nothing trained on it
         reg.circuits, reg.routed = rec.in_force, rec.routed
         self._sync_last_plan()  # the OCS as read back (None: it could not be read)
         reg.last_reconfig_iter = rec.iteration
@@ -497,6 +499,7 @@ class _RegionWorkers:
         ``timeout_testbed_s`` (+ 2 s wall of slack). Raises OperationFailed when the run is ending."""
         done = self.t.ended  # (a bye still queued for the training loop counts)
         pending = set(hosts) - done
+        self.heard: dict[str, dict] = {}  # host → its mtype message (the others finished training first)
         deadline = time.monotonic() + timeout_testbed_s / self.t.scale + 2
         while pending:
             remaining = deadline - time.monotonic()
@@ -512,5 +515,6 @@ class _RegionWorkers:
                                       f"{', '.join(sorted(pending))}")
             if msg["type"] == mtype and msg.get("epoch") == epoch:
                 pending.discard(host)
+                self.heard[host] = msg
             pending -= done
         return set()

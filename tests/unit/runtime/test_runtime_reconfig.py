@@ -529,3 +529,77 @@ def test_a_health_sample_that_never_answers_is_a_finding_and_the_lanes_stay_up(t
              for f in json.loads(fs)}
     assert {(f"gpu0{i}", "health.sample_timeout") for i in range(1, 5)} <= found
     assert s["ocs"]["matches_last_plan"] is True
+
+
+# --- a change applied but never resumed on ----------------------------------------------------
+class WorkersThatFinished(FakeWorkers):
+    """Workers that keep ``heard`` as the training's do: ``resume`` from ``resumed`` (host → the
+    iteration it resumed after); the other hosts finished training first (skipped, not waited for)."""
+
+    def __init__(self, resumed=None, ended_at_resume=False):
+        super().__init__()
+        self.resumed, self.ended_at_resume = resumed or {}, ended_at_resume
+        self.heard = {}
+
+    def await_all(self, hosts, mtype, epoch, timeout_testbed_s):
+        self.heard = {}
+        if mtype == "resume":
+            if self.ended_at_resume:  # the training loop's _abort: the run ended during the wait
+                raise OperationFailed(f"training ended while waiting for resume for epoch {epoch} from gpu01")
+            self.heard = {h: {"type": "resume", "epoch": epoch, "iteration": it} for h, it in self.resumed.items()}
+        return set()
+
+
+def test_a_change_whose_workers_all_finished_before_the_routes_is_applied_but_never_resumed_on():
+    """The torch job's run: the link-up outlasted the job, every host had finished training when the
+    routes came, and await_all had nobody to wait for — the record said 'applied', no warning. It
+    says the change was never resumed on, and why."""
+    r, _ = run(FakeOCS(xc(OLD)), WorkersThatFinished(resumed={}))
+    assert r.phase is Phase.DONE and r.outcome == "applied"  # the OCS holds the new plan: true
+    assert r.never_resumed and not r.ok and r.resumed_iteration is None
+    d = r.to_dict()
+    assert d["never_resumed"] is True and d["resumed_iteration"] is None
+    assert r.describe().startswith("epoch 3 (r0, iteration 7): applied to the OCS but never resumed on: training "
+                                   "ended first (link-up ")
+
+
+def test_a_change_every_host_resumed_on_is_resumed_at_the_last_ones_iteration():
+    r, _ = run(FakeOCS(xc(OLD)), WorkersThatFinished(resumed={h: 9 + i for i, h in enumerate(HOSTS)}))
+    assert r.outcome == "applied" and not r.never_resumed and r.ok and r.describe() is None
+    assert r.resumed_iteration == 9 + len(HOSTS) - 1
+
+
+def test_a_run_ending_while_waiting_for_resume_says_never_resumed_not_just_applied():
+    """After a Ctrl-C the table said 'applied' while the error said 'training ended while waiting for
+    resume': the record now says both."""
+    rc = Reconfigurator(FakeOCS(xc(OLD)), WorkersThatFinished(ended_at_resume=True), FakeLinks(), scale=20.0,
+                        journal=lambda op, **f: None)
+    with pytest.raises(OperationFailed):
+        rc.run(proposal())
+    r = rc.rec
+    assert r.outcome == "applied" and r.phase is Phase.FAILED and r.never_resumed and r.to_dict()["never_resumed"]
+    assert "applied to the OCS but never resumed on" in r.describe()
+    assert "training ended while waiting for resume" in r.describe()
+
+
+def test_the_summary_lists_a_change_never_resumed_on_among_those_that_did_not_go_as_planned():
+    from mfctl.runtime.summary import _failed
+
+    r, _ = run(FakeOCS(xc(OLD)), WorkersThatFinished(resumed={}))
+    assert _failed([r]) == [{"epoch": 3, "region": "r0", "outcome": "applied", "error": None,
+                             "ocs_needs_recovery": False, "never_resumed": True}]
+    ok, _ = run(FakeOCS(xc(OLD)), WorkersThatFinished(resumed={h: 9 for h in HOSTS}))
+    assert _failed([ok]) is None
+
+
+def test_the_run_s_table_says_applied_never_resumed():
+    import io
+
+    from rich.console import Console
+
+    from mfctl.cli.run import _reconfig_table
+
+    r, _ = run(FakeOCS(xc(OLD)), WorkersThatFinished(resumed={}))
+    out = Console(width=200, record=True, file=io.StringIO())
+    out.print(_reconfig_table([r.to_dict()]))
+    assert "applied, never resumed" in out.export_text()

@@ -59,7 +59,8 @@ def test_a_runs_figures():
 def test_failed_reconfigurations_are_listed_with_what_they_left():
     d = _run(reconfigurations=[_rec(1), _rec(2, "partial", [Failure("apply", "TL1Deny: no")])]).to_dict()
     assert d["reconfigurations_failed"] == [{"epoch": 2, "region": "r0", "outcome": "partial",
-                                             "error": "TL1Deny: no", "ocs_needs_recovery": True}]
+                                             "error": "TL1Deny: no", "ocs_needs_recovery": True,
+                                             "never_resumed": False}]
 
 
 def test_a_run_without_iterations():
