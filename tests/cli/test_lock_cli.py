@@ -114,7 +114,8 @@ def test_ocs_changes_are_refused_naming_the_holder(cli_env, held, cmd):
 
 
 def test_a_token_lets_the_holders_own_commands_through(cli_env, held):
-    env = {**cli_env, "MFCTL_LOCK_TOKEN": held, "MFCTL_CONNECT_TIMEOUT": "0.3"}
+    # (a password, as a switch's: an unset one is refused before anything is connected, exit 3)
+    env = {**cli_env, "MFCTL_LOCK_TOKEN": held, "MFCTL_CONNECT_TIMEOUT": "0.3", "MFCTL_OCS_PASSWORD": "pw-not-sent"}
     r = run(env, "ocs", "connect", "-i", INV, "1", "385", "--yes")
     assert r.returncode == 4 and "no transport reachable" in r.stderr  # past the lock, to the (absent) OCS
 
