@@ -196,11 +196,12 @@ def apply_cmd(file: Path = typer.Argument(..., help="YAML/JSON: cross_connects: 
                                                     "and/or circuits: [[LANE, LANE]...]."),
               inventory: Path = INV_OPT, ocs: list[str] | None = OCS_OPT, dry_run: bool = DRY_OPT, yes: bool = YES_OPT,
               json_out: bool = JSON_OPT):
-    """Make the OCS hold exactly the topology in FILE (only what differs changes)."""
-    from mfctl.ocs.service import load_topology_file
+    """Make the OCS hold exactly the topology in FILE (only what differs changes); a region's plan (mfctl topo
+    plan --json) on that region's ports only: another region's circuits on the same OCS are kept."""
+    from mfctl.ocs.service import desired_state
 
-    _change(inventory, lambda pm, cur: load_topology_file(pm, file), dry_run=dry_run, yes=yes, json_out=json_out,
-            purpose="ocs apply", what=f"apply {file}", precheck=lambda pm: load_topology_file(pm, file), ocs=ocs)
+    _change(inventory, lambda pm, cur: desired_state(pm, file, cur), dry_run=dry_run, yes=yes, json_out=json_out,
+            purpose="ocs apply", what=f"apply {file}", precheck=lambda pm: desired_state(pm, file, {}), ocs=ocs)
 
 
 @app.command()

@@ -37,6 +37,8 @@ class PortMap:
     ocs: str = ""  #: the OCS's inventory name (its ports are numbered on it alone)
     #: the lanes of the inventory's other OCSes: lane key → that OCS's name (to say where a lane named here is)
     elsewhere: dict[str, str] = field(default_factory=dict)
+    #: each region on this OCS → the ports of its lanes (tx and rx): what a region's plan governs
+    region_ports: dict[str, frozenset[int]] = field(default_factory=dict)
 
     def check_port(self, p: int, role: str | None = None) -> int:
         """Raise UsageError unless ``p`` is a port of this switch (of ``role``: input/output)."""
@@ -62,9 +64,12 @@ class PortMap:
         others = [h.name for h in inv.hosts if (on := inv.ocs_of_host(h.name)) is not None and on.name != o.name]
         elsewhere = {lane.key: on.name for hn in others if (on := inv.ocs_of_host(hn)) is not None
                      for ls in region_lanes(inv, [hn]).values() for lane in ls}
+        region_ports = {r.name: frozenset(p for ls in region_lanes(inv, r.hosts).values() for lane in ls
+                                          for p in (lane.ocs_tx, lane.ocs_rx))
+                        for r in inv.regions if all(h in hosts for h in r.hosts)}
         return cls({lane.ocs_tx: lane for lane in flat}, {lane.ocs_rx: lane for lane in flat},
                    {lane.key: lane for lane in flat}, sens,
-                   o.size.inputs, o.size.outputs, inv.name, o.name, elsewhere)
+                   o.size.inputs, o.size.outputs, inv.name, o.name, elsewhere, region_ports)
 
     def lane(self, ref: str) -> LaneRef:
         m = _LANE_RE.fullmatch(ref)
@@ -140,6 +145,31 @@ def without(pm: PortMap, current: dict[int, int], endpoints: list[str]) -> dict[
             if peer is not None:
                 ports |= {peer.ocs_tx, peer.ocs_rx}
     return {i: o for i, o in current.items() if i not in ports and o not in ports}
+
+
+def desired_state(pm: PortMap, path: str | Path, current: dict[int, int]) -> dict[int, int]:
+    """What ``mfctl ocs apply FILE`` makes the OCS hold: FILE's state (:func:`load_topology_file`) — for
+    a region's plan (``mfctl topo plan --json`` names its ``region``), on that region's ports only:
+    the ``current`` cross-connects that touch none of them are kept, so applying one region's plan
+    never deletes another region's circuits on a shared switch. Raises ConfigError (file, line) for a
+    region this OCS does not hold, or a plan's cross-connect outside its region's ports."""
+    from mfctl.inventory.loader import load_yaml_with_lines
+
+    desired = load_topology_file(pm, path)
+    data, lines = load_yaml_with_lines(path)
+    region = data.get("region") if isinstance(data, dict) and data.get("schema") == "mfctl.topo.plan/v1" else None
+    if region is None:
+        return desired
+    line = lines.get(("region",), 1)
+    if region not in pm.region_ports:
+        raise ConfigError(f"this plan is for region {region!r}, which OCS {pm.ocs or '(the only one)'} does not hold "
+                          f"(its regions: {', '.join(sorted(pm.region_ports)) or 'none'})", path=str(path), line=line)
+    mine = pm.region_ports[region]
+    outside = sorted(p for i, o in desired.items() for p in (i, o) if p not in mine)
+    if outside:
+        raise ConfigError(f"this plan for region {region!r} uses port(s) {outside[:8]} outside the region's lanes",
+                          path=str(path), line=line)
+    return {i: o for i, o in current.items() if i not in mine and o not in mine} | desired
 
 
 def load_topology_file(pm: PortMap, path: str | Path) -> dict[int, int]:
