@@ -22,7 +22,7 @@ from mfctl.fabric.planner import LinkRates
 from mfctl.fabric.planner import plan as plan_circuits
 from mfctl.fabric.predict import CrossLayerModel
 from mfctl.fabric.traffic import RoutingTrace, expert_to_rank, load_routing, rank_matrix, rank_to_server, server_matrix
-from mfctl.runtime.playbook import Playbook, line_of
+from mfctl.runtime.playbook import TORCH_MOE_JOB, Playbook, line_of
 
 
 @dataclass
@@ -176,6 +176,20 @@ def _check_fit(pb: Playbook, inv, trace: RoutingTrace) -> int:
     if pb.runtime.launcher == "slurm" and sh and sh not in names | {lh.name for lh in inv.login_hosts}:
         raise ConfigError(f"runtime.slurm.submit_host {sh!r} is not in the inventory (neither a host nor one of "
                           "its login_hosts)", path=pb.source, line=line_of(pb, "runtime", "slurm", "submit_host"))
+    rt = pb.runtime
+    if rt.launcher in ("ssh", "slurm") and rt.script == TORCH_MOE_JOB and rt.script_mode == "module":
+        from mfctl.integrations.torch_moe.options import OptionsError, parse
+
+        try:
+            opt = parse(rt.script_args)
+        except OptionsError:
+            pass  # (the playbook's own check said it at load)
+        else:
+            world = len(inv.hosts) * rt.nproc_per_node  # torchrun's ranks: every host x nproc_per_node
+            if opt.experts % world:
+                raise ConfigError(f"{TORCH_MOE_JOB}: --experts {opt.experts} do not divide over its {world} EP ranks "
+                                  f"({len(inv.hosts)} hosts x nproc_per_node {rt.nproc_per_node})", path=pb.source,
+                                  line=line_of(pb, "runtime", "script_args"))
     return gps
 
 

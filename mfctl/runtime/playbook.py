@@ -60,7 +60,8 @@ class Training(_S):
     iterations: int = Field(ge=1, le=1_000_000)
     seq_len: int = Field(4096, ge=1)
     micro_batch: int = Field(1, ge=1)
-    micro_batches: int = Field(8, ge=1, description="per iteration (gradient accumulation)")
+    micro_batches: int = Field(8, ge=1, le=4096, description="per iteration (gradient accumulation; at most 4,096, "
+                               "as mfctl simulate: 100,000 made a run that never finished an iteration)")
     domains: list[str] | None = None
     domain_concentration: float = Field(0.3, gt=0)
     phase_iterations: int = Field(10, ge=1, description="the data mixture changes every N iterations")

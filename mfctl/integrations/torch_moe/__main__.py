@@ -14,7 +14,7 @@ from mfctl.integrations.torch_moe.options import parse as parse_options
 def parse(argv: list[str] | None = None) -> Options:
     """The job's options from ``argv`` (default: this process's); a bad one exits 2 with argparse's usage line."""
     try:
-        return parse_options(sys.argv[1:] if argv is None else argv)
+        return parse_options(sys.argv[1:] if argv is None else argv, help_ok=True)
     except OptionsError as e:
         ap = parser()
         ap.print_usage(sys.stderr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from dataclasses import dataclass
 
 PROG = "python -m mfctl.integrations.torch_moe"
@@ -56,14 +57,27 @@ class OptionsError(ValueError):
 
 
 class _Parser(argparse.ArgumentParser):
+    """Errors raise :class:`OptionsError`; so does ``--help`` where no help may be printed (``help_ok`` False:
+    checking a playbook's arguments, where argparse would print the usage and exit 0)."""
+
+    help_ok = True
+
     def error(self, message: str):  # raise, do not print and exit: the caller decides
         raise OptionsError(message)
 
+    def print_help(self, file=None):
+        if not self.help_ok:
+            raise OptionsError("--help (-h) is not an option of a run: it prints the job's options and exits (run "
+                               f"{PROG} --help to see them)")
+        super().print_help(file)
 
-def parser() -> argparse.ArgumentParser:
-    """The job's argument parser (its ``error`` raises :class:`OptionsError`)."""
+
+def parser(*, help_ok: bool = True) -> argparse.ArgumentParser:
+    """The job's argument parser (its ``error`` raises :class:`OptionsError`; with ``help_ok`` False, so
+    does ``--help``)."""
     ap = _Parser(prog=PROG, description="a small MoE transformer trained with expert parallelism over "
                                         "torch.distributed, reporting its routing to mfctl")
+    ap.help_ok = help_ok
     for f in dataclasses.fields(Options):
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool", bool):
@@ -84,9 +98,14 @@ AT_LEAST_1 = ("iterations", "layers", "d_model", "heads", "experts", "top_k", "f
 ABOVE_0 = ("lr", "dist_timeout_s")
 
 
-def parse(argv: list[str]) -> Options:
-    """``argv`` as the job reads it. Raises :class:`OptionsError` naming the option and what it must be."""
-    opt = Options(**vars(parser().parse_args(argv)))
+def parse(argv: list[str], *, help_ok: bool = False) -> Options:
+    """``argv`` as the job reads it. Raises :class:`OptionsError` naming the option and what it must be
+    (``--help`` too, unless ``help_ok``: then argparse prints the options and exits 0)."""
+    opt = Options(**vars(parser(help_ok=help_ok).parse_args(argv)))
+    for f in dataclasses.fields(Options):
+        v = getattr(opt, f.name)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise OptionsError(f"--{f.name.replace('_', '-')} must be a finite number, not {v}")
     for name in AT_LEAST_1:
         if getattr(opt, name) < 1:
             raise OptionsError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(opt, name)}")

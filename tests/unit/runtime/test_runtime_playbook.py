@@ -32,7 +32,12 @@ TORCH_MOE = ROOT / "playbooks" / "moe-torch-mock.yaml"
     ('[--batch, "0"]', "--batch must be at least 1, not 0"),
     ('[--top-k, "9"]', "--top-k (9) must be at most --experts (8)"),
     ('[--d-model, "30"]', "--d-model (30) must be a multiple of --heads (4)"),
-    ('[--lr, "nan"]', "--lr must be above 0, not nan"),
+    ('[--lr, "nan"]', "--lr must be a finite number, not nan"),
+    ('[--lr, "inf"]', "--lr must be a finite number, not inf"),
+    ('[--aux-loss, "nan"]', "--aux-loss must be a finite number, not nan"),
+    ('[--help]', "--help (-h) is not an option of a run: it prints the job's options and exits (run "
+                 "python -m mfctl.integrations.torch_moe --help to see them)"),
+    ('[-h]', "--help (-h) is not an option of a run"),
     ('[--batch, "8", --no-such-flag]', "unrecognized arguments: --no-such-flag"),
 ])
 def test_the_torch_moe_jobs_arguments_are_checked_when_the_playbook_loads(tmp_path, args, message):
@@ -46,7 +51,7 @@ def test_the_torch_moe_jobs_arguments_are_checked_when_the_playbook_loads(tmp_pa
     bad.write_text("\n".join(lines) + "\n")
     with pytest.raises(ConfigError) as e:
         load_playbook(bad)
-    assert str(e.value) == f"{bad}:{k + 1}: mfctl.integrations.torch_moe: {message}"
+    assert str(e.value).startswith(f"{bad}:{k + 1}: mfctl.integrations.torch_moe: {message}")
     assert e.value.exit_code == ExitCode.CONFIG
 
 
@@ -94,6 +99,7 @@ def _with(tmp_path, section: str, line: str):
     ("runtime", "health_interval_s: 1e-300", "runtime.health_interval_s: must be 0 (off) or at least 1 testbed second"),
     ("runtime", "slurm: {queue_timeout_s: 1e300}", "runtime.slurm.queue_timeout_s: Input should be less than or equal "
                                                    "to 604800"),
+    ("training", "micro_batches: 100000", "training.micro_batches: Input should be less than or equal to 4096"),
 ])
 def test_playbook_floats_out_of_range_or_not_finite_are_config_errors_at_their_line(tmp_path, section, line, message):
     p, no = _with(tmp_path, section, line)
@@ -112,3 +118,24 @@ def test_playbook_floats_out_of_range_or_not_finite_are_config_errors_at_their_l
 def test_playbook_floats_at_their_bounds_load(tmp_path, section, line, attr, value):
     pb = load_playbook(_with(tmp_path, section, line)[0])
     assert getattr(getattr(pb, attr[0]), attr[1]) == value
+
+
+def test_the_torch_moe_jobs_experts_must_divide_over_its_ranks_before_anything_starts(tmp_path):
+    """--experts 3 on 4 hosts x 1 rank: every rank failed after the launch; now the run's plan says so at the line."""
+    from mfctl.inventory import load_inventory
+    from mfctl.runtime.plan import plan_run
+
+    text = TORCH_MOE.read_text().replace("../inventory/", str(ROOT / "inventory") + "/")
+    lines = text.splitlines()
+    (k,) = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("script_args:")]
+    lines[k] = '  script_args: [--experts, "3"]'
+    bad = tmp_path / "pb.yaml"
+    bad.write_text("\n".join(lines) + "\n")
+    pb = load_playbook(bad)
+    with pytest.raises(ConfigError) as e:
+        plan_run(pb, load_inventory(pb.inventory_path()))
+    assert str(e.value) == (f"{bad}:{k + 1}: mfctl.integrations.torch_moe: --experts 3 do not divide over its 4 EP "
+                            "ranks (4 hosts x nproc_per_node 1)")
+    lines[k] = '  script_args: [--experts, "8"]'
+    bad.write_text("\n".join(lines) + "\n")
+    plan_run(load_playbook(bad), load_inventory(pb.inventory_path()))  # 8 over 4: fine
