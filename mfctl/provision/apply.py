@@ -178,7 +178,7 @@ def _apply_host(pool, hp: HostPlan, journal, stop, replan: Replan | None = None,
     while i < len(todo):
         a = todo[i]
         if not a.runs:  # an outcome (a finding, a reboot for a person): reported, never run, not "applied"
-            res.notes.append(f"{a.target}: {a.what}: {a.after}")
+            res.notes.append(f"{a.target}: {a.after}" if a.what == a.target else f"{a.target}: {a.what}: {a.after}")
             if a.outcome:
                 res.outcomes.append(a.outcome)
             i += 1

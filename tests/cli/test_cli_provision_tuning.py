@@ -85,6 +85,6 @@ def test_drifted_traffic_class_irqs_and_link_mode_are_planned_applied_and_read_b
     [h] = json.loads(r.stdout)["hosts"]
     assert r.returncode == 1 and h["verified"] is False, r.stdout[-3000:]
     assert "waiting 0.1 s, one irqbalance pass, before reading the pinned IRQs back" in r.stderr
-    assert any(n.startswith("irqbalance: irqbalance: it rewrites IRQ affinities every 10 s") for n in h["notes"])
+    assert any(n.startswith("irqbalance: it rewrites IRQ affinities every 10 s") for n in h["notes"])
     assert {a["what"] for a in h["left_after_verify"]} == {"IRQ affinity"}
     assert {a["what"] for a in h["applied"]} == {"IRQ affinity"}
