@@ -1,6 +1,7 @@
 """mfctl exec (fan-out, folding, exit codes) and mfctl health (findings, folding, JUnit)."""
 
 import json
+import re
 import subprocess
 import time
 import xml.etree.ElementTree as ET
@@ -107,6 +108,11 @@ def test_bench_nccl_compares_with_the_topology(mock, tmp_path):
     topo = tmp_path / "c.yaml"
     topo.write_text("circuits:\n  - [gpu01/nic0, gpu02/nic0]\n  - [gpu01/nic1, gpu03/nic0]\n")
     assert subprocess.run(mfctl_cmd("ocs", "apply", topo, "-i", inv, "--yes"), env=env, capture_output=True).returncode == 0
+    # at once: measured while the circuits' links may still come up (6.33 s p99 of wall time, the OCS journal's
+    # clock), and it says so
+    r = subprocess.run(mfctl_cmd("bench", "nccl", "-i", inv, "--json"), capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0 and any(re.fullmatch(r"measured \d+\.\d s after an OCS change of gpu01's circuits: NIC link-up "
+                                                  r"takes ~6.33 s .* run it again", w) for w in json.loads(r.stdout)["warnings"])
     # lit optical lanes on a healthy mock (once the modelled link-up is over: 5.67 s at time scale 100):
     # the modules' readings are within their own thresholds
 
