@@ -89,6 +89,22 @@ def cli_env(tmp_path):
     return env
 
 
+@pytest.fixture(params=["libyaml", "pure"])
+def yaml_loader(request, monkeypatch, cli_env):
+    """Each hostile-YAML test with both of mfctl's YAML loaders (setting yaml_loader: PyYAML's
+    libyaml CSafeLoader and its pure-Python SafeLoader), in this process and in the CLI's."""
+    import yaml
+
+    from mfctl.inventory.loader import loader_class
+
+    if request.param == "libyaml" and not getattr(yaml, "__with_libyaml__", False):
+        pytest.skip("this PyYAML was built without libyaml")
+    monkeypatch.setenv("MFCTL_YAML_LOADER", request.param)
+    cli_env["MFCTL_YAML_LOADER"] = request.param
+    assert loader_class().__mro__[1] is (yaml.CSafeLoader if request.param == "libyaml" else yaml.SafeLoader)
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def session_mock(tmp_path_factory):
     """``session_mock(time_scale=100, factory=False) -> SessionMock``: the session's mock for that

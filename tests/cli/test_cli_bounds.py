@@ -120,22 +120,6 @@ def test_exec_of_a_huge_output_stays_small_in_memory_and_says_it_truncated(mock_
 
 # --- (b) configuration files ---------------------------------------------------------------------
 
-@pytest.fixture(params=["libyaml", "pure"])
-def yaml_loader(request, monkeypatch, cli_env):
-    """Each hostile-YAML test with both of mfctl's YAML loaders (setting yaml_loader: PyYAML's
-    libyaml CSafeLoader and its pure-Python SafeLoader), in this process and in the CLI's."""
-    import yaml
-
-    from mfctl.inventory.loader import loader_class
-
-    if request.param == "libyaml" and not getattr(yaml, "__with_libyaml__", False):
-        pytest.skip("this PyYAML was built without libyaml")
-    monkeypatch.setenv("MFCTL_YAML_LOADER", request.param)
-    cli_env["MFCTL_YAML_LOADER"] = request.param
-    assert loader_class().__mro__[1] is (yaml.CSafeLoader if request.param == "libyaml" else yaml.SafeLoader)
-    return request.param
-
-
 def _validate(path, env):
     return subprocess.run(mfctl_cmd("inventory", "validate", path), capture_output=True, text=True, env=env, timeout=60)
 

@@ -47,22 +47,6 @@ def _line_of(path, needle, nth=1):
     raise AssertionError(needle)
 
 
-@pytest.fixture(params=["libyaml", "pure"])
-def yaml_loader(request, monkeypatch, cli_env):
-    """Each hostile-YAML test with both of mfctl's YAML loaders (setting yaml_loader: PyYAML's
-    libyaml CSafeLoader and its pure-Python SafeLoader), in this process and in the CLI's."""
-    import yaml
-
-    from mfctl.inventory.loader import loader_class
-
-    if request.param == "libyaml" and not getattr(yaml, "__with_libyaml__", False):
-        pytest.skip("this PyYAML was built without libyaml")
-    monkeypatch.setenv("MFCTL_YAML_LOADER", request.param)
-    cli_env["MFCTL_YAML_LOADER"] = request.param
-    assert loader_class().__mro__[1] is (yaml.CSafeLoader if request.param == "libyaml" else yaml.SafeLoader)
-    return request.param
-
-
 @pytest.mark.usefixtures("yaml_loader")
 @pytest.mark.parametrize("old,new,needle,nth,msg", [
     ("  port_speed_gbps: 200", "  port_speed_gbps: 200\n  colour: blue", "colour:", 1, "unknown key 'colour'"),
