@@ -9,6 +9,8 @@ it has several), two OCSes of one name.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -28,7 +30,6 @@ M = TypeVar("M", bound=BaseModel)
 #: stops "billion laughs" documents. The file's own nodes are not counted: the 16 MiB size cap
 #: (mfctl.inventory.files) bounds them — a 32,768-GPU inventory (4 MB) has ~1.7 million of them.
 MAX_ALIAS_NODES = 200_000
-MAX_NODES = MAX_ALIAS_NODES  # (its old name)
 MAX_DEPTH = 100  # nesting levels: no schema goes beyond ~10; deeper is a mistake or an attack (and Python's recursion limit)
 
 
@@ -240,23 +241,19 @@ class _TooDeep(Exception):
         self.line = line
 
 
-class _no_cyclic_gc:
-    """Python's cyclic garbage collector off while a document is composed and constructed, as it was
-    before (when it was on). Each of the ~500,000 nodes of a 32,768-GPU inventory is a new tracked
-    object: the collector's passes over them, again and again as they pile up, took 2/3 of the
-    parse (4.0 s -> 1.2 s for its nodes); none of it is cyclic garbage (an alias inside what it
-    names is refused before it is constructed, and collected later)."""
-
-    def __enter__(self):
-        import gc
-
-        self.was = gc.isenabled()
-        gc.disable()
-
-    def __exit__(self, *exc):
-        import gc
-
-        if self.was:
+@contextlib.contextmanager
+def _no_cyclic_gc():
+    """Python's cyclic garbage collector off while a document is composed and constructed (back on after,
+    if it was). Each of the ~500,000 nodes of a 32,768-GPU inventory is a new tracked object: the
+    collector's passes over them, again and again as they pile up, took 2/3 of the parse (4.0 s -> 1.2 s
+    for its nodes); none of it is cyclic garbage (an alias inside what it names is refused before it is
+    constructed)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
             gc.enable()
 
 
