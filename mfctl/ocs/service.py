@@ -153,14 +153,9 @@ def desired_state(pm: PortMap, path: str | Path, current: dict[int, int]) -> dic
     the ``current`` cross-connects that touch none of them are kept, so applying one region's plan
     never deletes another region's circuits on a shared switch. Raises ConfigError (file, line) for a
     region this OCS does not hold, or a plan's cross-connect outside its region's ports."""
-    from mfctl.inventory.loader import load_yaml_with_lines
-
-    desired = load_topology_file(pm, path)
-    data, lines = load_yaml_with_lines(path)
-    region = data.get("region") if isinstance(data, dict) and data.get("schema") == "mfctl.topo.plan/v1" else None
+    desired, region, line = _topology(pm, path)
     if region is None:
         return desired
-    line = lines.get(("region",), 1)
     if region not in pm.region_ports:
         raise ConfigError(f"this plan is for region {region!r}, which OCS {pm.ocs or '(the only one)'} does not hold "
                           f"(its regions: {', '.join(sorted(pm.region_ports)) or 'none'})", path=str(path), line=line)
@@ -178,11 +173,19 @@ def load_topology_file(pm: PortMap, path: str | Path) -> dict[int, int]:
     ``mfctl topo plan -i INVENTORY --json`` (its cross-connects).
     Every port may be used once. An empty state must be written explicitly
     (``cross_connects: []``). Raises ConfigError with file and line."""
+    return _topology(pm, path)[0]
+
+
+def _topology(pm: PortMap, path: str | Path) -> tuple[dict[int, int], str | None, int]:
+    """:func:`load_topology_file`'s state, with the ``region`` a saved topo plan names (None: not a
+    region's plan) and the line of that name (the file read once)."""
     from mfctl.inventory.loader import load_yaml_with_lines
 
     src = str(path)
     data, lines = load_yaml_with_lines(path)
+    region, region_line = None, 1
     if isinstance(data, dict) and data.get("schema") == "mfctl.topo.plan/v1":  # `mfctl topo plan -i INV --json`, saved
+        region, region_line = data.get("region"), lines.get(("region",), 1)
         if "cross_connects" not in data:
             raise ConfigError("a topo plan made without an inventory has no cross-connects (mfctl topo plan TRAFFIC "
                               "-i INVENTORY --json)", path=src, line=1)
@@ -234,7 +237,7 @@ def load_topology_file(pm: PortMap, path: str | Path) -> dict[int, int]:
             raise ConfigError(str(e), path=src, line=line) from None
         for i, o in xcs.items():
             put(i, o, f"circuit {pair[0]}<->{pair[1]}", line)
-    return desired
+    return desired, region, region_line
 
 
 def parse_alarm(line: str) -> dict:
