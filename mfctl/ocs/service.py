@@ -156,7 +156,7 @@ def desired_state(pm: PortMap, path: str | Path, current: dict[int, int]) -> dic
     desired, region, line = _topology(pm, path)
     if region is None:
         return desired
-    if region not in pm.region_ports:
+    if not isinstance(region, str) or region not in pm.region_ports:
         raise ConfigError(f"this plan is for region {region!r}, which OCS {pm.ocs or '(the only one)'} does not hold "
                           f"(its regions: {', '.join(sorted(pm.region_ports)) or 'none'})", path=str(path), line=line)
     mine = pm.region_ports[region]

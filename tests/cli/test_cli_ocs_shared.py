@@ -74,6 +74,10 @@ def test_a_regions_plan_changes_its_own_ports_only(shared, tmp_path):
     r = invoke("ocs", "apply", bad, "-i", inv, "--yes", "--json")
     err = json.loads(r.stdout)["error"]
     assert r.exit_code == 3 and "this plan is for region 'region7', which OCS" in err["message"] and err["problems"][0]["line"]
+    doc["region"] = ["region0"]  # not a name: the same error, not a traceback
+    bad.write_text(json.dumps(doc, indent=2))
+    r = invoke("ocs", "apply", bad, "-i", inv, "--yes", "--json")
+    assert r.exit_code == 3 and "this plan is for region ['region0'], which OCS" in json.loads(r.stdout)["error"]["message"]
     doc["region"] = "region0"  # region1's cross-connects under region0's name
     bad.write_text(json.dumps(doc, indent=2))
     r = invoke("ocs", "apply", bad, "-i", inv, "--yes", "--json")
