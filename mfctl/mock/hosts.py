@@ -540,16 +540,6 @@ class MockHost:
         """Wait for ``procs`` until ``deadline`` (time.monotonic()), then SIGKILL the groups of those
         left: a mock that stops leaves nothing running (a torchrun agent it let go ended 0.5-2 s
         after the mock, re-parented to init)."""
-        for p in procs:
-            try:
-                p.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for p in procs:
-            if p.poll() is None:
-                log.warning("%s: %s still running at the mock's stop: SIGKILL", self.name, p.args)
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
+        from mfctl.procs import reap
+
+        reap(procs, deadline, lambda p: log.warning("%s: %s still running at the mock's stop: SIGKILL", self.name, p.args))

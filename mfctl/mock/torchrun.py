@@ -38,6 +38,8 @@ import tempfile
 import time
 from datetime import datetime
 
+from mfctl.procs import reap
+
 CLOSE_TIMEOUT_S = 30.0  # torchrun's PContext.close(timeout=30): SIGKILL after this long
 MONITOR_INTERVAL_S = 0.1  # torchrun's --monitor-interval default (torch 2.13)
 DEATH_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)  # TORCHELASTIC_SIGNALS_TO_HANDLE
@@ -128,21 +130,10 @@ def _close(procs: list[subprocess.Popen], sig: int) -> None:
                 os.killpg(p.pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
-    end = time.monotonic() + CLOSE_TIMEOUT_S
-    for p in procs:
-        try:
-            p.wait(max(0.0, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-    for p in procs:
-        if p.poll() is None:
-            _log("W", "torch/distributed/elastic/multiprocessing/api.py:1046",
-                 f"Unable to shutdown process {p.pid} via {signal.Signals(sig)!s}, forcefully exiting via Signals.SIGKILL")
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            p.wait()
+    reap(procs, time.monotonic() + CLOSE_TIMEOUT_S,
+         lambda p: _log("W", "torch/distributed/elastic/multiprocessing/api.py:1046",
+                        f"Unable to shutdown process {p.pid} via {signal.Signals(sig)!s}, forcefully exiting via "
+                        "Signals.SIGKILL"))
 
 
 def _failure_report(binary: str, failures: list[tuple[float, int, subprocess.Popen, int]], node_rank: int,
